@@ -1,0 +1,147 @@
+"""`python -m esper_fx.train`: the command line a researcher runs (SPEC §14.4).
+
+Configuration is layered: the preset (default `quickstart`), then `--config PATH` (replaces the
+preset, strict), then single-field flags. Any invalid configuration prints one line naming the
+problem to stderr and exits 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from esper_fx.config import PRESET_NAMES, TrainingConfig
+
+EXIT_CONFIG_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+CONTROLLER_CHOICES = ("ppo_lstm", "ppo", "ppo_mlp", "heuristic", "random", "wait")
+
+
+class ConfigError(ValueError):
+    """A configuration problem reported to the user as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, nothing written
+        raise ConfigError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m esper_fx.train",
+        description="Train a morphogenetic host with a seed controller (default: the offline "
+                    "quickstart preset on shapes10 with the PPO/LSTM controller).",
+    )
+    p.add_argument("--preset", default=None, help=f"base preset, one of {', '.join(PRESET_NAMES)} "
+                   "(default: quickstart)")
+    p.add_argument("--config", metavar="PATH", help="JSON config file; replaces the preset entirely")
+    p.add_argument("--controller", help=f"one of {', '.join(CONTROLLER_CHOICES)}")
+    p.add_argument("--task", help="cifar10, cifar10_deep, tinystories, shapes10 or pytext")
+    p.add_argument("--seed", type=int, help="run seed")
+    p.add_argument("--episodes", type=int, dest="n_episodes", help="total number of episodes")
+    p.add_argument("--n-envs", type=int, dest="n_envs", help="environments per batch")
+    p.add_argument("--max-epochs", type=int, dest="max_epochs", help="episode length T in epochs")
+    p.add_argument("--slots", nargs="+", metavar="SLOT", help="enabled slots, e.g. r0c0 r0c1")
+    p.add_argument("--device", help="policy device: auto, cpu or cuda:N")
+    p.add_argument("--devices", nargs="+", dest="env_devices", metavar="DEV",
+                   help="env devices, env i runs on DEV[i %% len]")
+    p.add_argument("--data-path", dest="data_path", help="device (default) or loader")
+    p.add_argument("--num-workers", type=int, dest="num_workers", help="DataLoader workers (loader path)")
+    p.add_argument("--data-dir", dest="data_root", metavar="DIR", help="dataset directory (CIFAR-10, "
+                   "TinyStories)")
+    p.add_argument("--amp", action="store_true", default=None, help="mixed precision on CUDA envs")
+    p.add_argument("--amp-dtype", dest="amp_dtype", help="float16 (default) or bfloat16")
+    p.add_argument("--data-split", dest="data_split", help="shared (default) or full")
+    p.add_argument("--val-samples", type=int, dest="val_samples", help="first N validation samples")
+    p.add_argument("--run-dir", dest="run_dir", metavar="DIR", help="run directory (default "
+                   "runs/<preset>-<UTC timestamp>)")
+    p.add_argument("--resume", dest="resume_path", metavar="PATH", help="resume from a run directory "
+                   "or checkpoint")
+    p.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", metavar="N",
+                   help="checkpoint every N batches")
+    p.add_argument("--telemetry-level", dest="telemetry_level",
+                   help="off, minimal, normal (default) or debug; off also removes telemetry features")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    return p
+
+
+_FIELD_FLAGS = (
+    "controller", "task", "seed", "n_episodes", "n_envs", "max_epochs", "slots", "device", "env_devices",
+    "data_path", "num_workers", "data_root", "amp", "amp_dtype", "data_split", "val_samples", "run_dir",
+    "resume_path", "checkpoint_every", "telemetry_level",
+)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in _FIELD_FLAGS if getattr(args, name) is not None}
+
+
+def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, argparse.Namespace]:
+    """Parse the command line into a validated config. Raises ConfigError; writes nothing."""
+    args = build_parser().parse_args(argv)
+    if args.config is not None and args.preset is not None:
+        raise ConfigError("--config replaces the preset: pass either --config or --preset, not both")
+    try:
+        if args.config is not None:
+            base = TrainingConfig.from_json(args.config)
+        else:
+            base = TrainingConfig.preset(args.preset or "quickstart")
+        overrides = _overrides(args)
+        if "max_epochs" in overrides:
+            overrides["chunk_length"] = overrides["max_epochs"]
+        config = base.replace(**overrides) if overrides else base
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(str(exc)) from None
+    if config.run_dir is None and config.resume_path is None:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        label = Path(args.config).stem if args.config else (args.preset or "quickstart")
+        config = config.replace(run_dir=os.path.join("runs", f"{label}-{stamp}"))
+    return config, args
+
+
+def config_summary(config: TrainingConfig) -> list[str]:
+    """The pre-training summary of §14.4 (at least 8 lines)."""
+    if config.entropy_anneal_episodes and (config.entropy_coef_start is not None
+                                           or config.entropy_coef_end is not None):
+        start = config.entropy_coef if config.entropy_coef_start is None else config.entropy_coef_start
+        end = config.entropy_coef if config.entropy_coef_end is None else config.entropy_coef_end
+        entropy = f"{start:g} -> {end:g} over {config.entropy_anneal_episodes} episodes"
+    else:
+        entropy = f"{config.entropy_coef:g}"
+    return [
+        f"esper_fx: task={config.task.value} ({config.topology}), controller={config.controller_name}, "
+        f"seed={config.seed}",
+        f"Episodes: {config.n_episodes}, envs: {config.n_envs}, max_epochs: {config.max_epochs}",
+        f"PPO: lr={config.lr:g}, gamma={config.gamma:g}, lambda={config.gae_lambda:g}, "
+        f"clip={config.clip_ratio:g}, value_coef={config.value_coef:g}, max_grad_norm={config.max_grad_norm:g}",
+        f"Entropy: {entropy} (min {config.entropy_coef_min:g})",
+        f"Update: epochs={config.update_epochs}, minibatches={config.num_minibatches}, "
+        f"amp={'on (' + config.amp_dtype.value + ')' if config.amp else 'off'}",
+        f"LSTM: hidden={config.lstm_hidden_dim}, chunk={config.chunk_length}",
+        f"Slots: {', '.join(config.enabled_slots)} of {config.num_slots}; reward: "
+        f"{config.reward_family.value}/{config.reward_mode.value}; menu: {', '.join(config.menu[1:])}",
+        f"Telemetry: {'enabled' if config.use_telemetry else 'disabled'} (level "
+        f"{config.telemetry_level.value}), obs dim {config.state_dim}",
+        f"Data: split={config.data_split.value}, path={config.data_path.value}, device={config.device}",
+        f"Run dir: {config.run_dir or '(none)'}",
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config, args = resolve_config(argv)
+    except ConfigError as exc:
+        print(f"esper_fx.train: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    from esper_fx.cli_run import run_from_cli
+
+    return run_from_cli(config, quiet=args.quiet)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
