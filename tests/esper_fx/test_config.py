@@ -1,0 +1,172 @@
+"""TrainingConfig: defaults, validation, presets, round trips (SPEC §14, §15.1–15.4)."""
+
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from esper_fx.config import HeuristicConfig, TrainingConfig
+
+SPEC_DEFAULTS = {
+    "task": "cifar10", "controller": "ppo_lstm", "n_episodes": 100, "n_envs": 4, "max_epochs": 25,
+    "seed": 42, "slots": ["r0c1"], "max_seeds": None, "device": "auto", "env_devices": None,
+    "data_path": "device", "num_workers": None, "data_root": "./data", "data_split": "shared",
+    "batch_size_per_env": None, "max_train_batches": None, "val_samples": None, "val_batch_size": None,
+    "data_seed": 0, "synthetic_train_samples": 50000, "synthetic_test_samples": 10000, "amp": False,
+    "amp_dtype": "float16", "lstm_hidden_dim": 128, "chunk_length": 25, "blueprint_menu": None,
+    "lr": 3e-4, "gamma": 0.995, "gae_lambda": 0.97, "clip_ratio": 0.2, "clip_value": True,
+    "value_clip": 10.0, "value_coef": 0.5, "max_grad_norm": 0.5, "target_kl": 0.015, "update_epochs": 1,
+    "num_minibatches": 1, "adam_eps": 1e-5, "weight_decay": 0.0, "entropy_coef": 0.05,
+    "entropy_coef_start": None, "entropy_coef_end": None, "entropy_coef_min": 0.01,
+    "entropy_anneal_episodes": 0, "reward_family": "contribution", "reward_mode": "shaped",
+    "param_budget": 500000, "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0,
+    "discard_rolled_back_envs": False, "use_telemetry": True, "telemetry_level": "normal",
+    "plateau_threshold": 0.5, "improvement_threshold": 2.0, "run_dir": None, "resume_path": None,
+    "checkpoint_every": 10,
+}
+
+
+def test_defaults_are_exactly_spec():
+    d = TrainingConfig().to_dict()
+    heuristic = d.pop("heuristic")
+    assert d == SPEC_DEFAULTS
+    assert heuristic == HeuristicConfig().to_dict()
+    assert heuristic["plateau_epochs_to_germinate"] == 3 and heuristic["blend"] == "sigmoid"
+
+
+def test_chunk_length_follows_max_epochs():
+    assert TrainingConfig(max_epochs=50).chunk_length == 50
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"gamma": 1.5}, "gamma"), ({"gamma": 0.0}, "gamma"), ({"gamma": -0.1}, "gamma"),
+        ({"clip_ratio": 0.0}, "clip_ratio"), ({"clip_ratio": -0.1}, "clip_ratio"),
+        ({"lr": 0.0}, "lr"), ({"lr": -1e-4}, "lr"), ({"entropy_coef": -0.1}, "entropy_coef"),
+        ({"chunk_length": 30, "max_epochs": 25}, "chunk_length"), ({"max_seeds": 0}, "max_seeds"),
+        ({"slots": []}, "slots"), ({"slots": ["mid"]}, "slots"), ({"param_budget": 0}, "param_budget"),
+        ({"param_penalty_weight": -0.1}, "param_penalty_weight"),
+        ({"sparse_reward_scale": 0}, "sparse_reward_scale"),
+        ({"reward_family": "loss", "reward_mode": "sparse"}, "reward_mode"), ({"n_envs": 0}, "n_envs"),
+        ({"num_minibatches": 5, "n_envs": 4}, "num_minibatches"), ({"gamma": math.nan}, "gamma"),
+        ({"task": "imagenet"}, "task"), ({"controller": "dqn"}, "controller"),
+        ({"slots": ["r0c1", "r0c1"]}, "slots"), ({"slots": ["r0c7"]}, "slots"),
+        ({"target_kl": 0.0}, "target_kl"), ({"gae_lambda": 1.2}, "gae_lambda"),
+        ({"blueprint_menu": ["conv_light", "noop"]}, "blueprint_menu"),
+        ({"blueprint_menu": ["noop", "lora"]}, "blueprint_menu"),
+        ({"heuristic": {"blueprint_rotation": ["noop"]}}, "heuristic.blueprint_rotation"),
+        ({"heuristic": {"blueprint_rotation": ["conv_heavy"]}}, "heuristic.blueprint_rotation"),
+        ({"max_train_batches": -1}, "max_train_batches"), ({"val_samples": 0}, "val_samples"),
+        ({"amp_dtype": "float8"}, "amp_dtype"), ({"update_epochs": 0}, "update_epochs"),
+    ],
+)
+def test_invalid_values_raise_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError) as info:
+        TrainingConfig(**kwargs)
+    assert field in str(info.value)
+
+
+def test_legacy_slot_message_mentions_migration():
+    with pytest.raises(ValueError) as info:
+        TrainingConfig(slots=["mid"])
+    assert "no longer supported" in str(info.value) and "Invalid slot configuration" in str(info.value)
+
+
+@pytest.mark.parametrize("kwargs", [{"gamma": 1.0}, {"gamma": 0.001}, {"entropy_coef": 0.0}])
+def test_boundary_values_are_accepted(kwargs):
+    TrainingConfig(**kwargs)
+
+
+def test_unknown_keys_are_rejected_and_named():
+    with pytest.raises(ValueError, match="unknown"):
+        TrainingConfig.from_dict({"lr": 1e-4, "unknown": 1})
+    with pytest.raises(ValueError, match=r"heuristic\.bogus"):
+        TrainingConfig.from_dict({"heuristic": {"bogus": 1}})
+    with pytest.raises(TypeError):
+        TrainingConfig(bogus=1)
+
+
+def test_round_trip_with_loss_family_and_two_slots():
+    c = TrainingConfig(reward_family="loss", slots=["r0c0", "r0c2"])
+    assert TrainingConfig.from_dict(c.to_dict()) == c
+    assert json.loads(json.dumps(c.to_dict())) == c.to_dict()
+
+
+def test_strings_coerce_to_enums_and_telemetry_off_disables_features():
+    c = TrainingConfig(task="SHAPES10".lower(), telemetry_level="off")
+    assert c.task == "shapes10" and c.use_telemetry is False and c.state_dim == 50
+
+
+PRESET_EXPECT = {
+    "cifar10": {"task": "cifar10", "entropy_coef": 0.1, "plateau_threshold": 0.4},
+    "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08, "plateau_threshold": 0.35},
+    "tinystories": {"task": "tinystories", "entropy_coef": 0.05, "entropy_coef_start": 0.05,
+                    "entropy_coef_end": 0.01, "entropy_anneal_episodes": 10, "plateau_threshold": 0.3,
+                    "improvement_threshold": 1.5, "sparse_reward_scale": 0.5},
+    "shapes10": {"task": "shapes10", "entropy_coef": 0.1, "plateau_threshold": 0.4},
+    "pytext": {"task": "pytext", "entropy_coef": 0.05, "entropy_coef_start": 0.05,
+               "entropy_coef_end": 0.01, "entropy_anneal_episodes": 10, "plateau_threshold": 0.3,
+               "improvement_threshold": 1.5, "sparse_reward_scale": 0.5},
+    "heuristic": {"controller": "heuristic", "task": "cifar10", "n_episodes": 1, "n_envs": 1,
+                  "max_epochs": 75, "batch_size_per_env": 128, "max_train_batches": 50,
+                  "val_samples": 6400, "slots": ["r0c0", "r0c1", "r0c2"]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRESET_EXPECT))
+def test_presets_set_exactly_their_values(name):
+    got = TrainingConfig.preset(name).to_dict()
+    default = TrainingConfig().to_dict()
+    expect = PRESET_EXPECT[name]
+    for key, value in got.items():
+        if key == "chunk_length":
+            continue
+        assert value == expect.get(key, default[key]), key
+    assert TrainingConfig.from_dict(got) == TrainingConfig.preset(name)
+
+
+def test_quickstart_preset_is_shapes10_ppo_lstm_and_can_fossilize():
+    q = TrainingConfig.preset("quickstart")
+    assert q.task == "shapes10" and q.controller_name == "ppo_lstm"
+    # earliest fossilize is g + 9 (SPEC §2.8), so the episode must leave room for it
+    assert q.max_epochs >= 10
+    with pytest.raises(ValueError):
+        TrainingConfig.preset("nope")
+
+
+def test_tinystories_entropy_anneal_values():
+    c = TrainingConfig.preset("tinystories", n_envs=4)
+    got = [c.entropy_coefficient(s) for s in (0, 1, 2, 3, 10)]
+    assert got == pytest.approx([0.05, 0.036667, 0.023333, 0.01, 0.01], abs=1e-6)
+
+
+def test_entropy_floor_and_linear_anneal():
+    assert TrainingConfig(entropy_coef=0.005, entropy_coef_min=0.01).entropy_coefficient(0) == 0.01
+    c = TrainingConfig(entropy_coef_start=0.1, entropy_coef_end=0.01, entropy_anneal_episodes=40)
+    assert c.entropy_coefficient(5) == pytest.approx(0.055)  # anneal_steps = ceil(40 / 4) = 10
+
+
+@given(st.floats(0.0, 1.0, exclude_min=True), st.floats(0.0, 1.0), st.integers(1, 64))
+def test_valid_configs_round_trip(gamma, lam, n_envs):
+    c = TrainingConfig(gamma=gamma, gae_lambda=lam, n_envs=n_envs)
+    assert TrainingConfig.from_dict(c.to_dict()) == c
+
+
+def test_from_json_reports_file_problems(tmp_path):
+    missing = tmp_path / "missing.json"
+    with pytest.raises(ValueError, match="missing.json"):
+        TrainingConfig.from_json(missing)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json"):
+        TrainingConfig.from_json(bad)
+    arr = tmp_path / "arr.json"
+    arr.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="JSON object"):
+        TrainingConfig.from_json(arr)
+    ok = tmp_path / "ok.json"
+    ok.write_text(json.dumps({"n_envs": 2, "task": "shapes10"}))
+    assert TrainingConfig.from_json(ok).n_envs == 2
