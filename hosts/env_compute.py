@@ -207,7 +207,8 @@ def train_step(env, x: torch.Tensor, y: torch.Tensor, *, slot_ids, amp: AmpSetti
     if measure:
         if scaler is not None:
             for opt in optimizers:
-                scaler.unscale_(opt)
+                if _has_grad(opt):
+                    scaler.unscale_(opt)
         env.epoch_work.grads = measure_gradients(env, slot_ids)
     _step(optimizers, scaler)
     work = env.epoch_work
@@ -217,13 +218,20 @@ def train_step(env, x: torch.Tensor, y: torch.Tensor, *, slot_ids, amp: AmpSetti
     work.train_count += y.numel()
 
 
+def _has_grad(opt: torch.optim.Optimizer) -> bool:
+    return any(p.grad is not None for group in opt.param_groups for p in group["params"])
+
+
 def _step(optimizers, scaler) -> None:
+    """Host first, then seeds; with a scaler, scaler.step on each (skipping any without a gradient,
+    which the scaler cannot inf-check) and one scaler.update()."""
     if scaler is None:
         for opt in optimizers:
             opt.step()
         return
     for opt in optimizers:
-        scaler.step(opt)
+        if _has_grad(opt):
+            scaler.step(opt)
     scaler.update()
 
 
