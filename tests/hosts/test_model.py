@@ -241,3 +241,53 @@ def test_model_to_moves_slots_and_later_seeds():
     model.slot("r0c1").step_epoch()
     out = model(torch.randn(2, 3, 32, 32, dtype=torch.float64))
     assert out.dtype == torch.float64
+
+
+# ------------------------------------------------------------------ AMP and CUDA
+
+
+def occupied_model(topology):
+    if topology == "cnn":
+        model, bp = cnn_model(), "conv_light"
+    else:
+        model, bp = tf_model(), "norm"
+    model.germinate("r0c0", bp, blend="gated")
+    drive_to(model.slot("r0c0"), S.BLENDING, blend="gated")
+    epoch(model.slot("r0c0"), 90.0)
+    model.germinate("r0c1", bp)
+    model.slot("r0c1").step_epoch()
+    model.germinate("r0c2", "attention")
+    drive_to(model.slot("r0c2"), S.PROBATIONARY)
+    return model
+
+
+def model_input(topology, device="cpu"):
+    if topology == "cnn":
+        return torch.randn(4, 3, 32, 32, device=device)
+    return torch.randint(0, 64, (2, 16), device=device)
+
+
+@pytest.mark.parametrize("topology", ["cnn", "transformer"])
+def test_every_stage_runs_under_bf16_autocast(topology):
+    model = occupied_model(topology)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(model_input(topology))
+    out.float().sum().backward()
+    assert torch.isfinite(out.float()).all()
+    assert all(p.grad is not None for p in model.seed_parameters("r0c1"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("topology", ["cnn", "transformer"])
+def test_cuda_fp16_autocast_matches_every_stage_semantics(topology):
+    model = occupied_model(topology).cuda()
+    x = model_input(topology, "cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        out = model(x)
+    out.float().sum().backward()
+    assert torch.isfinite(out.float()).all()
+    assert all(p.grad is not None for p in model.seed_parameters("r0c1"))
+    assert model.slot("r0c2").seed_parameters()[0].device.type == "cuda"
+    with torch.no_grad(), model.slot("r0c2").force_alpha(0.0):
+        forced = model.eval()(x)
+    assert forced.shape == out.shape
