@@ -42,7 +42,15 @@ class Snapshot:
 
 
 def _cpu_copy(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
+    """Detached CPU copies; entries that alias one tensor (a tied weight) share one copy."""
+    copies: dict[tuple, torch.Tensor] = {}
+    out = {}
+    for k, v in state_dict.items():
+        key = (v.device, v.data_ptr(), v.dtype, tuple(v.shape), v.stride())
+        if key not in copies:
+            copies[key] = v.detach().to("cpu", copy=True)
+        out[k] = copies[key]
+    return out
 
 
 def _population_stats(values) -> tuple[float, float]:

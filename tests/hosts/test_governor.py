@@ -227,3 +227,19 @@ def test_snapshot_never_contains_non_fossil_seeds_or_schedules():
     assert set(gov.snapshot_data.fossils) == {"r0c0"}
     n_host = len(gov.model.host.state_dict())
     assert len(gov.snapshot_data.host) == n_host
+
+
+def test_tied_transformer_weight_is_copied_once_and_restored():
+    from hosts import TransformerHost
+
+    torch.manual_seed(0)
+    host = TransformerHost(vocab_size=64, n_embd=32, n_head=4, n_layer=3, block_size=16)
+    gov = Governor(MorphogeneticModel(host, ["r0c1"], "transformer"), random_guess_loss=math.log(64))
+    snap = gov.snapshot_data
+    assert snap.host["tok_emb.weight"] is snap.host["head.weight"]
+    perturb(host)
+    gov.rollback()
+    assert host.head.weight is host.tok_emb.weight
+    assert torch.equal(host.tok_emb.weight, snap.host["tok_emb.weight"])
+    for k, v in host.state_dict().items():
+        assert torch.equal(v, snap.host[k])
