@@ -116,11 +116,12 @@ class EnvPool:
     """E envs of one task: build once per run, `reset(b)` once per episode batch.
 
     Every option comes from `config` (a TrainingConfig); the positional arguments, when given,
-    override its fields. `data` is pre-built run data (a `hosts.data.TaskData`, a device ->
-    TaskData mapping, or a `PoolData`) so datasets are built once per run. `nan_faults` lists
-    (env, epoch) pairs at which the env's host is poisoned with NaN after training (fault
-    injection: the governor then panics and rolls back); `inject_nan` adds one. `use_streams=False`
-    runs every CUDA env on the default stream (for comparisons; streams are the default on CUDA).
+    override its fields. `data` is the run's pre-built `hosts.feed.DataFeed` (or a
+    `hosts.data.TaskData`, wrapped in a feed with the config's settings; None builds a feed from
+    the config), so datasets are built once per run. `nan_faults` lists (env, epoch) pairs at which
+    the env's host is poisoned with NaN after training (fault injection: the governor then panics
+    and rolls back); `inject_nan` adds one. `use_streams=False` runs every CUDA env on the default
+    stream (for comparisons; streams are the default on CUDA).
     """
 
     def __init__(
@@ -145,7 +146,8 @@ class EnvPool:
         self.menu: tuple[str, ...] = tuple(cfg.menu)
         self.max_epochs = cfg.max_epochs
         self.policy_device = resolve_device(cfg.device)
-        self._env_devices = [resolve_device(d) for d in (cfg.env_devices or (cfg.device,))]
+        listed = [resolve_device(d) for d in (cfg.env_devices or (cfg.device,))]
+        self._env_devices = [listed[i % len(listed)] for i in range(cfg.n_envs)]  # env i -> device
         self._amp = {d: amp_settings(cfg.amp, cfg.amp_dtype, d) for d in dict.fromkeys(self._env_devices)}
         self.data: PoolData = build_pool_data(cfg, self.task, self._env_devices, data)
         self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, cfg.max_epochs, cfg.max_seeds,
@@ -171,7 +173,7 @@ class EnvPool:
         return self.data.steps_per_epoch
 
     def env_device(self, i: int) -> torch.device:
-        return self._env_devices[i % len(self._env_devices)]
+        return self._env_devices[i]
 
     def inject_nan(self, env: int, epoch: int) -> None:
         """Poison env `env`'s host with NaN after the training phase of `epoch` (every batch)."""
@@ -222,7 +224,7 @@ class EnvPool:
             raise RuntimeError(f"the episode already ran its {self.max_epochs} epochs; call reset(b)")
         self.epoch += 1
         t = self.epoch
-        self.data.begin_epoch(self.config.seed, self.batch_index, t, self.n_active)
+        self.data.begin_epoch(self.batch_index, t, self.n_active)
         steps = self.data.steps_per_epoch
         for env in self.envs:
             _wait_for_default_stream(env)
@@ -231,7 +233,7 @@ class EnvPool:
         for k in range(steps):
             for env in self.envs:
                 with env.stream_context(), env.rng.activate():
-                    x, y = self.data.train_batch(env.index, k, env.device)
+                    x, y = self._consume(env, self.data.train_batch(env.index, k))
                     train_step(env, x, y, slot_ids=self.enabled, amp=self._amp[env.device],
                                measure=k == steps - 1, epoch=t)
         for env in self.envs:
@@ -239,6 +241,14 @@ class EnvPool:
                 with env.stream_context():
                     _poison_host(env)
         self._phase = _TRAINED
+
+    def _consume(self, env: EnvState, batch):
+        """Loader-path batches come from the default stream: the env stream waits and records them."""
+        if env.stream is not None and self.data.on_default_stream:
+            _wait_for_default_stream(env)
+            for tensor in batch:
+                tensor.record_stream(env.stream)
+        return batch
 
     # ---------------------------------------------------------------- §7.3 phases 2–7
     def validate(self) -> None:
@@ -248,12 +258,11 @@ class EnvPool:
             env.model.eval()
             with env.stream_context():
                 env.epoch_work.begin_validation(counterfactual_slots(env, self.enabled))
-        batches = {d: self.data.val_batches(d) for d in dict.fromkeys(e.device for e in self.envs)}
-        n_batches = len(next(iter(batches.values())))
-        for j in range(n_batches):
-            for env in self.envs:
+        iterators = [self.data.val_batches(env.index) for env in self.envs]
+        for _ in range(self.data.num_val_batches):
+            for env, batches in zip(self.envs, iterators):
                 with env.stream_context():
-                    x, y = batches[env.device][j]
+                    x, y = self._consume(env, next(batches))
                     validate_batch(env, x, y, amp=self._amp[env.device])
         for env, readback in zip(self.envs, self._readback()):
             self._after_validation(env, readback)

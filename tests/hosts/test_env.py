@@ -249,7 +249,7 @@ def test_shared_split_gives_disjoint_env_slices(shapes10_data):
     pool = make_pool(shapes10_data, n_envs=4, batch_size_per_env=64, max_train_batches=0)
     assert pool.steps_per_epoch == 2048 // (4 * 64)
     pool.train_epoch()
-    indices = pool.data.plan(torch.device("cpu")).indices  # [E, K, Bpe]
+    indices = pool.data.plan("cpu").indices  # [E, K, Bpe]
     for k in range(pool.steps_per_epoch):
         step = indices[:, k]
         assert torch.unique(step).numel() == step.numel()
@@ -260,7 +260,7 @@ def test_full_split_runs_every_env_through_its_own_permutation(shapes10_data):
     pool = make_pool(shapes10_data, data_split="full", max_train_batches=0, batch_size_per_env=256)
     assert pool.steps_per_epoch == 2048 // 256
     pool.train_epoch()
-    indices = pool.data.plan(torch.device("cpu")).indices
+    indices = pool.data.plan("cpu").indices
     assert all(torch.unique(indices[i]).numel() == 2048 for i in range(2))
     assert not torch.equal(indices[0], indices[1])
 
