@@ -232,10 +232,11 @@ class EnvPool:
                 env.epoch_work = EpochWork.start(env.device)
         for k in range(steps):
             for env in self.envs:
-                with env.stream_context(), env.rng.activate():
+                with env.stream_context():
                     x, y = self._consume(env, self.data.train_batch(env.index, k))
-                    train_step(env, x, y, slot_ids=self.enabled, amp=self._amp[env.device],
-                               measure=k == steps - 1, epoch=t)
+                    with env.rng.activate():  # outside it the data path may draw (the loader's base seed)
+                        train_step(env, x, y, slot_ids=self.enabled, amp=self._amp[env.device],
+                                   measure=k == steps - 1, epoch=t)
         for env in self.envs:
             if (env.index, t) in self._nan_faults:
                 with env.stream_context():

@@ -7,12 +7,14 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import SIGNAL_FIELDS, LifecycleOp, SeedStage, obs_dim, telemetry_block_start
 from hosts.data import TaskData, load_task_data, val_batches
 from hosts.env import EnvPool
 from hosts.env_compute import loss_and_correct
+from hosts.feed import DataFeed
 from hosts.env_state import GOVERNOR_PANIC, GOVERNOR_ROLLBACK, SEED_CULLED
 from hosts.tasks import get_task
 
@@ -222,8 +224,8 @@ def test_telemetry_block_is_zero_for_disabled_and_empty_slots(shapes10_data):
 # ------------------------------------------------------------------------------------------
 
 
-def scripted_run(data, batch: int = 0, seed: int = 42) -> list[dict]:
-    pool = EnvPool(config=make_config(seed=seed, slots=("r0c0", "r0c1")), data=data)
+def scripted_run(data, batch: int = 0, **overrides) -> list[dict]:
+    pool = EnvPool(config=make_config(slots=("r0c0", "r0c1"), **overrides), data=data)
     pool.reset(batch)
     script = [germinate_all(pool, slot=0), actions((1, NORM, GATED, GERMINATE), (1, ATTENTION, LINEAR, GERMINATE)),
               None, None]
@@ -243,6 +245,19 @@ def test_same_seed_gives_bitwise_identical_signals_in_two_fresh_pools(shapes10_d
 def test_another_batch_index_changes_the_episode(shapes10_data):
     a, b = scripted_run(shapes10_data, batch=0)[0], scripted_run(shapes10_data, batch=1)[0]
     assert not torch.equal(a["obs"], b["obs"])
+
+
+def test_loader_path_gives_the_same_episode_as_the_device_path(shapes10_data):
+    device = scripted_run(shapes10_data)
+    loader = scripted_run(shapes10_data, data_path="loader", num_workers=0)
+    for a, b in zip(device, loader):
+        assert_signals_equal(a, b)
+
+
+def test_a_feed_built_for_another_seed_is_rejected(shapes10_data):
+    feed = DataFeed(get_task("shapes10"), shapes10_data, ["cpu", "cpu"], batch_per_env=64, seed=1)
+    with pytest.raises(ValueError, match="seed"):
+        EnvPool(config=make_config(seed=42), data=feed)
 
 
 def test_shared_split_gives_disjoint_env_slices(shapes10_data):
@@ -284,6 +299,29 @@ def test_identical_models_in_two_envs_report_identical_validation(shapes10_data)
     signals = pool.signals()
     assert signals["val_acc"][0] == signals["val_acc"][1]
     assert signals["val_loss"][0] == signals["val_loss"][1]
+
+
+def test_language_model_validation_loss_is_token_weighted_over_the_fixed_set():
+    data = load_task_data(get_task("pytext"), "cpu")
+    config = make_config(task="pytext", n_envs=1, batch_size_per_env=4, max_train_batches=2, val_samples=10,
+                         val_batch_size=4)  # chunks of 4, 4, 2 blocks
+    pool = EnvPool(config=config, data=data)
+    pool.reset(0)
+    signals = pool.run_epoch()
+    check_contract(signals, e=1, s=3, b=5, d=80)
+    model = pool.envs[0].model.eval()
+    blocks = data.x_test[:10]
+    with torch.no_grad():
+        logits = model(blocks[:, :-1]).reshape(-1, 256)
+    targets = blocks[:, 1:].reshape(-1).long()
+    assert signals["val_loss"][0].item() == pytest.approx(F.cross_entropy(logits, targets).item(), rel=1e-5)
+    accuracy = 100.0 * (logits.argmax(-1) == targets).float().mean().item()
+    assert signals["val_acc"][0].item() == pytest.approx(accuracy, abs=1e-4)
+    pool.apply(actions((1, 1, SIGMOID, GERMINATE)))  # lora on the transformer menu
+    assert pool.envs[0].slot("r0c1").state.blueprint_id == "lora"
+    signals = pool.run_epoch()
+    assert signals["slot_stage"][0, 1].item() == int(SeedStage.TRAINING)
+    assert torch.isfinite(signals["train_loss"]).all()
 
 
 # ------------------------------------------------------------------------------------------
