@@ -550,6 +550,19 @@ def test_the_episode_ends_after_max_epochs(shapes10_data):
     assert pool.episode_results()[0].epochs == 2
 
 
+def test_begin_and_step_run_a_whole_episode_with_the_bootstrap_at_the_end(shapes10_data):
+    pool = EnvPool(config=make_config(max_epochs=3, n_envs=1), data=shapes10_data)
+    signals = pool.begin(0)
+    seen = [signals["epoch"].item()]
+    for _ in range(3):
+        result, signals = pool.step(wait_all(pool))
+        if signals is not None:
+            seen.append(signals["epoch"].item())
+            assert result.bootstrap_signals is None
+    assert seen == [1, 2, 3] and signals is None
+    assert result.bootstrap_signals is not None and result.bootstrap_signals["epoch"].item() == 3
+
+
 def test_bad_actions_raise_naming_the_head(shapes10_data):
     pool = make_pool(shapes10_data)
     pool.run_epoch()
