@@ -343,9 +343,9 @@ def cuda_jax():
 
 def _slow_fill_(out: torch.Tensor, value: int) -> torch.Tensor:
     """Fill `out` with `value` only after a long chain of big matmuls queued on the current stream."""
-    ones = torch.ones(2048, 2048, device=out.device)
+    ones = torch.ones(4096, 4096, device=out.device)
     for _ in range(16):
-        ones = ones @ ones / 2048.0  # stays exactly all-ones; each step is a large kernel
+        ones = ones @ ones / 4096.0  # stays exactly all-ones; each step is a large kernel
     out.copy_((ones[0, 0] * value).to(out.dtype).expand_as(out))
     return out
 
@@ -378,15 +378,15 @@ def test_cuda_jax_reads_data_written_on_a_side_stream(cuda_jax, dtype):
 @pytest.mark.gpu
 def test_cuda_side_stream_reads_what_jax_wrote(cuda_jax):
     side = torch.cuda.Stream()
-    matrix = jnp.ones((2048, 2048), jnp.float32)
+    matrix = jnp.ones((4096, 4096), jnp.float32)
     for _ in range(16):
-        matrix = matrix @ matrix / 2048.0
+        matrix = matrix @ matrix / 4096.0
     actions = (matrix[:4, :] * 3).astype(jnp.int32)  # dispatched asynchronously
     tensor = bridge.to_torch({"actions": actions}, stream=side)["actions"]
     with torch.cuda.stream(side):
         total = tensor.sum()
     side.synchronize()
-    assert int(total) == 3 * 4 * 2048
+    assert int(total) == 3 * 4 * 4096
 
 
 @pytest.mark.gpu
