@@ -73,7 +73,6 @@ import torch  # noqa: E402
 
 ALLOWED_DTYPES: frozenset[str] = SIGNAL_DTYPES
 ALIGNMENT = 64  # bytes; XLA's minimum buffer alignment, and what torch's allocators always give
-_TORCH_DTYPE_NAMES = {torch.float32: "float32", torch.int32: "int32", torch.bool: "bool"}
 
 
 class Handoff(NamedTuple):
@@ -92,9 +91,8 @@ class Handoff(NamedTuple):
 
 
 def _dtype_name(leaf: Any) -> str:
-    if isinstance(leaf, torch.Tensor):
-        return _TORCH_DTYPE_NAMES.get(leaf.dtype, str(leaf.dtype).removeprefix("torch."))
-    return str(leaf.dtype)
+    """'float32', 'int32', 'bool', ... for a torch tensor and a jax array alike."""
+    return str(leaf.dtype).removeprefix("torch.")
 
 
 def _leaf_problem(leaf: Any, leaf_type: type, type_name: str) -> str | None:
