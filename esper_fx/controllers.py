@@ -1,0 +1,231 @@
+"""Controllers as bundles of pure JAX functions, and the registry that names them (ARCHITECTURE §3).
+
+A controller bundle has five functions over pytrees:
+
+    init(key, spec)                      -> state
+    initial_carry(n_envs)                -> carry        (LSTM state, heuristic decision state, or ())
+    act(state, carry, signals, key)      -> (actions [E, 4] int32, aux, new_carry)
+    value(state, carry, signals)         -> [E] float32  (bootstrap at truncation)
+    update(state, rollout, key)          -> (new_state, metrics)
+
+`signals` is the host's signals pytree (esper_fx.contracts.SIGNAL_FIELDS) as jax arrays, plus
+"obs_norm": the observation normalised with the run's frozen statistics. `aux` carries per-head
+log-probs [E, 4] ("log_probs") and values [E] ("value") for learning controllers.
+
+The registry maps names to constructors `constructor(spec) -> Controller`; `get(name)` returns the
+constructor, `build(name_or_bundle, spec)` a ready bundle, `register(name, constructor)` adds one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from esper_fx import contracts as C
+from esper_fx.config import TrainingConfig
+
+
+class ControllerSpec(NamedTuple):
+    """Static facts a controller is built for (hashable, so it can close over jitted functions)."""
+
+    obs_dim: int
+    num_slots: int
+    num_blueprints: int
+    n_envs: int
+    max_epochs: int
+    topology: str
+    menu: tuple[str, ...]
+    config: TrainingConfig
+
+    @classmethod
+    def from_config(cls, config: TrainingConfig) -> "ControllerSpec":
+        return cls(
+            obs_dim=config.state_dim, num_slots=config.num_slots, num_blueprints=config.num_blueprints,
+            n_envs=config.n_envs, max_epochs=config.max_epochs, topology=config.topology,
+            menu=config.menu, config=config,
+        )
+
+    @property
+    def head_sizes(self) -> tuple[int, int, int, int]:
+        return C.head_sizes(self.num_slots, self.num_blueprints)
+
+
+def _no_update(state, rollout, key):
+    return state, {}
+
+
+def _no_value(state, carry, signals):
+    return jnp.zeros(signals["obs"].shape[0], jnp.float32)
+
+
+def _empty_carry(n_envs: int):
+    return ()
+
+
+def _no_state(key, spec):
+    return ()
+
+
+@dataclass(frozen=True)
+class Controller:
+    """A bundle of pure functions; `learns` says whether the loop keeps a rollout and calls update."""
+
+    name: str
+    act: Callable[..., tuple[jax.Array, Any, Any]]
+    init: Callable[[jax.Array, ControllerSpec], Any] = _no_state
+    initial_carry: Callable[[int], Any] = _empty_carry
+    value: Callable[..., jax.Array] = _no_value
+    update: Callable[..., tuple[Any, dict]] = _no_update
+    learns: bool = False
+
+
+def make_controller(act: Callable, init: Callable | None = None, name: str = "custom") -> Controller:
+    """A non-learning controller from one or two pure functions.
+
+    `act(state, carry, signals, key)` may return just the actions [E, 4], or the full
+    `(actions, aux, new_carry)` triple; `init(key, spec)` builds its (static) state.
+    """
+
+    def full_act(state, carry, signals, key):
+        out = act(state, carry, signals, key)
+        if isinstance(out, tuple) and len(out) == 3:
+            return out
+        return jnp.asarray(out, jnp.int32), {}, carry
+
+    return Controller(name=name, act=full_act, init=init or _no_state)
+
+
+# ----------------------------------------------------------------------------------------------
+# Baselines: wait and random
+# ----------------------------------------------------------------------------------------------
+
+
+def first_true(mask: jax.Array) -> jax.Array:
+    """Index of the first True entry along the last axis (0 if none)."""
+    return jnp.argmax(mask, axis=-1).astype(jnp.int32)
+
+
+def wait_actions(signals) -> jax.Array:
+    """Op WAIT on the first enabled slot; blueprint 1 and blend 0 (irrelevant for WAIT)."""
+    slot = first_true(signals["mask_slot"])
+    ones = jnp.ones_like(slot)
+    return jnp.stack([slot, ones, jnp.zeros_like(slot), jnp.full_like(slot, int(C.LifecycleOp.WAIT))], -1)
+
+
+def uniform_masked_sample(key: jax.Array, mask: jax.Array) -> jax.Array:
+    """One uniform draw per row over the True entries of `mask` [E, n]."""
+    logits = jnp.where(mask, 0.0, C.MASKED_LOGIT)
+    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
+def random_actions(signals, key: jax.Array) -> jax.Array:
+    keys = jax.random.split(key, len(C.ACTION_HEADS))
+    heads = [uniform_masked_sample(k, signals[f"mask_{h}"]) for k, h in zip(keys, C.ACTION_HEADS)]
+    return jnp.stack(heads, axis=-1)
+
+
+def build_wait(spec: ControllerSpec) -> Controller:
+    return Controller(name="wait", act=lambda state, carry, signals, key: (wait_actions(signals), {}, carry))
+
+
+def build_random(spec: ControllerSpec) -> Controller:
+    return Controller(
+        name="random", act=lambda state, carry, signals, key: (random_actions(signals, key), {}, carry)
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Registry
+# ----------------------------------------------------------------------------------------------
+
+Constructor = Callable[[ControllerSpec], Controller]
+
+
+class ControllerRegistry:
+    """Name -> constructor. The module keeps one default instance (`get`, `register`, `names`)."""
+
+    def __init__(self) -> None:
+        self._constructors: dict[str, Constructor] = {}
+        self._aliases: dict[str, str] = {}
+
+    def register(self, name: str, constructor: Constructor | Controller, *, overwrite: bool = True) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError("controller name must be a non-empty string")
+        if not overwrite and name in self._constructors:
+            raise ValueError(f"controller {name!r} is already registered")
+        if isinstance(constructor, Controller):
+            bundle = constructor
+            constructor = lambda spec, _b=bundle: _b  # noqa: E731 - a ready bundle ignores the spec
+        if not callable(constructor):
+            raise TypeError(f"controller constructor for {name!r} must be callable")
+        self._constructors[name] = constructor
+
+    def alias(self, name: str, target: str) -> None:
+        self._aliases[name] = target
+
+    def get(self, name: str) -> Constructor:
+        key = self._aliases.get(name, name)
+        if key not in self._constructors:
+            raise ValueError(f"unknown controller {name!r}; registered: {self.names()}")
+        return self._constructors[key]
+
+    def names(self) -> list[str]:
+        return sorted(self._constructors)
+
+
+def _build_ppo_lstm(spec: ControllerSpec) -> Controller:
+    from esper_fx.ppo_controller import build_ppo
+
+    return build_ppo(spec, recurrent=True)
+
+
+def _build_ppo_mlp(spec: ControllerSpec) -> Controller:
+    from esper_fx.ppo_controller import build_ppo
+
+    return build_ppo(spec, recurrent=False)
+
+
+def _build_heuristic(spec: ControllerSpec) -> Controller:
+    from esper_fx.heuristic_controller import build_heuristic
+
+    return build_heuristic(spec)
+
+
+REGISTRY = ControllerRegistry()
+REGISTRY.register("ppo_lstm", _build_ppo_lstm)
+REGISTRY.register("ppo_mlp", _build_ppo_mlp)
+REGISTRY.register("heuristic", _build_heuristic)
+REGISTRY.register("random", build_random)
+REGISTRY.register("wait", build_wait)
+REGISTRY.alias("ppo", "ppo_lstm")
+
+
+def get(name: str) -> Constructor:
+    """The constructor registered under `name` (`ppo` is an alias of `ppo_lstm`)."""
+    return REGISTRY.get(name)
+
+
+def register(name: str, constructor: Constructor | Controller) -> None:
+    """Register a constructor `spec -> Controller` (or a ready Controller bundle) under `name`."""
+    REGISTRY.register(name, constructor)
+
+
+def names() -> list[str]:
+    return REGISTRY.names()
+
+
+def build(controller: str | Controller | Constructor, spec: ControllerSpec) -> Controller:
+    """Resolve a name, a constructor or a bundle into a ready Controller for `spec`."""
+    if isinstance(controller, Controller):
+        return controller
+    if isinstance(controller, str):
+        return get(controller)(spec)
+    if callable(controller):
+        bundle = controller(spec)
+        if not isinstance(bundle, Controller):
+            raise TypeError(f"controller constructor returned {type(bundle).__name__}, expected Controller")
+        return bundle
+    raise TypeError(f"controller must be a name, a Controller or a constructor (got {controller!r})")

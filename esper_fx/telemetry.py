@@ -1,0 +1,272 @@
+"""Run directory, event log, per-batch metrics and the progress display (SPEC §7.7, ARCHITECTURE §6).
+
+Logging never changes learning: everything here only reads values the loop already computed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Iterable, Mapping, TextIO
+
+
+class EventType(StrEnum):
+    SEED_GERMINATED = "SEED_GERMINATED"
+    SEED_STAGE_CHANGED = "SEED_STAGE_CHANGED"
+    SEED_FOSSILIZED = "SEED_FOSSILIZED"
+    SEED_CULLED = "SEED_CULLED"
+    GOVERNOR_PANIC = "GOVERNOR_PANIC"
+    GOVERNOR_SNAPSHOT = "GOVERNOR_SNAPSHOT"
+    GOVERNOR_ROLLBACK = "GOVERNOR_ROLLBACK"
+    TRAINING_STARTED = "TRAINING_STARTED"
+    BATCH_COMPLETED = "BATCH_COMPLETED"
+    PPO_UPDATE_COMPLETED = "PPO_UPDATE_COMPLETED"
+    CHECKPOINT_SAVED = "CHECKPOINT_SAVED"
+    CHECKPOINT_LOADED = "CHECKPOINT_LOADED"
+    REWARD_COMPUTED = "REWARD_COMPUTED"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON types: numpy / jax scalars and arrays become python numbers and lists; NaN -> None."""
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if hasattr(value, "tolist"):
+        return to_jsonable(value.tolist())
+    if hasattr(value, "item"):
+        return to_jsonable(value.item())
+    return str(value)
+
+
+@dataclass
+class Event:
+    event_type: EventType
+    message: str = ""
+    env_id: int | None = None
+    seed_id: str | None = None
+    slot_id: str | None = None
+    epoch: int | None = None
+    batch: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    severity: str = "info"
+    timestamp: str = field(default_factory=utc_now)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event_type": str(self.event_type), "timestamp": self.timestamp, "env_id": self.env_id,
+            "seed_id": self.seed_id, "slot_id": self.slot_id, "epoch": self.epoch, "batch": self.batch,
+            "message": self.message, "data": to_jsonable(self.data), "severity": self.severity,
+        }
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+    tmp.replace(path)
+
+
+class RunDirectory:
+    """Files of one run: config.json, events.jsonl, metrics.csv, summary.json (and checkpoints/)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.events_path = self.path / "events.jsonl"
+        self.metrics_path = self.path / "metrics.csv"
+        self.checkpoint_dir = self.path / "checkpoints"
+        self._metric_columns: list[str] | None = self._existing_columns()
+
+    def _existing_columns(self) -> list[str] | None:
+        if not self.metrics_path.exists():
+            return None
+        with open(self.metrics_path, newline="", encoding="utf-8") as fh:
+            header = next(csv.reader(fh), None)
+        return header or None
+
+    def write_config(self, config_dict: Mapping[str, Any]) -> None:
+        _atomic_write_text(self.path / "config.json", json.dumps(to_jsonable(config_dict), indent=2) + "\n")
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        _atomic_write_text(self.path / "summary.json", json.dumps(to_jsonable(summary), indent=2) + "\n")
+
+    def append_events(self, events: Iterable[Event]) -> None:
+        lines = [json.dumps(e.to_dict()) for e in events]
+        if lines:
+            with open(self.events_path, "a", encoding="utf-8") as fh:
+                fh.write("\n".join(lines) + "\n")
+
+    def append_metrics(self, row: Mapping[str, Any]) -> None:
+        flat = flatten_metrics(row)
+        if self._metric_columns is None:
+            self._metric_columns = list(flat)
+            with open(self.metrics_path, "w", newline="", encoding="utf-8") as fh:
+                csv.writer(fh).writerow(self._metric_columns)
+        with open(self.metrics_path, "a", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=self._metric_columns, extrasaction="ignore", restval="")
+            writer.writerow(flat)
+
+    def truncate_history(self, n_batches: int) -> None:
+        """On resume: keep only the metrics rows and batch events of the first n_batches batches."""
+        if self.metrics_path.exists():
+            with open(self.metrics_path, newline="", encoding="utf-8") as fh:
+                rows = list(csv.reader(fh))
+            _atomic_write_text(self.metrics_path, "".join(",".join(_csv_cell(c) for c in r) + "\n"
+                                                          for r in rows[: n_batches + 1]))
+        if self.events_path.exists():
+            kept = []
+            for line in self.events_path.read_text(encoding="utf-8").splitlines():
+                try:
+                    batch = json.loads(line).get("batch")
+                except json.JSONDecodeError:
+                    continue
+                if batch is None or batch < n_batches:
+                    kept.append(line)
+            _atomic_write_text(self.events_path, "\n".join(kept) + ("\n" if kept else ""))
+
+
+def _csv_cell(cell: str) -> str:
+    if any(ch in cell for ch in ',"\n'):
+        return '"' + cell.replace('"', '""') + '"'
+    return cell
+
+
+# Columns of metrics.csv, in order; PPO metrics are prefixed "ppo_".
+METRIC_SCALARS = (
+    "batch", "episodes_completed", "avg_accuracy", "rolling_avg_accuracy", "avg_reward", "entropy_coef",
+    "seeds_created", "seeds_fossilized", "seeds_culled", "rollbacks", "wall_time_s",
+)
+
+
+def flatten_metrics(entry: Mapping[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {k: to_jsonable(entry.get(k)) for k in METRIC_SCALARS}
+    for i, acc in enumerate(entry.get("env_accuracies", [])):
+        row[f"env{i}_accuracy"] = to_jsonable(acc)
+    for kind in ("action_counts", "successful_action_counts"):
+        for op, count in (entry.get(kind) or {}).items():
+            row[f"{kind}_{op}"] = count
+    for key, value in sorted((entry.get("ppo") or {}).items()):
+        value = to_jsonable(value)
+        if isinstance(value, list):
+            value = json.dumps(value)
+        row[f"ppo_{key}"] = value
+    return row
+
+
+# ----------------------------------------------------------------------------------------------
+# console output
+# ----------------------------------------------------------------------------------------------
+
+
+class Console:
+    """Per-batch lines (§7.7) and a rich progress bar when attached to a terminal."""
+
+    def __init__(self, total_batches: int, n_epochs: int, quiet: bool = False, stream: TextIO | None = None):
+        self.stream = stream or sys.stdout
+        self.quiet = quiet
+        self.total_batches = total_batches
+        self.n_epochs = n_epochs
+        self._progress = None
+        self._task = None
+        self._start = time.perf_counter()
+        self._samples = 0
+        interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
+        if interactive and not quiet:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]batch {task.fields[batch]}/{task.fields[nbatches]}"),
+                TextColumn("epoch {task.fields[epoch]}/{task.fields[epochs]}"), BarColumn(),
+                TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[last]}"), TimeElapsedColumn(),
+                transient=False,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(
+                "run", total=total_batches * n_epochs, batch=0, nbatches=total_batches, epoch=0,
+                epochs=n_epochs, rate="", last="",
+            )
+
+    def line(self, text: str) -> None:
+        if self.quiet:
+            return
+        if self._progress is not None:
+            self._progress.console.print(text, highlight=False, markup=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def epoch_done(self, batch: int, epoch: int, samples: int) -> None:
+        self._samples += samples
+        if self._progress is None:
+            return
+        elapsed = max(time.perf_counter() - self._start, 1e-9)
+        self._progress.update(self._task, advance=1, batch=batch + 1, epoch=epoch,
+                              rate=f"{self._samples / elapsed:,.0f} samples/s")
+
+    def batch_done(self, entry: Mapping[str, Any]) -> None:
+        if self._progress is not None:
+            last = (f"acc {entry['avg_accuracy']:.1f}% reward {entry['avg_reward']:+.2f} "
+                    f"seeds +{entry['seeds_created']}/F{entry['seeds_fossilized']}/C{entry['seeds_culled']}")
+            self._progress.update(self._task, last=last)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def format_batch_lines(entry: Mapping[str, Any], total_episodes: int) -> list[str]:
+    accs = ", ".join(f"{a:.1f}" for a in entry["env_accuracies"])
+    lines = [
+        f"BATCH {entry['batch']} | Episodes {entry['episodes_completed']}/{total_episodes} | env acc [{accs}]",
+        f"  Avg {entry['avg_accuracy']:.2f}% (rolling {entry['rolling_avg_accuracy']:.2f}%), reward "
+        f"{entry['avg_reward']:+.3f} | seeds germinated {entry['seeds_created']}, fossilized "
+        f"{entry['seeds_fossilized']}, culled {entry['seeds_culled']}, rollbacks {entry['rollbacks']}",
+    ]
+    ppo = entry.get("ppo")
+    if ppo is None:
+        pass
+    elif ppo.get("skipped"):
+        lines.append(f"  Update skipped ({ppo.get('reason', 'no valid transitions')})")
+    else:
+        lines.append(
+            f"  PPO: policy {ppo['policy_loss']:+.4f} value {ppo['value_loss']:.4f} entropy "
+            f"{ppo['entropy']:.3f} (coef {entry['entropy_coef']:.4f}) approx_kl {ppo['approx_kl']:.2e} "
+            f"EV {ppo['explained_variance']:+.3f}"
+            + (f" early-stop {ppo['early_stop']}" if ppo.get("early_stopped") else "")
+        )
+    return lines
+
+
+def final_table(history: list[Mapping[str, Any]]) -> str:
+    """A plain-text table of the run, one row per batch."""
+    header = f"{'batch':>5} {'episodes':>8} {'avg acc %':>9} {'rolling %':>9} {'reward':>9} " \
+             f"{'germ':>5} {'foss':>5} {'cull':>5} {'rollb':>5}"
+    rows = [header, "-" * len(header)]
+    for e in history:
+        rows.append(
+            f"{e['batch']:>5} {e['episodes_completed']:>8} {e['avg_accuracy']:>9.2f} "
+            f"{e['rolling_avg_accuracy']:>9.2f} {e['avg_reward']:>+9.3f} {e['seeds_created']:>5} "
+            f"{e['seeds_fossilized']:>5} {e['seeds_culled']:>5} {e['rollbacks']:>5}"
+        )
+    return "\n".join(rows)
