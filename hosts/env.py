@@ -21,6 +21,7 @@ signals as `apply(..., bootstrap=True)` (§7.5). `episode_results()` gives the p
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from typing import Iterable, Sequence
 
@@ -346,6 +347,8 @@ class EnvPool:
         for slot_id, (seed_id, ratio, norm) in rb.seeds.items():
             if env.seed_id(slot_id) != seed_id:
                 continue  # emptied by a rollback
+            if not (math.isfinite(ratio) and math.isfinite(norm)):
+                continue  # an overflowed fp16 step (skipped by the scaler) measures nothing
             ema_table[slot_id] = ema = gradients.ratio_ema(ema_table.get(slot_id), ratio)
             slot = env.slot(slot_id)
             slot.set_gradient_ratio(ema)

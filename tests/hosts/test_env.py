@@ -572,6 +572,17 @@ def test_bad_actions_raise_naming_the_head(shapes10_data):
         pool.apply(actions((1, 7, 1, WAIT), (1, 1, 1, WAIT)))
 
 
+def test_a_non_finite_gradient_measurement_leaves_the_ratio_ema_alone(shapes10_data, monkeypatch):
+    pool = make_pool(shapes10_data, n_envs=1)
+    epoch(pool, germinate_all(pool))
+    epoch(pool)
+    env = pool.envs[0]
+    before = env.counters.ratio_ema["r0c1"]
+    monkeypatch.setattr("hosts.gradients.gradient_ratio", lambda host, seed: torch.full((), float("inf")))
+    pool.run_epoch()
+    assert env.counters.ratio_ema["r0c1"] == before == env.slot("r0c1").report().gradient_ratio
+
+
 # ------------------------------------------------------------------------------------------
 # governor (§5.3, §5.4, §7.3 phase 4)
 # ------------------------------------------------------------------------------------------
