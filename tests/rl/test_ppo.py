@@ -79,11 +79,6 @@ def adam_count(opt_state):
     return int(adam[0].count)
 
 
-@partial(jax.jit, static_argnames=("network", "cfg"))
-def loss_grads(params, network, data, beta, cfg):
-    return jax.grad(lambda p: ppo.ppo_loss(p, network, data, beta, cfg)[0])(params)
-
-
 @partial(jax.jit, static_argnames=("cfg",))
 def optimizer_updates(grads, params, cfg):
     tx = ppo.make_optimizer(cfg)
@@ -199,15 +194,18 @@ def _ev(ret, values, valid):
     return ppo.explained_variance(ret, values, valid)
 
 
+SMALL_HEADS = (3, 3, 3, 4)  # few distinct shapes keep the eager (without_jit) variant quick
+
+
 def _head_logits(rng, shape):
-    return tuple(jnp.asarray(rng.normal(size=shape + (n,)), jnp.float32) for n in (S, B, 3, 4))
+    return tuple(jnp.asarray(rng.normal(size=shape + (n,)), jnp.float32) for n in SMALL_HEADS)
 
 
 def _logit_batch(rng, ops, valid):
     """A Batch whose masks/actions are random and whose op head takes the given ops."""
     shape = ops.shape
-    masks = dist.Masks(*(jnp.ones(shape + (n,), bool) for n in (S, B, 3, 4)))
-    actions = np.stack([rng.integers(0, n, shape) for n in (S, B, 3)] + [ops], axis=-1)
+    masks = dist.Masks(*(jnp.ones(shape + (n,), bool) for n in SMALL_HEADS))
+    actions = np.stack([rng.integers(0, n, shape) for n in SMALL_HEADS[:3]] + [ops], axis=-1)
     return ppo.Batch(
         obs=None, actions=jnp.asarray(actions, jnp.int32),
         old_log_probs=jnp.asarray(rng.normal(size=shape + (4,)) * 0.1 - 1.0, jnp.float32),
@@ -317,15 +315,13 @@ def test_clip_fraction_and_ratio_statistics_come_from_the_op_head_only():
     assert float(stats["ratio_min"]) == 1.0
 
 
-def test_network_loss_gives_no_gradient_to_the_blueprint_and_blend_heads_without_germinate(fresh):
+def test_update_gives_no_gradient_to_the_blueprint_and_blend_heads_without_germinate(fresh):
     state, ro = fresh
-    data, _ = ppo.build_training_data(ro, CFG)
-    ops = jnp.where(data.actions[..., 3] == 1, 0, data.actions[..., 3])
-    data = data._replace(actions=data.actions.at[..., 3].set(ops))
-    grads = loss_grads(state.params, state.network, data, jnp.float32(0.05), CFG)
-    for module in ("blueprint_head", "blend_head"):
-        assert all(not np.any(np.asarray(x)) for x in jax.tree.leaves(grads[module])), module
-    assert any(np.any(np.asarray(x)) for x in jax.tree.leaves(grads["op_head"]))
+    ops = ro.actions[..., 3]
+    no_germinate = ro.replace(actions=ro.actions.at[..., 3].set(jnp.where(ops == 1, 0, ops)))
+    _, metrics = ppo.update(state, no_germinate, jax.random.PRNGKey(2), CFG)
+    assert float(metrics["grad_norm_blueprint"]) == 0.0 and float(metrics["grad_norm_blend"]) == 0.0
+    assert float(metrics["grad_norm_op"]) > 0.0 and float(metrics["grad_norm_slot"]) > 0.0
 
 
 # ------------------------------------------------------------------------------------------
@@ -385,11 +381,10 @@ def test_default_update_on_a_fresh_rollout_is_one_step_at_ratio_one(fresh):
 def test_reported_gradient_norms_are_measured_before_clipping(fresh):
     state, ro = fresh
     _, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG)
-    data, _ = ppo.build_training_data(ro, CFG)
-    beta = ppo.entropy_coefficient(CFG, state.train_steps)
-    grads = loss_grads(state.params, state.network, data, beta, CFG)
-    assert float(metrics["grad_norm"]) == pytest.approx(float(optax.tree.norm(grads)), rel=1e-4)
-    assert float(metrics["grad_norm_op"]) == pytest.approx(float(optax.tree.norm(grads["op_head"])), rel=1e-4)
+    total = float(metrics["grad_norm"])
+    heads = [float(metrics[f"grad_norm_{h}"]) for h in ("slot", "blueprint", "blend", "op", "value")]
+    assert total > CFG.max_grad_norm  # a clipped norm could not exceed 0.5
+    assert all(h > 0 for h in heads) and np.sqrt(np.sum(np.square(heads))) <= total * (1 + 1e-6)
 
 
 def test_kl_early_stop_example_keeps_params_and_reports_the_first_group(fresh):
@@ -448,19 +443,20 @@ def test_whatever_is_stored_at_invalid_steps_never_reaches_the_update(fresh):
     assert float(dirty_m["policy_loss"]) == pytest.approx(float(clean["policy_loss"]), rel=1e-5)
 
 
-@given(n_envs=st.integers(1, 6), data=st.data())
-@settings(max_examples=20)
-def test_env_groups_follow_array_split_and_cover_each_valid_env_once(n_envs, data):
-    m = data.draw(st.integers(1, n_envs))
-    n_valid = data.draw(st.integers(0, n_envs))
-    perm = np.random.default_rng(n_envs * 10 + m).permutation(n_envs)
-    rows = jax.jit(ppo.group_rows, static_argnums=3)
+GROUP_ROWS = jax.jit(ppo.group_rows, static_argnums=3)
+
+
+@given(n_groups=st.integers(1, 6), n_valid=st.integers(0, 6), seed=st.integers(0, 1000))
+@settings(max_examples=25)
+def test_env_groups_follow_array_split_and_cover_each_valid_env_once(n_groups, n_valid, seed):
+    perm = np.random.default_rng(seed).permutation(6)
     groups = []
-    for g in range(m):
-        idx, ok = rows(jnp.asarray(perm), jnp.int32(n_valid), jnp.int32(g), m)
+    for g in range(n_groups):
+        idx, ok = GROUP_ROWS(jnp.asarray(perm), jnp.int32(n_valid), jnp.int32(g), n_groups)
+        assert idx.shape == (-(-6 // n_groups),)
         groups.append(np.asarray(idx)[np.asarray(ok)].tolist())
-    expected = [part.tolist() for part in np.array_split(perm[:n_valid], min(m, n_valid))] if n_valid else []
-    assert [grp for grp in groups if grp] == [e for e in expected if e]
+    expected = [p.tolist() for p in np.array_split(perm[:n_valid], min(n_groups, n_valid))] if n_valid else []
+    assert groups[: len(expected)] == expected
     assert all(not grp for grp in groups[len(expected):])
 
 
