@@ -342,16 +342,9 @@ def ppo_loss(params, network: ActorCritic, batch: Batch, beta, cfg: PPOConfig) -
     return loss_from_evaluation(ev, batch, beta, cfg)
 
 
-def grad_norms(grads) -> dict[str, jax.Array]:
-    """Global and per-head gradient L2 norms (before clipping) of a gradient tree.
-
-    grad_norm_per_head is `[5]`: slot, blueprint, blend, op heads and the value head."""
-    per_head = [optax.tree.norm(grads[module]) for module in HEAD_MODULES + (VALUE_MODULE,)]
-    return {"grad_norm": optax.tree.norm(grads), "grad_norm_per_head": jnp.stack(per_head)}
-
-
 def flat_grad_norms(flat_grads: jax.Array, segments: np.ndarray) -> dict[str, jax.Array]:
-    """`grad_norms` of a raveled gradient, with `param_segments` giving each element's module."""
+    """Global and per-head L2 norms (before clipping) of a raveled gradient; `segments` from
+    `param_segments`. grad_norm_per_head is `[5]`: slot, blueprint, blend, op heads, value head."""
     per_module = jax.ops.segment_sum(flat_grads**2, segments, num_segments=len(METRIC_HEADS) + 1)
     return {"grad_norm": jnp.sqrt(jnp.sum(per_module)), "grad_norm_per_head": jnp.sqrt(per_module[:-1])}
 
