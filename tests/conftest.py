@@ -4,6 +4,17 @@ and tests marked `gpu` skip cleanly without CUDA."""
 import os
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# The test workloads are tiny: one intra-op thread per process avoids OpenMP oversubscription,
+# which made small convolutions several times slower on a 2-core machine (subprocesses inherit it).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Every end-to-end test builds fresh jitted closures with identical programs: a persistent
+# compilation cache lets the second and later runs skip XLA compilation.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache", "jax"),
+)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
