@@ -12,11 +12,31 @@ EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 
 
+def _limit_cpu_threads(config: TrainingConfig) -> None:
+    """On CPU-only runs use one torch intra-op thread unless OMP_NUM_THREADS says otherwise.
+
+    The hosts are tiny: on a small CPU, OpenMP oversubscription made epochs up to 10x slower as soon
+    as anything else ran on the machine, while one thread lost little when it was idle.
+    """
+    import os
+
+    devices = [config.device, *(config.env_devices or ())]
+    if os.environ.get("OMP_NUM_THREADS") or any(str(d).startswith("cuda") for d in devices):
+        return
+    import torch
+
+    if config.device == "auto" and torch.cuda.is_available():
+        return
+    torch.set_num_threads(1)
+    print("CPU run: 1 torch thread (set OMP_NUM_THREADS to use more)", flush=True)
+
+
 def run_from_cli(config: TrainingConfig, quiet: bool = False) -> int:
     from esper_fx.train import config_summary
 
     for line in config_summary(config):
         print(line, flush=True)
+    _limit_cpu_threads(config)
     from esper_fx.loop import Interrupted, run
     from esper_fx.telemetry import final_table
 
