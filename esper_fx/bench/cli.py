@@ -1,0 +1,106 @@
+"""`python -m esper_fx.bench [--quick] [--device cpu|cuda] [--only NAME ...] [--json PATH]`.
+
+Runs the selected benchmarks in a fixed order, prints one table (rich on a terminal, plain otherwise)
+and optionally writes JSON: {"meta": {...}, NAME: result, ...}, where each result holds its `cases`
+(medians and p10/p90 in seconds for the measured implementation and its reference, and their `ratio`),
+the ratio's definition, a `headline` and the `target` from the architecture's claims. A benchmark that
+fails is recorded as {"error": "..."} and the exit status is 1; a bad device choice exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import platform
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+# name -> module under esper_fx.bench whose `run(settings) -> dict` measures it (imported on demand, so
+# one benchmark whose dependencies are missing does not stop the others)
+BENCHMARKS: dict[str, str] = {
+    "act": "esper_fx.bench.bench_controller:run_act",
+    "update": "esper_fx.bench.bench_controller:run_update",
+    "bridge": "esper_fx.bench.bench_bridge:run",
+    "host": "esper_fx.bench.bench_host:run",
+    "e2e": "esper_fx.bench.bench_e2e:run",
+}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m esper_fx.bench",
+        description="Benchmarks of the esper_fx architecture, each against a reference measured in the same run.",
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (well under a minute)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), metavar="NAME",
+                        help=f"run only these benchmarks (of {', '.join(BENCHMARKS)})")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON here")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def load(name: str) -> Callable[[Any], dict]:
+    module_name, func = BENCHMARKS[name].split(":")
+    return getattr(importlib.import_module(module_name), func)
+
+
+def run_one(name: str, settings: Any) -> dict:
+    try:
+        return load(name)(settings)
+    except Exception as err:  # recorded, reported, and turned into exit status 1
+        traceback.print_exc(file=sys.stderr)
+        return {"error": f"{type(err).__name__}: {err}"}
+
+
+def meta(settings: Any, args: argparse.Namespace) -> dict:
+    import jax
+    import torch
+
+    return {
+        "command": "python -m esper_fx.bench " + " ".join(sys.argv[1:]),
+        "quick": args.quick,
+        "seed": args.seed,
+        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "load_average_start": list(os.getloadavg()),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "jax": jax.__version__,
+        **settings.device.describe(),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from esper_fx.bench import devices
+    from esper_fx.bench.report import print_results
+    from esper_fx.bench.settings import BenchSettings
+
+    try:
+        device = devices.resolve(args.device)
+    except devices.DeviceUnavailable as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    settings = BenchSettings(device=device, quick=args.quick, seed=args.seed)
+    info = meta(settings, args)
+    names = [n for n in BENCHMARKS if args.only is None or n in args.only]
+    import jax
+
+    results: dict[str, dict] = {}
+    with jax.default_device(device.jax_device):
+        for name in names:
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            results[name] = run_one(name, settings)
+    info["load_average_end"] = list(os.getloadavg())
+    print_results(results)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"meta": info, **results}, indent=2) + "\n")
+    return 1 if any("error" in r for r in results.values()) else 0
