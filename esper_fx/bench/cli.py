@@ -42,6 +42,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"run only these benchmarks (of {', '.join(BENCHMARKS)})")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON here")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--torch-threads", type=int, default=1, metavar="N",
+                        help="torch intra-op threads (default 1; 0 keeps torch's default). On a small shared CPU "
+                             "torch's OpenMP threads stall behind other processes and make the reference far "
+                             "slower than it is; one thread is the reference's best case here")
     return parser.parse_args(argv)
 
 
@@ -89,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     settings = BenchSettings(device=device, quick=args.quick, seed=args.seed)
+    if args.torch_threads > 0:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     info = meta(settings, args)
     names = [n for n in BENCHMARKS if args.only is None or n in args.only]
     import jax
