@@ -86,6 +86,8 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
     args = build_parser().parse_args(argv)
     if args.config is not None and args.preset is not None:
         raise ConfigError("--config replaces the preset: pass either --config or --preset, not both")
+    if args.resume_path is not None:
+        return _resume_config(args), args
     try:
         if args.config is not None:
             base = TrainingConfig.from_json(args.config)
@@ -102,6 +104,37 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
         label = Path(args.config).stem if args.config else (args.preset or "quickstart")
         config = config.replace(run_dir=os.path.join("runs", f"{label}-{stamp}"))
     return config, args
+
+
+# On resume the checkpoint's config is authoritative; only these may differ (SPEC §7.8).
+RESUME_OVERRIDABLE = ("n_episodes", "device", "env_devices", "run_dir", "checkpoint_every", "data_root",
+                      "num_workers", "data_path", "amp", "amp_dtype")
+
+
+def _resume_config(args: argparse.Namespace) -> TrainingConfig:
+    from esper_fx.checkpoint import CheckpointError, read_manifest, resolve_checkpoint
+
+    if args.config is not None or args.preset is not None:
+        raise ConfigError("--resume takes the configuration from the checkpoint: drop --config/--preset")
+    try:
+        manifest = read_manifest(args.resume_path)
+        saved = TrainingConfig.from_dict(manifest["config"])
+    except (CheckpointError, ValueError, KeyError) as exc:
+        raise ConfigError(f"cannot resume from {args.resume_path}: {exc}") from None
+    overrides = _overrides(args)
+    overrides.pop("resume_path")
+    for name, value in overrides.items():
+        current = getattr(saved, name)
+        if name not in RESUME_OVERRIDABLE and value != current and not (
+                isinstance(current, tuple) and tuple(value) == current):
+            raise ConfigError(f"--resume: {name} cannot change on resume (checkpoint has {current!r})")
+    ckpt_dir = resolve_checkpoint(args.resume_path)
+    run_dir = overrides.pop("run_dir", None) or str(ckpt_dir.parent.parent)
+    overrides = {k: v for k, v in overrides.items() if k in RESUME_OVERRIDABLE}
+    try:
+        return saved.replace(**overrides, run_dir=run_dir, resume_path=str(args.resume_path))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def config_summary(config: TrainingConfig) -> list[str]:

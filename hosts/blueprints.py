@@ -1,0 +1,311 @@
+"""Blueprint registry: the 16 seed architectures, keyed by (topology, name) (SPEC §4).
+
+Every blueprint maps (B, C, H, W) (cnn) or (B, T, D) (transformer) to the same shape. Layers
+without an explicit init rule keep PyTorch defaults; the zero-init ones are exact identities at init.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from esper_fx.contracts import TOPOLOGIES
+
+_GROUP_CANDIDATES = (32, 16, 8, 4, 2, 1)
+_MIN_CHANNELS_PER_GROUP = 16
+LN_EPS = 1e-5
+
+
+def num_groups(channels: int) -> int:
+    """GroupNorm groups (§4.2): the first g with C % g == 0 and C/g >= 16, else the first divisor, else 1."""
+    for g in _GROUP_CANDIDATES:
+        if channels % g == 0 and channels // g >= _MIN_CHANNELS_PER_GROUP:
+            return g
+    for g in _GROUP_CANDIDATES:
+        if channels % g == 0:
+            return g
+    return 1
+
+
+def _group_norm(channels: int) -> nn.GroupNorm:
+    return nn.GroupNorm(num_groups(channels), channels)
+
+
+# ------------------------------------------------------------------------------------------
+# CNN blueprints (§4.3)
+# ------------------------------------------------------------------------------------------
+
+
+class SeedConvBlock(nn.Sequential):
+    """Conv3x3(C, C, pad 1, no bias) -> GroupNorm -> ReLU."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__(nn.Conv2d(channels, channels, 3, padding=1, bias=False), _group_norm(channels), nn.ReLU())
+
+
+class Residual(nn.Module):
+    """x + body(x)."""
+
+    def __init__(self, body: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+class ScaledNorm(nn.Module):
+    """x + tanh(s)·(norm(x) − x) with a learnable scalar s = 1.0 (not an identity at init)."""
+
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+        self.scale = nn.Parameter(torch.tensor(1.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.scale) * (self.norm(x) - x)
+
+
+class ChannelAttention(nn.Module):
+    """Squeeze-excitation: x · σ(FC2(ReLU(FC1(GAP(x))))), bias-free FCs C -> max(1, C//4) -> C."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        reduced = max(1, channels // 4)
+        self.fc1 = nn.Linear(channels, reduced, bias=False)
+        self.fc2 = nn.Linear(reduced, channels, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = torch.sigmoid(self.fc2(F.relu(self.fc1(x.mean(dim=(2, 3))))))
+        return x * scale[:, :, None, None]
+
+
+def _cnn_noop(c: int) -> nn.Module:
+    return nn.Identity()
+
+
+def _cnn_norm(c: int) -> nn.Module:
+    return ScaledNorm(_group_norm(c))
+
+
+def _cnn_attention(c: int) -> nn.Module:
+    return ChannelAttention(c)
+
+
+def _cnn_depthwise(c: int) -> nn.Module:
+    return Residual(
+        nn.Sequential(
+            nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False),
+            nn.Conv2d(c, c, 1, bias=False),
+            _group_norm(c),
+            nn.ReLU(),
+        )
+    )
+
+
+def _cnn_bottleneck(c: int) -> nn.Module:
+    b = max(8, c // 4)
+    up = nn.Conv2d(b, c, 1, bias=False)
+    nn.init.zeros_(up.weight)
+    return Residual(
+        nn.Sequential(
+            nn.Conv2d(c, b, 1, bias=False),
+            nn.ReLU(),
+            nn.Conv2d(b, b, 3, padding=1, bias=False),
+            nn.ReLU(),
+            up,
+            _group_norm(c),
+        )
+    )
+
+
+def _cnn_conv_small(c: int) -> nn.Module:
+    conv = nn.Conv2d(c, c, 1, bias=False)
+    nn.init.zeros_(conv.weight)
+    return Residual(nn.Sequential(conv, _group_norm(c), nn.ReLU()))
+
+
+def _cnn_conv_light(c: int) -> nn.Module:
+    return Residual(SeedConvBlock(c))
+
+
+def _cnn_conv_heavy(c: int) -> nn.Module:
+    return Residual(nn.Sequential(SeedConvBlock(c), SeedConvBlock(c)))
+
+
+# ------------------------------------------------------------------------------------------
+# Transformer blueprints (§4.4)
+# ------------------------------------------------------------------------------------------
+
+
+class LowRank(nn.Module):
+    """x + up(down(x)), bias-free, up initialised to zero."""
+
+    def __init__(self, dim: int, rank: int) -> None:
+        super().__init__()
+        self.down = nn.Linear(dim, rank, bias=False)
+        self.up = nn.Linear(rank, dim, bias=False)
+        nn.init.zeros_(self.up.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.up(self.down(x))
+
+
+class SeedSelfAttention(nn.Module):
+    """x + proj(causal SDPA over n_head heads of qkv(x)); no dropout; proj initialised to zero."""
+
+    def __init__(self, dim: int, n_head: int = 4) -> None:
+        super().__init__()
+        if dim % n_head != 0:
+            raise ValueError(f"attention blueprint needs dim % {n_head} == 0 (got dim={dim})")
+        self.n_head = n_head
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in self.qkv(x).split(d, 2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + self.proj(y.transpose(1, 2).contiguous().view(b, t, d))
+
+
+class SeedMLP(nn.Module):
+    """x + fc2(GELU(fc1(x))) with the given expansion; fc2 initialised to zero."""
+
+    def __init__(self, dim: int, expansion: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, expansion * dim)
+        self.fc2 = nn.Linear(expansion * dim, dim)
+        nn.init.zeros_(self.fc2.weight)
+        nn.init.zeros_(self.fc2.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(F.gelu(self.fc1(x)))
+
+
+def _tf_noop(d: int) -> nn.Module:
+    return nn.Identity()
+
+
+def _tf_norm(d: int) -> nn.Module:
+    return ScaledNorm(nn.LayerNorm(d, eps=LN_EPS))
+
+
+def _tf_lora(d: int, rank: int = 8) -> nn.Module:
+    return LowRank(d, rank)
+
+
+def _tf_lora_large(d: int, rank: int = 32) -> nn.Module:
+    return LowRank(d, rank)
+
+
+def _tf_attention(d: int, n_head: int = 4) -> nn.Module:
+    return SeedSelfAttention(d, n_head)
+
+
+def _tf_mlp_small(d: int, expansion: int = 2) -> nn.Module:
+    return SeedMLP(d, expansion)
+
+
+def _tf_mlp(d: int, expansion: int = 4) -> nn.Module:
+    return SeedMLP(d, expansion)
+
+
+# ------------------------------------------------------------------------------------------
+# Registry (§4.1)
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlueprintSpec:
+    topology: str
+    name: str
+    factory: Callable[..., nn.Module]
+    param_estimate: int  # stale reference numbers, used only to order list_for_topology
+    param_formula: Callable[[int], int]  # exact trainable-parameter count at default kwargs
+    identity_at_init: bool
+    description: str
+
+    def create(self, dim: int, **kw) -> nn.Module:
+        return self.factory(dim, **kw)
+
+
+def _bottleneck_params(c: int) -> int:
+    b = max(8, c // 4)
+    return 2 * c * b + 9 * b * b + 2 * c
+
+
+_SPECS = (
+    # cnn
+    ("cnn", "noop", _cnn_noop, 0, lambda c: 0, True, "x"),
+    ("cnn", "norm", _cnn_norm, 100, lambda c: 2 * c + 1, False, "x + tanh(s)·(GN(x) − x)"),
+    ("cnn", "attention", _cnn_attention, 2000, lambda c: 2 * c * max(1, c // 4), False, "squeeze-excitation"),
+    ("cnn", "depthwise", _cnn_depthwise, 4800, lambda c: c * c + 11 * c, False, "x + ReLU(GN(pw(dw(x))))"),
+    ("cnn", "bottleneck", _cnn_bottleneck, 12000, _bottleneck_params, True, "x + GN(up(ReLU(conv(ReLU(down(x))))))"),
+    ("cnn", "conv_small", _cnn_conv_small, 18000, lambda c: c * c + 2 * c, True, "x + ReLU(GN(conv1x1(x)))"),
+    ("cnn", "conv_light", _cnn_conv_light, 37000, lambda c: 9 * c * c + 2 * c, False, "x + SeedConvBlock(x)"),
+    ("cnn", "conv_heavy", _cnn_conv_heavy, 74000, lambda c: 18 * c * c + 4 * c, False, "x + 2×SeedConvBlock(x)"),
+    # transformer
+    ("transformer", "noop", _tf_noop, 0, lambda d: 0, True, "x"),
+    ("transformer", "norm", _tf_norm, 800, lambda d: 2 * d + 1, False, "x + tanh(s)·(LN(x) − x)"),
+    ("transformer", "lora", _tf_lora, 6000, lambda d: 16 * d, True, "x + up(down(x)), rank 8"),
+    ("transformer", "lora_large", _tf_lora_large, 25000, lambda d: 64 * d, True, "x + up(down(x)), rank 32"),
+    ("transformer", "attention", _tf_attention, 50000, lambda d: 4 * d * d + 4 * d, True, "causal self-attention"),
+    ("transformer", "flex_attention", _tf_attention, 55000, lambda d: 4 * d * d + 4 * d, True,
+     "causal self-attention (SDPA)"),
+    ("transformer", "mlp_small", _tf_mlp_small, 300000, lambda d: 4 * d * d + 3 * d, True, "MLP, expansion 2"),
+    ("transformer", "mlp", _tf_mlp, 1200000, lambda d: 8 * d * d + 5 * d, True, "MLP, expansion 4"),
+)
+
+_REGISTRY: dict[tuple[str, str], BlueprintSpec] = {
+    (topo, name): BlueprintSpec(topo, name, factory, est, formula, ident, desc)
+    for topo, name, factory, est, formula, ident, desc in _SPECS
+}
+
+
+def _check_topology(topology: str) -> None:
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {topology!r}; expected one of {list(TOPOLOGIES)}")
+
+
+def names(topology: str) -> tuple[str, ...]:
+    """Registered blueprint names of a topology, in registration order."""
+    _check_topology(topology)
+    return tuple(name for topo, name in _REGISTRY if topo == topology)
+
+
+def get(topology: str, name: str) -> BlueprintSpec:
+    """The spec of a registered blueprint; an unknown key raises ValueError listing the available names."""
+    _check_topology(topology)
+    try:
+        return _REGISTRY[(topology, name)]
+    except KeyError:
+        raise ValueError(
+            f"unknown blueprint {name!r} for topology {topology!r}; available: {list(names(topology))}"
+        ) from None
+
+
+def create(topology: str, name: str, dim: int, **kw) -> nn.Module:
+    """Build blueprint `name` for a slot of width `dim` (channels C or embedding D)."""
+    return get(topology, name).create(dim, **kw)
+
+
+def param_count(topology: str, name: str, dim: int) -> int:
+    """Exact trainable parameters of the blueprint at width `dim` with default kwargs (§4.3/§4.4 formulas)."""
+    return get(topology, name).param_formula(dim)
+
+
+def list_for_topology(topology: str) -> list[BlueprintSpec]:
+    """Specs of a topology ordered by their (stale) parameter estimate."""
+    return sorted((get(topology, n) for n in names(topology)), key=lambda s: s.param_estimate)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Trainable parameters of a module, each shared tensor counted once."""
+    return sum(p.numel() for p in {id(p): p for p in module.parameters() if p.requires_grad}.values())

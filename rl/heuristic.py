@@ -1,0 +1,247 @@
+"""The rule-based controller of SPEC §13 in jnp, vectorised over envs.
+
+`decide(state, signals, params) -> (actions [E, 4] int32, new_state)` reads the signals pytree
+(`esper_fx.contracts.SIGNAL_FIELDS`) and keeps one decision state per env. `params` is static
+(hashable): build it with `HeuristicParams.from_config` or `HeuristicParams.from_training_config`,
+and jit with `jax.jit(decide, static_argnums=2)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from esper_fx import contracts as C
+
+Signals = Mapping[str, jax.Array]
+
+# §13.1: penalty entries below this value are deleted (reset to 0) after a decay.
+PENALTY_DELETE_BELOW = 0.1
+# Initial decision state (§13.1): no cull seen yet, no decay yet.
+INITIAL_LAST_CULL_EPOCH = -100
+INITIAL_LAST_DECAY_EPOCH = -1
+# Blueprint head value emitted when the op does not use it (§13.2).
+UNUSED_BLUEPRINT = 1
+
+_WAIT = int(C.LifecycleOp.WAIT)
+_GERMINATE = int(C.LifecycleOp.GERMINATE)
+_CULL = int(C.LifecycleOp.CULL)
+_FOSSILIZE = int(C.LifecycleOp.FOSSILIZE)
+_GERMINATED = int(C.SeedStage.GERMINATED)
+_TRAINING = int(C.SeedStage.TRAINING)
+_BLENDING = int(C.SeedStage.BLENDING)
+_PROBATIONARY = int(C.SeedStage.PROBATIONARY)
+_FOSSILIZED = int(C.SeedStage.FOSSILIZED)
+
+
+class HeuristicParams(NamedTuple):
+    """Static heuristic settings: the §13.1 config resolved against the blueprint menu."""
+
+    rotation: tuple[int, ...]  # blueprint-menu indices, in rotation order
+    blend_index: int  # index of heuristic.blend in ("linear", "sigmoid", "gated")
+    num_blueprints: int  # B = len(menu)
+    plateau_epochs_to_germinate: int = 3
+    min_epochs_before_germinate: int = 5
+    cull_after_epochs_without_improvement: int = 5
+    cull_if_accuracy_drops_by: float = 2.0
+    min_improvement_to_fossilize: float = 0.0
+    embargo_epochs_after_cull: int = 5
+    blueprint_penalty_on_cull: float = 2.0
+    blueprint_penalty_decay: float = 0.5
+    blueprint_penalty_threshold: float = 3.0
+    ransomware_contribution_threshold: float = 0.1
+    ransomware_improvement_threshold: float = 0.0
+
+    @classmethod
+    def from_config(cls, heuristic: Any, menu: Sequence[str], topology: str) -> "HeuristicParams":
+        """Resolve a `HeuristicConfig` against a blueprint menu; the rotation must lie in the menu."""
+        menu = tuple(menu)
+        rotation = heuristic.blueprint_rotation or C.HEURISTIC_ROTATIONS[topology]
+        bad = [name for name in rotation if name == "noop" or name not in menu]
+        if not rotation or bad:
+            raise ValueError(
+                f"heuristic.blueprint_rotation must be non-empty, drawn from the blueprint menu {list(menu[1:])} "
+                f"and never 'noop' (rotation {list(rotation)}; bad entries: {bad or 'empty'})"
+            )
+        return cls(
+            rotation=tuple(menu.index(name) for name in rotation),
+            blend_index=C.BLEND_NAMES.index(heuristic.blend),
+            num_blueprints=len(menu),
+            plateau_epochs_to_germinate=int(heuristic.plateau_epochs_to_germinate),
+            min_epochs_before_germinate=int(heuristic.min_epochs_before_germinate),
+            cull_after_epochs_without_improvement=int(heuristic.cull_after_epochs_without_improvement),
+            cull_if_accuracy_drops_by=float(heuristic.cull_if_accuracy_drops_by),
+            min_improvement_to_fossilize=float(heuristic.min_improvement_to_fossilize),
+            embargo_epochs_after_cull=int(heuristic.embargo_epochs_after_cull),
+            blueprint_penalty_on_cull=float(heuristic.blueprint_penalty_on_cull),
+            blueprint_penalty_decay=float(heuristic.blueprint_penalty_decay),
+            blueprint_penalty_threshold=float(heuristic.blueprint_penalty_threshold),
+            ransomware_contribution_threshold=float(heuristic.ransomware_contribution_threshold),
+            ransomware_improvement_threshold=float(heuristic.ransomware_improvement_threshold),
+        )
+
+    @classmethod
+    def from_training_config(cls, config: Any) -> "HeuristicParams":
+        return cls.from_config(config.heuristic, config.menu, config.topology)
+
+
+class HeuristicState(NamedTuple):
+    """One decision state per env (§13.1), reset at every episode start."""
+
+    penalties: jax.Array  # [E, B] float32, indexed by blueprint-menu entry; 0 = no penalty
+    rotation_index: jax.Array  # [E] int32
+    germination_count: jax.Array  # [E] int32
+    last_cull_epoch: jax.Array  # [E] int32
+    last_decay_epoch: jax.Array  # [E] int32
+
+
+def init_state(n_envs: int, num_blueprints: int) -> HeuristicState:
+    return HeuristicState(
+        penalties=jnp.zeros((n_envs, num_blueprints), jnp.float32),
+        rotation_index=jnp.zeros((n_envs,), jnp.int32),
+        germination_count=jnp.zeros((n_envs,), jnp.int32),
+        last_cull_epoch=jnp.full((n_envs,), INITIAL_LAST_CULL_EPOCH, jnp.int32),
+        last_decay_epoch=jnp.full((n_envs,), INITIAL_LAST_DECAY_EPOCH, jnp.int32),
+    )
+
+
+class Decision(NamedTuple):
+    """One decision per env, every field [E] int32 (blueprint meaningful only for GERMINATE)."""
+
+    op: jax.Array
+    slot: jax.Array
+    blueprint: jax.Array
+
+
+def decay_penalties(state: HeuristicState, epoch: jax.Array, params: HeuristicParams) -> HeuristicState:
+    """Rule 1: once per new epoch, penalties ×decay and entries below 0.1 are deleted."""
+    due = epoch > state.last_decay_epoch
+    decayed = state.penalties * params.blueprint_penalty_decay
+    decayed = jnp.where(decayed < PENALTY_DELETE_BELOW, 0.0, decayed)
+    return state._replace(
+        penalties=jnp.where(due[:, None], decayed, state.penalties),
+        last_decay_epoch=jnp.where(due, epoch, state.last_decay_epoch),
+    )
+
+
+def next_blueprint(penalties: jax.Array, rotation_index: jax.Array, params: HeuristicParams):
+    """§13.3: (menu index [E], new rotation index [E]) for the next germination."""
+    rotation = jnp.asarray(params.rotation, jnp.int32)
+    n = rotation.shape[0]
+    positions = (rotation_index[:, None] + jnp.arange(n)[None, :]) % n  # attempt order
+    candidates = rotation[positions]  # [E, n]
+    usable = jnp.take_along_axis(penalties, candidates, axis=1) < params.blueprint_penalty_threshold
+    first = jnp.argmax(usable, axis=1)
+    found = usable.any(axis=1)
+    chosen = jnp.take_along_axis(candidates, first[:, None], axis=1)[:, 0]
+    least = rotation[jnp.argmin(penalties[:, rotation], axis=1)]  # ties: rotation order
+    blueprint = jnp.where(found, chosen, least)
+    return blueprint, rotation_index + jnp.where(found, first + 1, n).astype(jnp.int32)
+
+
+def _first(mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(index of the first True per row, whether any is True)."""
+    return jnp.argmax(mask, axis=1).astype(jnp.int32), mask.any(axis=1)
+
+
+def germination(state: HeuristicState, signals: Signals, params: HeuristicParams):
+    """Rule 2 (no live seed): (Decision, new rotation index)."""
+    epoch = jnp.asarray(signals["epoch"], jnp.int32)
+    enabled = jnp.asarray(signals["slot_enabled"], bool)
+    empty = enabled & ~jnp.asarray(signals["slot_occupied"], bool)
+    target, has_empty = _first(empty)
+    go = ((epoch - state.last_cull_epoch >= params.embargo_epochs_after_cull)
+          & (jnp.asarray(signals["host_stabilized"]) != 0)
+          & (epoch >= params.min_epochs_before_germinate)
+          & (jnp.asarray(signals["plateau_epochs"]) >= params.plateau_epochs_to_germinate)
+          & has_empty)
+    blueprint, advanced = next_blueprint(state.penalties, state.rotation_index, params)
+    decision = Decision(
+        op=jnp.where(go, _GERMINATE, _WAIT).astype(jnp.int32),
+        slot=target,
+        blueprint=jnp.where(go, blueprint, UNUSED_BLUEPRINT).astype(jnp.int32),
+    )
+    return decision, jnp.where(go, advanced, state.rotation_index)
+
+
+def live_seeds(signals: Signals) -> jax.Array:
+    """[E, S] bool: an enabled slot holding a seed that is not FOSSILIZED."""
+    occupied = jnp.asarray(signals["slot_occupied"], bool) & jnp.asarray(signals["slot_enabled"], bool)
+    return occupied & (jnp.asarray(signals["slot_stage"]) != _FOSSILIZED)
+
+
+def _probation_op(signals: Signals, params: HeuristicParams) -> jax.Array:
+    """PROBATIONARY rule per slot: ransomware -> CULL; else imp > threshold -> FOSSILIZE; else CULL."""
+    c = jnp.asarray(signals["slot_contribution"], jnp.float32)
+    c_valid = jnp.asarray(signals["slot_contribution_valid"], bool)
+    improvement = jnp.asarray(signals["slot_total_improvement"], jnp.float32)
+    ransomware = (c_valid & (c > params.ransomware_contribution_threshold)
+                  & (improvement < params.ransomware_improvement_threshold))
+    imp = jnp.where(c_valid, c, improvement)
+    keep = ~ransomware & (imp > params.min_improvement_to_fossilize)
+    return jnp.where(keep, _FOSSILIZE, _CULL)
+
+
+def management(signals: Signals, params: HeuristicParams) -> Decision:
+    """Rule 3 (live seeds): the first live seed in canonical order that matches a rule decides."""
+    live = live_seeds(signals)
+    stage = jnp.asarray(signals["slot_stage"])
+    eis = jnp.asarray(signals["slot_eis"])
+    drop = jnp.asarray(signals["slot_stage_improvement"], jnp.float32)
+    germinated = live & (stage == _GERMINATED)
+    failing = (live & ((stage == _TRAINING) | (stage == _BLENDING))
+               & (eis >= params.cull_after_epochs_without_improvement)
+               & (drop < -params.cull_if_accuracy_drops_by))
+    probation = live & (stage == _PROBATIONARY)
+    per_slot_op = jnp.where(germinated, _WAIT, jnp.where(failing, _CULL, _probation_op(signals, params)))
+    target, matched = _first(germinated | failing | probation)
+    op = jnp.take_along_axis(per_slot_op, target[:, None], axis=1)[:, 0]
+    return Decision(op=jnp.where(matched, op, _WAIT).astype(jnp.int32), slot=target,
+                    blueprint=jnp.full_like(target, UNUSED_BLUEPRINT))
+
+
+def record_culls(state: HeuristicState, decision: Decision, signals: Signals,
+                 params: HeuristicParams) -> HeuristicState:
+    """Rule 4: a CULL decision starts the embargo and penalises the culled seed's blueprint."""
+    epoch = jnp.asarray(signals["epoch"], jnp.int32)
+    cull = decision.op == _CULL
+    blueprint = jnp.take_along_axis(jnp.asarray(signals["slot_blueprint"], jnp.int32),
+                                    decision.slot[:, None], axis=1)[:, 0]
+    hit = jax.nn.one_hot(blueprint, state.penalties.shape[1], dtype=bool)  # all False for -1
+    add = jnp.where(cull[:, None] & hit, params.blueprint_penalty_on_cull, 0.0)
+    return state._replace(
+        penalties=(state.penalties + add).astype(jnp.float32),
+        last_cull_epoch=jnp.where(cull, epoch, state.last_cull_epoch),
+    )
+
+
+def _select(take_first: jax.Array, a: Decision, b: Decision) -> Decision:
+    return Decision(*(jnp.where(take_first, x, y) for x, y in zip(a, b)))
+
+
+def decide(state: HeuristicState, signals: Signals, params: HeuristicParams):
+    """One heuristic decision per env: (actions [E, 4] int32 in head order, new state)."""
+    epoch = jnp.asarray(signals["epoch"], jnp.int32)
+    state = decay_penalties(state, epoch, params)
+    any_live = live_seeds(signals).any(axis=1)
+    grow, rotation_index = germination(state, signals, params)
+    decision = _select(any_live, management(signals, params), grow)
+    first_enabled, _ = _first(jnp.asarray(signals["slot_enabled"], bool))
+    decision = decision._replace(slot=jnp.where(decision.op == _WAIT, first_enabled, decision.slot))
+    germinated = decision.op == _GERMINATE
+    state = state._replace(
+        rotation_index=jnp.where(germinated, rotation_index, state.rotation_index),
+        germination_count=state.germination_count + germinated.astype(jnp.int32),
+    )
+    state = record_culls(state, decision, signals, params)
+    blend = jnp.full_like(decision.op, params.blend_index)
+    actions = jnp.stack([decision.slot, decision.blueprint, blend, decision.op], axis=1).astype(jnp.int32)
+    return actions, state
+
+
+__all__ = [
+    "Decision", "HeuristicParams", "HeuristicState", "PENALTY_DELETE_BELOW", "decay_penalties", "decide",
+    "germination", "init_state", "live_seeds", "management", "next_blueprint", "record_culls",
+]

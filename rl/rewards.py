@@ -1,0 +1,557 @@
+"""Rewards of SPEC §12 as pure JAX functions over the signals pytree, vectorised over envs.
+
+Every reward function has the same signature
+
+    reward_fn(signals, actions, reward_state, config) -> (reward [E], components, new_reward_state)
+
+- `signals`: the host -> controller dict of arrays (`esper_fx.contracts.SIGNAL_FIELDS`).
+- `actions`: int32 [E, 4] in head order (slot, blueprint, blend, op). The *target* is the sampled
+  slot for every op, WAIT included (§12.2).
+- `reward_state`: `RewardState` (phi_prev [E, S], the PBRS memory of §12.4).
+- `config`: `RewardConfig`, an immutable pytree of every constant (it may be traced or static).
+
+`components` maps every term to an [E] float32 array; the terms sum, in the listed order, to the
+reward. Every family includes the loop-level terms of §12.8 (`governor`: −10 on a panicking step;
+`auto_cull`: the penalty carried from the previous step's auto-culls).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from esper_fx import contracts as C
+
+Signals = Mapping[str, jax.Array]
+RewardFn = Callable[..., tuple[jax.Array, dict[str, jax.Array], "RewardState"]]
+
+_OP_WAIT = int(C.LifecycleOp.WAIT)
+_OP_GERMINATE = int(C.LifecycleOp.GERMINATE)
+_OP_CULL = int(C.LifecycleOp.CULL)
+_OP_FOSSILIZE = int(C.LifecycleOp.FOSSILIZE)
+_GERMINATED = int(C.SeedStage.GERMINATED)
+_BLENDING = int(C.SeedStage.BLENDING)
+_PROBATIONARY = int(C.SeedStage.PROBATIONARY)
+_FOSSILIZED = int(C.SeedStage.FOSSILIZED)
+_MAX_STAGE = max(int(s) for s in C.SeedStage)
+
+# §12.4 Φ_stage indexed by the SeedStage integer value (every stage not listed is 0).
+_STAGE_POTENTIAL_BY_NAME = {
+    C.SeedStage.GERMINATED: 1.0,
+    C.SeedStage.TRAINING: 2.0,
+    C.SeedStage.BLENDING: 3.5,
+    C.SeedStage.PROBATIONARY: 5.5,
+    C.SeedStage.FOSSILIZED: 6.0,
+}
+STAGE_POTENTIALS: tuple[float, ...] = tuple(_STAGE_POTENTIAL_BY_NAME.get(v, 0.0) for v in range(_MAX_STAGE + 1))
+
+
+class LossTaskValues(NamedTuple):
+    """The task-specific LOSS-family values of SPEC §6.1."""
+
+    typical_loss_delta_std: float
+    baseline_loss: float
+    target_loss: float
+    compute_rent_weight: float
+
+
+_CIFAR_LOSS = LossTaskValues(0.05, 2.3, 0.3, 0.05)
+LOSS_TASK_VALUES: Mapping[str, LossTaskValues] = {
+    "cifar10": _CIFAR_LOSS,
+    "cifar10_deep": _CIFAR_LOSS,
+    "shapes10": _CIFAR_LOSS,
+    "tinystories": LossTaskValues(0.15, 10.8, 3.5, 0.01),
+    "pytext": LossTaskValues(0.15, 5.5, 1.5, 0.01),
+}
+
+
+class RewardConfig(NamedTuple):
+    """Every reward constant of SPEC §12.3–§12.8 (defaults: cifar10, default TrainingConfig)."""
+
+    # §12.3 shaped contribution reward
+    contribution_weight: float = 1.0
+    proxy_weight: float = 0.3
+    pbrs_weight: float = 0.3
+    rent_weight: float = 0.5
+    max_rent: float = 8.0
+    invalid_fossilize_penalty: float = -1.0
+    cull_fossilized_penalty: float = -1.0
+    germinate_with_seed_penalty: float = -0.3
+    germinate_cost: float = -0.02
+    fossilize_cost: float = -0.01
+    cull_cost: float = -0.005
+    fossilize_base_bonus: float = 0.5
+    fossilize_contribution_scale: float = 0.1
+    fossilize_noncontributing_penalty: float = -0.2
+    cull_hurting_bonus: float = 0.3
+    cull_acceptable_bonus: float = 0.1
+    cull_good_seed_penalty: float = -0.3
+    cull_hurting_threshold: float = -0.5
+    improvement_safe_threshold: float = 0.1
+    hacking_ratio_threshold: float = 5.0
+    attribution_sigmoid_steepness: float = 10.0
+    terminal_acc_weight: float = 0.05
+    fossilize_terminal_scale: float = 3.0
+    gamma: float = C.PPO_GAMMA
+    # (1) attribution details: ρ applies when c > 1.0; ρ ≤ 0.3 in size; P unknown -> a = 0.5·c
+    ratio_penalty_min_contribution: float = 1.0
+    ratio_penalty_max: float = 0.3
+    ratio_penalty_slope: float = 0.1
+    ratio_penalty_contribution_scale: float = 10.0
+    unknown_progress_factor: float = 0.5
+    # (2) blending warning: −0.1 − min(0.05·eis, 0.3)
+    blending_warning_base: float = -0.1
+    blending_warning_per_epoch: float = 0.05
+    blending_warning_max: float = 0.3
+    # (3) probation indecision: max(−3^(eis−2), −10) from eis 2
+    probation_base: float = 3.0
+    probation_grace_epochs: float = 2.0
+    probation_max_penalty: float = 10.0
+    # §12.4 potentials: φ = Φ_stage + min(0.3·eis, 2.0)
+    stage_potentials: tuple[float, ...] = STAGE_POTENTIALS
+    eis_potential_scale: float = 0.3
+    eis_potential_max: float = 2.0
+    # §12.5 fossilize shaping (I < 0 branch) and legitimacy
+    fossilize_regression_base: float = -0.5
+    fossilize_regression_scale: float = 0.2
+    fossilize_regression_max: float = 1.0
+    fossilize_ransomware_contribution: float = 0.1
+    fossilize_ransomware_improvement: float = -0.2
+    fossilize_ransomware_penalty: float = -0.3
+    min_fossilize_contribution: float = C.MIN_FOSSILIZE_CONTRIBUTION
+    legitimacy_epochs: float = float(C.MIN_PROBATION_EPOCHS)
+    # §12.5 cull shaping
+    cull_empty_penalty: float = -0.2
+    cull_young_penalty: float = -0.3
+    min_cull_age: float = float(C.MIN_CULL_AGE)
+    cull_good_seed_scale: float = 0.05
+    cull_max_penalty: float = -0.9
+    # §12.6 sparse and minimal
+    sparse_reward_scale: float = 1.0
+    param_penalty_weight: float = 0.1
+    param_budget: float = 500000.0
+    early_cull_penalty: float = -0.1
+    early_cull_age: float = 5.0
+    # §12.7 loss family (task values: cifar10)
+    loss_delta_weight: float = 5.0
+    max_loss_delta: float = 5.0
+    regression_penalty_scale: float = 0.5
+    typical_loss_delta_std: float = _CIFAR_LOSS.typical_loss_delta_std
+    compute_rent_weight: float = _CIFAR_LOSS.compute_rent_weight
+    max_rent_penalty: float = 5.0
+    grace_epochs: float = 3.0
+    stage_potential_weight: float = 0.1
+    baseline_loss: float = _CIFAR_LOSS.baseline_loss
+    target_loss: float = _CIFAR_LOSS.target_loss
+    terminal_loss_weight: float = 1.0
+    # §12.8 loop-level terms
+    governor_punishment: float = C.GOVERNOR_PUNISHMENT
+
+    @classmethod
+    def from_training_config(cls, config: Any, **overrides: float) -> "RewardConfig":
+        """Constants for a `TrainingConfig`: its gamma, sparse settings and its task's LOSS values."""
+        task = str(getattr(config.task, "value", config.task))
+        values = loss_task_values(task)
+        fields = dict(
+            gamma=float(config.gamma),
+            sparse_reward_scale=float(config.sparse_reward_scale),
+            param_penalty_weight=float(config.param_penalty_weight),
+            param_budget=float(config.param_budget),
+            **{k: float(v) for k, v in values._asdict().items()},
+        )
+        fields.update(overrides)
+        return cls(**fields)
+
+
+def loss_task_values(task: str) -> LossTaskValues:
+    """The §6.1 LOSS-family values of a task (ValueError listing the tasks for an unknown name)."""
+    key = str(task).lower()
+    if key not in LOSS_TASK_VALUES:
+        raise ValueError(f"unknown task {task!r} for the loss reward; available: {list(LOSS_TASK_VALUES)}")
+    return LOSS_TASK_VALUES[key]
+
+
+class RewardState(NamedTuple):
+    """Per-env PBRS memory: phi_prev[e, s] is the potential last paid for slot s (0 when empty)."""
+
+    phi_prev: jax.Array  # [E, S] float32
+
+    @staticmethod
+    def init(n_envs: int, n_slots: int) -> "RewardState":
+        return RewardState(phi_prev=jnp.zeros((n_envs, n_slots), jnp.float32))
+
+
+def init_reward_state(n_envs: int, n_slots: int) -> RewardState:
+    return RewardState.init(n_envs, n_slots)
+
+
+# ------------------------------------------------------------------------------------------
+# The target slot, gathered from the per-slot signals
+# ------------------------------------------------------------------------------------------
+
+
+class Target(NamedTuple):
+    """The sampled slot's seed at reward time (post-rollback, pre-action), every field [E]."""
+
+    slot: jax.Array  # int32
+    seed: jax.Array  # bool: the target holds a seed
+    stage: jax.Array  # int32
+    previous_stage: jax.Array  # int32
+    eis: jax.Array  # float32
+    age: jax.Array  # float32
+    improvement: jax.Array  # I = total_improvement, float32 (0 without a seed)
+    c: jax.Array  # contribution, float32 (0 when invalid)
+    c_valid: jax.Array  # bool
+    progress_known: jax.Array  # bool: acc_at_germination is known
+    acc_at_germination: jax.Array  # float32
+
+
+def _at(values: jax.Array, slot: jax.Array) -> jax.Array:
+    return jnp.take_along_axis(jnp.asarray(values), slot[:, None], axis=1, mode="clip")[:, 0]
+
+
+def target_view(signals: Signals, actions: jax.Array) -> Target:
+    slot = jnp.asarray(actions)[:, C.HEAD_SLOT].astype(jnp.int32)
+    seed = _at(signals["slot_occupied"], slot).astype(bool)
+    f32 = lambda name: _at(signals[name], slot).astype(jnp.float32)  # noqa: E731
+    return Target(
+        slot=slot,
+        seed=seed,
+        stage=jnp.where(seed, _at(signals["slot_stage"], slot), 0).astype(jnp.int32),
+        previous_stage=jnp.where(seed, _at(signals["slot_previous_stage"], slot), 0).astype(jnp.int32),
+        eis=f32("slot_eis"),
+        age=f32("slot_age"),
+        improvement=jnp.where(seed, f32("slot_total_improvement"), 0.0),
+        c=jnp.where(seed, f32("slot_contribution"), 0.0),
+        c_valid=seed & _at(signals["slot_contribution_valid"], slot).astype(bool),
+        progress_known=seed & _at(signals["slot_acc_at_germination_valid"], slot).astype(bool),
+        acc_at_germination=f32("slot_acc_at_germination"),
+    )
+
+
+def _op(actions: jax.Array) -> jax.Array:
+    return jnp.asarray(actions)[:, C.HEAD_OP].astype(jnp.int32)
+
+
+def _f32(signals: Signals, name: str) -> jax.Array:
+    return jnp.asarray(signals[name]).astype(jnp.float32)
+
+
+def _is_terminal(signals: Signals) -> jax.Array:
+    return jnp.asarray(signals["epoch"]) == jnp.asarray(signals["max_epochs"])
+
+
+# ------------------------------------------------------------------------------------------
+# §12.3 shaped contribution reward, term by term
+# ------------------------------------------------------------------------------------------
+
+
+def _ratio_penalty(t: Target, discount: jax.Array, cfg: RewardConfig) -> jax.Array:
+    """ρ: the anti-hacking penalty when the contribution dwarfs the seed's own improvement."""
+    c, i = t.c, t.improvement
+    applies = t.c_valid & (c > cfg.ratio_penalty_min_contribution) & (discount >= 0.5)
+    improving = i > cfg.improvement_safe_threshold
+    q = c / jnp.where(improving, i, 1.0)
+    hacking = improving & (q > cfg.hacking_ratio_threshold)
+    excess = (q - cfg.hacking_ratio_threshold) / cfg.hacking_ratio_threshold
+    rho_ratio = jnp.where(hacking, -jnp.minimum(cfg.ratio_penalty_max, cfg.ratio_penalty_slope * excess), 0.0)
+    rho_flat = -cfg.ratio_penalty_max * jnp.minimum(1.0, c / cfg.ratio_penalty_contribution_scale)
+    return jnp.where(applies, jnp.where(improving, rho_ratio, rho_flat), 0.0)
+
+
+def _measured_attribution(t: Target, val_acc: jax.Array, cfg: RewardConfig) -> jax.Array:
+    """B for a non-fossil seed with a measured contribution c."""
+    c = t.c
+    discount = jnp.where(t.seed & (t.improvement < 0),
+                         jax.nn.sigmoid(cfg.attribution_sigmoid_steepness * t.improvement), 1.0)
+    progress = val_acc - t.acc_at_germination
+    geometric = jnp.sqrt(jnp.maximum(progress * c, 0.0))
+    a_known = jnp.where(progress <= 0, 0.0, jnp.where(c >= progress, geometric, c))
+    a = jnp.where(t.progress_known, a_known, cfg.unknown_progress_factor * c)
+    a = a * discount + _ratio_penalty(t, discount, cfg) / cfg.contribution_weight
+    return jnp.where(c < 0, cfg.contribution_weight * c, cfg.contribution_weight * a)
+
+
+def attribution(t: Target, op: jax.Array, signals: Signals, cfg: RewardConfig) -> jax.Array:
+    """(1) Bounded attribution B, sign-inverted for CULL."""
+    fossil = t.seed & (t.stage == _FOSSILIZED)
+    live = t.seed & ~fossil
+    acc_delta = _f32(signals, "acc_delta")
+    proxy = jnp.where(acc_delta > 0, cfg.proxy_weight * acc_delta, 0.0)
+    measured = _measured_attribution(t, _f32(signals, "val_acc"), cfg)
+    b = jnp.where(live, jnp.where(t.c_valid, measured, proxy), 0.0)
+    b = jnp.where((op == _OP_FOSSILIZE) & t.seed & (t.improvement < 0), 0.0, b)
+    return jnp.where(op == _OP_CULL, -b, b)
+
+
+def blending_warning(t: Target, cfg: RewardConfig) -> jax.Array:
+    """(2) A BLENDING seed that made the host worse."""
+    warn = cfg.blending_warning_base - jnp.minimum(cfg.blending_warning_per_epoch * t.eis,
+                                                    cfg.blending_warning_max)
+    return jnp.where(t.seed & (t.stage == _BLENDING) & (t.improvement < 0), warn, 0.0)
+
+
+def probation_indecision(t: Target, op: jax.Array, b: jax.Array, cfg: RewardConfig) -> jax.Array:
+    """(3) WAITing on a valuable PROBATIONARY seed: −1, −3, −9, then −10."""
+    exponent = jnp.minimum(t.eis - cfg.probation_grace_epochs, 32.0)
+    penalty = jnp.maximum(-jnp.power(cfg.probation_base, exponent), -cfg.probation_max_penalty)
+    applies = (t.seed & (t.stage == _PROBATIONARY) & (op == _OP_WAIT)
+               & (t.eis >= cfg.probation_grace_epochs) & (b > 0))
+    return jnp.where(applies, penalty, 0.0)
+
+
+def stage_potential(stage: jax.Array, cfg: RewardConfig) -> jax.Array:
+    """Φ_stage of §12.4 (0 for every stage outside the table)."""
+    table = jnp.asarray(cfg.stage_potentials, jnp.float32)
+    idx = jnp.asarray(stage, jnp.int32)
+    in_range = (idx >= 0) & (idx < table.shape[0])
+    return jnp.where(in_range, table[jnp.clip(idx, 0, table.shape[0] - 1)], 0.0)
+
+
+def potential(stage: jax.Array, eis: jax.Array, cfg: RewardConfig) -> jax.Array:
+    """φ(stage, eis) = Φ_stage + min(0.3·eis, 2.0)."""
+    bonus = jnp.minimum(cfg.eis_potential_scale * jnp.asarray(eis, jnp.float32), cfg.eis_potential_max)
+    return stage_potential(stage, cfg) + bonus
+
+
+def pbrs(t: Target, phi_prev: jax.Array, cfg: RewardConfig) -> tuple[jax.Array, jax.Array]:
+    """(4) Telescoping stage shaping [fix]: (payment [E], φ_now [E])."""
+    phi_now = potential(t.stage, t.eis, cfg)
+    last = _at(phi_prev, t.slot)
+    payment = cfg.pbrs_weight * (cfg.gamma * phi_now - last)
+    return jnp.where(t.seed, payment, 0.0), phi_now
+
+
+def rent(total_params: jax.Array, host_params: jax.Array, weight: Any, cap: Any) -> jax.Array:
+    """−min(weight·ln(1 + total/host), cap) when both counts are positive, else 0."""
+    applies = (host_params > 0) & (total_params > 0)
+    ratio = total_params / jnp.where(applies, host_params, 1.0)
+    return jnp.where(applies, -jnp.minimum(weight * jnp.log1p(jnp.maximum(ratio, 0.0)), cap), 0.0)
+
+
+def fossilize_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
+    """§12.5 fossilize shaping, before the op cost (first matching rule)."""
+    i, c = t.improvement, t.c
+    ransomware = t.c_valid & (c > cfg.fossilize_ransomware_contribution) & (i < cfg.fossilize_ransomware_improvement)
+    regression = (cfg.fossilize_regression_base
+                  - jnp.minimum(cfg.fossilize_regression_scale * jnp.abs(i), cfg.fossilize_regression_max)
+                  + jnp.where(ransomware, cfg.fossilize_ransomware_penalty, 0.0))
+    legitimacy = jnp.minimum(1.0, t.eis / cfg.legitimacy_epochs)
+    earned = (cfg.fossilize_base_bonus + cfg.fossilize_contribution_scale * c) * legitimacy
+    contributing = t.c_valid & (c >= cfg.min_fossilize_contribution)
+    value = jnp.where(i < 0, regression, jnp.where(contributing, earned, cfg.fossilize_noncontributing_penalty))
+    valid_target = t.seed & (t.stage == _PROBATIONARY)
+    return jnp.where(valid_target, value, cfg.invalid_fossilize_penalty)
+
+
+def cull_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
+    """§12.5 cull shaping, before the op cost (first matching rule)."""
+    c = t.c
+    good_seed = jnp.maximum(cfg.cull_good_seed_penalty - cfg.cull_good_seed_scale * c, cfg.cull_max_penalty)
+    by_c = jnp.where(c < cfg.cull_hurting_threshold, cfg.cull_hurting_bonus,
+                     jnp.where(c < 0, cfg.cull_acceptable_bonus, good_seed))
+    by_c = jnp.where(t.c_valid, by_c, 0.0)
+    young = cfg.cull_young_penalty * (1.0 - t.age)
+    value = jnp.where(t.age < cfg.min_cull_age, young, by_c)
+    value = jnp.where(t.stage == _FOSSILIZED, cfg.cull_fossilized_penalty, value)
+    return jnp.where(t.seed, value, cfg.cull_empty_penalty)
+
+
+def germination_bonus(cfg: RewardConfig) -> jax.Array:
+    """+0.3·γ·Φ(GERMINATED): the PBRS step empty -> germinated, paid in action shaping."""
+    return cfg.pbrs_weight * cfg.gamma * stage_potential(jnp.int32(_GERMINATED), cfg)
+
+
+def action_shaping(t: Target, op: jax.Array, cfg: RewardConfig) -> jax.Array:
+    """(6) Per-op shaping including the op cost (WAIT: 0)."""
+    germinate = jnp.where(t.seed, cfg.germinate_with_seed_penalty, germination_bonus(cfg)) + cfg.germinate_cost
+    fossilize = fossilize_shaping(t, cfg) + cfg.fossilize_cost
+    cull = cull_shaping(t, cfg) + cfg.cull_cost
+    return jnp.select([op == _OP_GERMINATE, op == _OP_FOSSILIZE, op == _OP_CULL],
+                      [germinate, fossilize, cull], 0.0)
+
+
+def contribution_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
+    """(7) At t == T: 0.05·val_acc + 3.0·num_contributing_fossilized."""
+    bonus = (cfg.terminal_acc_weight * _f32(signals, "val_acc")
+             + cfg.fossilize_terminal_scale * _f32(signals, "num_contributing_fossilized"))
+    return jnp.where(_is_terminal(signals), bonus, 0.0)
+
+
+def loop_terms(signals: Signals, cfg: RewardConfig) -> dict[str, jax.Array]:
+    """§12.8: −10 on a panicking step, plus the pending auto-cull penalty of the previous step."""
+    panic = jnp.asarray(signals["panic"]).astype(bool)
+    return {
+        "governor": jnp.where(panic, cfg.governor_punishment, 0.0).astype(jnp.float32),
+        "auto_cull": _f32(signals, "pending_penalty"),
+    }
+
+
+def next_phi_prev(signals: Signals, t: Target, op: jax.Array, phi_prev: jax.Array, phi_now: jax.Array,
+                  cfg: RewardConfig) -> jax.Array:
+    """The PBRS memory after this step (§12.4, §7.4).
+
+    Every empty slot has phi_prev 0. A target holding a seed stores φ_now, unless the op culls it
+    (a CULL of a non-fossil always succeeds and empties the slot: 0). GERMINATE into an empty target
+    stores Φ(GERMINATED) = 1.0, the potential its entry bonus paid for.
+    """
+    occupied = jnp.asarray(signals["slot_occupied"]).astype(bool)
+    phi = jnp.where(occupied, phi_prev, 0.0).astype(jnp.float32)
+    culled = (op == _OP_CULL) & (t.stage != _FOSSILIZED)
+    seeded = jnp.where(culled, 0.0, phi_now)
+    germinated = jnp.where(op == _OP_GERMINATE, stage_potential(jnp.int32(_GERMINATED), cfg), 0.0)
+    value = jnp.where(t.seed, seeded, germinated).astype(jnp.float32)
+    rows = jnp.arange(phi.shape[0])
+    return phi.at[rows, jnp.clip(t.slot, 0, phi.shape[1] - 1)].set(value)
+
+
+def _total(components: dict[str, jax.Array]) -> jax.Array:
+    total = jnp.zeros_like(next(iter(components.values())), dtype=jnp.float32)
+    for value in components.values():
+        total = total + value
+    return total
+
+
+def _finish(components: dict[str, jax.Array], state: RewardState):
+    components = {k: jnp.asarray(v, jnp.float32) for k, v in components.items()}
+    return _total(components), components, state
+
+
+def shaped(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
+    """The SHAPED contribution reward (§12.3) with telescoping PBRS and the loop-level terms."""
+    t, op = target_view(signals, actions), _op(actions)
+    b = attribution(t, op, signals, config)
+    pbrs_paid, phi_now = pbrs(t, reward_state.phi_prev, config)
+    components = {
+        "attribution": b,
+        "blending_warning": blending_warning(t, config),
+        "probation": probation_indecision(t, op, b, config),
+        "pbrs": pbrs_paid,
+        "rent": rent(_f32(signals, "seed_params"), _f32(signals, "host_params"),
+                     config.rent_weight, config.max_rent),
+        "action_shaping": action_shaping(t, op, config),
+        "terminal": contribution_terminal(signals, config),
+        **loop_terms(signals, config),
+    }
+    new_state = RewardState(next_phi_prev(signals, t, op, reward_state.phi_prev, phi_now, config))
+    return _finish(components, new_state)
+
+
+# ------------------------------------------------------------------------------------------
+# §12.6 SPARSE and MINIMAL
+# ------------------------------------------------------------------------------------------
+
+
+def sparse_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
+    """scale·clip(host_max_acc/100 − w·total_params/budget, −1, 1) at t == T, else 0."""
+    score = (_f32(signals, "host_max_acc") / 100.0
+             - cfg.param_penalty_weight * (_f32(signals, "seed_params") / cfg.param_budget))
+    value = cfg.sparse_reward_scale * jnp.clip(score, -1.0, 1.0)
+    return jnp.where(_is_terminal(signals), value, 0.0)
+
+
+def sparse(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
+    """SPARSE (§12.6): the terminal score only, plus the loop-level terms. phi_prev is untouched."""
+    components = {"sparse": sparse_terminal(signals, config), **loop_terms(signals, config)}
+    return _finish(components, reward_state)
+
+
+def minimal(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
+    """MINIMAL (§12.6): SPARSE plus −0.1 for culling a seed younger than 5 epochs."""
+    t, op = target_view(signals, actions), _op(actions)
+    early = (op == _OP_CULL) & t.seed & (t.age < config.early_cull_age)
+    components = {
+        "sparse": sparse_terminal(signals, config),
+        "early_cull": jnp.where(early, config.early_cull_penalty, 0.0),
+        **loop_terms(signals, config),
+    }
+    return _finish(components, reward_state)
+
+
+# ------------------------------------------------------------------------------------------
+# §12.7 LOSS family
+# ------------------------------------------------------------------------------------------
+
+
+def loss_progress(signals: Signals, cfg: RewardConfig) -> jax.Array:
+    """[fix] +5·x for x = clip(loss_delta/std, −5, 5), halved when x < 0; 0 when not finite."""
+    delta = _f32(signals, "loss_delta")
+    finite = jnp.isfinite(delta)
+    x = jnp.clip(jnp.where(finite, delta, 0.0) / cfg.typical_loss_delta_std,
+                 -cfg.max_loss_delta, cfg.max_loss_delta)
+    x = jnp.where(x < 0, cfg.regression_penalty_scale * x, x)
+    return jnp.where(finite, cfg.loss_delta_weight * x, 0.0)
+
+
+def loss_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
+    """At t == T: clip((baseline − val_loss)/(baseline − target), 0, 1)·weight (0 if val_loss is not finite)."""
+    val_loss = _f32(signals, "val_loss")
+    score = jnp.clip((cfg.baseline_loss - val_loss) / (cfg.baseline_loss - cfg.target_loss), 0.0, 1.0)
+    applies = _is_terminal(signals) & jnp.isfinite(val_loss)
+    return jnp.where(applies, cfg.terminal_loss_weight * score, 0.0)
+
+
+def loss(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
+    """The LOSS family (§12.7): progress, rent after a grace period, stage term, terminal."""
+    t = target_view(signals, actions)
+    in_grace = t.seed & (t.age < config.grace_epochs)
+    compute_rent = rent(_f32(signals, "seed_params"), _f32(signals, "host_params"),
+                        config.compute_rent_weight, config.max_rent_penalty)
+    stage_term = config.stage_potential_weight * (
+        config.gamma * stage_potential(t.stage, config) - stage_potential(t.previous_stage, config))
+    components = {
+        "loss_progress": loss_progress(signals, config),
+        "rent": jnp.where(in_grace, 0.0, compute_rent),
+        "stage": jnp.where(t.seed, stage_term, 0.0),
+        "terminal": loss_terminal(signals, config),
+        **loop_terms(signals, config),
+    }
+    return _finish(components, reward_state)
+
+
+# ------------------------------------------------------------------------------------------
+# §12.1 dispatch
+# ------------------------------------------------------------------------------------------
+
+REWARD_FNS: Mapping[str, RewardFn] = {"shaped": shaped, "sparse": sparse, "minimal": minimal, "loss": loss}
+
+
+def get_reward_fn(name: str) -> RewardFn:
+    """The reward function called `name` (shaped, sparse, minimal or loss)."""
+    key = str(getattr(name, "value", name)).lower()
+    if key not in REWARD_FNS:
+        raise ValueError(f"unknown reward function {name!r}; available: {list(REWARD_FNS)}")
+    return REWARD_FNS[key]
+
+
+def dispatch(config_or_family: Any, mode: str | None = None) -> RewardFn:
+    """§12.1: contribution + shaped/sparse/minimal -> that mode; loss (shaped only) -> loss.
+
+    Accepts a TrainingConfig (its reward_family / reward_mode) or a family name plus a mode.
+    """
+    if hasattr(config_or_family, "reward_family"):
+        family, mode = config_or_family.reward_family, config_or_family.reward_mode
+    else:
+        family = config_or_family
+    family = str(getattr(family, "value", family)).lower()
+    mode = "shaped" if mode is None else str(getattr(mode, "value", mode)).lower()
+    if family == "loss":
+        if mode != "shaped":
+            raise ValueError(f"reward_mode applies only to contribution rewards (reward_family='loss' with "
+                             f"reward_mode={mode!r})")
+        return loss
+    if family != "contribution":
+        raise ValueError(f"reward_family must be one of ['contribution', 'loss'] (got {family!r})")
+    if mode not in ("shaped", "sparse", "minimal"):
+        raise ValueError(f"reward_mode must be one of ['shaped', 'sparse', 'minimal'] (got {mode!r})")
+    return REWARD_FNS[mode]
+
+
+__all__ = [
+    "LOSS_TASK_VALUES", "LossTaskValues", "REWARD_FNS", "RewardConfig", "RewardState", "STAGE_POTENTIALS",
+    "Target", "action_shaping", "attribution", "cull_shaping", "dispatch", "fossilize_shaping",
+    "get_reward_fn", "init_reward_state", "loss", "loss_task_values", "minimal", "potential", "rent",
+    "shaped", "sparse", "stage_potential", "target_view",
+]
