@@ -1,0 +1,316 @@
+"""shapes10: an offline, procedurally generated stand-in for CIFAR-10 (SPEC §6.6).
+
+Every image is rendered from a small set of per-sample *latents* (a NamedTuple of tensors):
+a textured object (shape, stripe wave vector and phase, two palette colours) on a cluttered
+background (a random colour, Gaussian blobs, a faint distractor grating) plus pixel noise.
+A class fixes four attributes of the object:
+
+    shape (disk, square, triangle, ring, cross), stripe orientation (vertical, horizontal,
+    diagonal with a random sign), stripe frequency (low, high) and palette (warm, cool, green),
+
+and each attribute is, with a small probability, redrawn uniformly (class overlap). Everything
+else is nuisance. Every nuisance distribution and every class's attribute set is symmetric under
+a horizontal flip, and objects are small enough to survive a 4-pixel shift, so the training
+augmentation never changes a class (tests check the renderer's flip and shift equivariance).
+
+The data is a pure function of (data_seed, sizes, device type): latents are drawn in fixed-size
+chunks from a torch.Generator on the target device, seeded by `mix_seed(data_seed, split)`, so
+the test split is independent of the training split and of its size. Images are normalised per
+channel with statistics of the training split (rounded to 1e-4, so they are bit-stable).
+
+`python -m hosts.shapes10 --measure` reproduces the difficulty numbers of §6.6.5.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from hosts.seeding import make_generator
+
+NUM_CLASSES = 10
+IMAGE_SIZE = 32
+CHUNK = 2048  # latents are drawn CHUNK samples at a time: part of the definition of the data
+TRAIN_STREAM, TEST_STREAM, LABEL_STREAM = 0, 1, 2
+
+# Class table: (shape, orientation, frequency, palette) per class. Every single attribute value is
+# shared by several classes, so a class is a conjunction of attributes.
+SHAPES = ("disk", "square", "triangle", "ring", "cross")
+ORIENTATIONS = ("vertical", "horizontal", "diagonal")
+FREQUENCIES = ("low", "high")
+PALETTES = ("warm", "cool", "green")
+CLASS_TABLE: tuple[tuple[int, int, int, int], ...] = (
+    (0, 0, 0, 0),  # disk, vertical, low, warm
+    (0, 1, 1, 1),  # disk, horizontal, high, cool
+    (1, 0, 1, 2),  # square, vertical, high, green
+    (1, 2, 0, 0),  # square, diagonal, low, warm
+    (2, 1, 0, 2),  # triangle, horizontal, low, green
+    (2, 2, 1, 1),  # triangle, diagonal, high, cool
+    (3, 0, 1, 0),  # ring, vertical, high, warm
+    (3, 1, 0, 1),  # ring, horizontal, low, cool
+    (4, 2, 0, 2),  # cross, diagonal, low, green
+    (4, 1, 1, 0),  # cross, horizontal, high, warm
+)
+
+
+class Knobs(NamedTuple):
+    """Difficulty knobs of the generator (the defaults are the task definition)."""
+
+    confusion: float = 0.15  # probability that each class attribute is redrawn uniformly
+    radius: tuple[float, float] = (0.30, 0.55)  # object size, in units of the half image width
+    center: float = 0.25  # |object centre| <= this, per axis (image spans [-1, 1])
+    angle_jitter: float = 0.20  # std of the stripe orientation, radians
+    freq_jitter: float = 0.15  # relative spread of the stripe frequency
+    hue_jitter: float = 0.06  # std of the palette hue (hue in [0, 1))
+    blobs: int = 3  # background clutter blobs
+    blob_strength: float = 0.6
+    distractor: float = 0.25  # max amplitude of the background grating
+    noise: float = 0.10  # pixel noise std (before normalisation)
+
+
+DEFAULT_KNOBS = Knobs()
+
+PERIOD_PX = {"low": 8.0, "high": 4.0}  # stripe period in pixels
+PALETTE_HUES = {"warm": 0.03, "cool": 0.60, "green": 0.33}
+PIXEL = 2.0 / IMAGE_SIZE  # one pixel in image coordinates
+EDGE = 0.04  # soft edge width of the object mask, image units
+
+
+class Latents(NamedTuple):
+    labels: torch.Tensor  # [n] int64
+    shape: torch.Tensor  # [n] int64 index into SHAPES
+    center: torch.Tensor  # [n, 2] (x, y)
+    radius: torch.Tensor  # [n]
+    wave: torch.Tensor  # [n, 2] stripe wave vector (kx, ky), radians per unit
+    phase: torch.Tensor  # [n]
+    color_a: torch.Tensor  # [n, 3] stripe colours
+    color_b: torch.Tensor  # [n, 3]
+    background: torch.Tensor  # [n, 3]
+    blob_center: torch.Tensor  # [n, K, 2]
+    blob_sigma: torch.Tensor  # [n, K]
+    blob_color: torch.Tensor  # [n, K, 3]
+    distract_wave: torch.Tensor  # [n, 2], anchored at the image origin
+    distract_phase: torch.Tensor  # [n]
+    distract_amp: torch.Tensor  # [n]
+    noise: torch.Tensor  # [n, 3, H, W]
+
+
+# ------------------------------------------------------------------------------------------
+# sampling latents
+# ------------------------------------------------------------------------------------------
+
+
+def _uniform(gen: torch.Generator, shape, low: float, high: float, device) -> torch.Tensor:
+    return torch.rand(shape, generator=gen, device=device) * (high - low) + low
+
+
+def _hsv_to_rgb(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """HSV in [0,1] -> RGB [..., 3], vectorised."""
+    k = torch.tensor([5.0, 3.0, 1.0], device=h.device)
+    kk = torch.remainder(k + h.unsqueeze(-1) * 6.0, 6.0)
+    ramp = torch.clamp(torch.minimum(kk, 4.0 - kk), 0.0, 1.0)
+    return v.unsqueeze(-1) - (v * s).unsqueeze(-1) * ramp
+
+
+def _class_attributes(labels: torch.Tensor, gen: torch.Generator, knobs: Knobs) -> torch.Tensor:
+    """[n, 4] attribute indices: the class's own, each redrawn uniformly with probability `confusion`."""
+    table = torch.tensor(CLASS_TABLE, device=labels.device)
+    attrs = table[labels]
+    sizes = torch.tensor([len(SHAPES), len(ORIENTATIONS), len(FREQUENCIES), len(PALETTES)], device=labels.device)
+    n = labels.shape[0]
+    redraw = torch.rand((n, 4), generator=gen, device=labels.device) < knobs.confusion
+    random_attr = (torch.rand((n, 4), generator=gen, device=labels.device) * sizes).long()
+    return torch.where(redraw, random_attr, attrs)
+
+
+def _wave_vectors(orient: torch.Tensor, freq: torch.Tensor, gen, knobs: Knobs) -> torch.Tensor:
+    n, device = orient.shape[0], orient.device
+    base = torch.tensor([0.0, math.pi / 2, math.pi / 4], device=device)[orient]
+    sign = torch.where(torch.rand(n, generator=gen, device=device) < 0.5, -1.0, 1.0)
+    diagonal = orient == 2
+    angle = torch.where(diagonal, base * sign, base)
+    angle = angle + torch.randn(n, generator=gen, device=device) * knobs.angle_jitter
+    periods = torch.tensor([PERIOD_PX[f] for f in FREQUENCIES], device=device)[freq]
+    spread = _uniform(gen, n, 1.0 - knobs.freq_jitter, 1.0 + knobs.freq_jitter, device)
+    k = 2.0 * math.pi / (periods * PIXEL) * spread
+    return torch.stack([k * torch.cos(angle), k * torch.sin(angle)], dim=-1)
+
+
+def _palette_colors(palette: torch.Tensor, gen, knobs: Knobs) -> tuple[torch.Tensor, torch.Tensor]:
+    n, device = palette.shape[0], palette.device
+    hue = torch.tensor([PALETTE_HUES[p] for p in PALETTES], device=device)[palette]
+    hue = hue + torch.randn(n, generator=gen, device=device) * knobs.hue_jitter
+    sat = _uniform(gen, n, 0.55, 1.0, device)
+    val = _uniform(gen, n, 0.65, 1.0, device)
+    color_a = _hsv_to_rgb(hue, sat, val)
+    color_b = _hsv_to_rgb(hue + 0.07, sat, val * _uniform(gen, n, 0.15, 0.45, device))
+    return color_a, color_b
+
+
+def _background(n: int, gen, knobs: Knobs, device) -> tuple[torch.Tensor, ...]:
+    bg = _hsv_to_rgb(
+        torch.rand(n, generator=gen, device=device),
+        _uniform(gen, n, 0.0, 0.5, device),
+        _uniform(gen, n, 0.2, 0.8, device),
+    )
+    k = knobs.blobs
+    blob_center = _uniform(gen, (n, k, 2), -1.0, 1.0, device)
+    blob_sigma = _uniform(gen, (n, k), 0.10, 0.35, device)
+    blob_color = _hsv_to_rgb(
+        torch.rand((n, k), generator=gen, device=device),
+        _uniform(gen, (n, k), 0.3, 1.0, device),
+        _uniform(gen, (n, k), 0.3, 1.0, device),
+    ) - bg.unsqueeze(1)
+    blob_color = blob_color * knobs.blob_strength
+    angle = torch.rand(n, generator=gen, device=device) * math.pi
+    k_d = 2.0 * math.pi / (_uniform(gen, n, 3.0, 10.0, device) * PIXEL)
+    distract_wave = torch.stack([k_d * torch.cos(angle), k_d * torch.sin(angle)], dim=-1)
+    distract_phase = torch.rand(n, generator=gen, device=device) * 2.0 * math.pi
+    distract_amp = torch.rand(n, generator=gen, device=device) * knobs.distractor
+    return bg, blob_center, blob_sigma, blob_color, distract_wave, distract_phase, distract_amp
+
+
+def sample_latents(labels: torch.Tensor, gen: torch.Generator, knobs: Knobs = DEFAULT_KNOBS) -> Latents:
+    """Latents for the given labels, drawn from `gen` (on the labels' device)."""
+    n, device = labels.shape[0], labels.device
+    attrs = _class_attributes(labels, gen, knobs)
+    shape, orient, freq, palette = attrs.unbind(dim=1)
+    center = _uniform(gen, (n, 2), -knobs.center, knobs.center, device)
+    radius = _uniform(gen, n, knobs.radius[0], knobs.radius[1], device)
+    wave = _wave_vectors(orient, freq, gen, knobs)
+    phase = torch.rand(n, generator=gen, device=device) * 2.0 * math.pi
+    color_a, color_b = _palette_colors(palette, gen, knobs)
+    background = _background(n, gen, knobs, device)
+    noise = torch.randn((n, 3, IMAGE_SIZE, IMAGE_SIZE), generator=gen, device=device) * knobs.noise
+    return Latents(labels, shape, center, radius, wave, phase, color_a, color_b, *background, noise)
+
+
+# ------------------------------------------------------------------------------------------
+# rendering (a pure function of the latents)
+# ------------------------------------------------------------------------------------------
+
+
+def _grid(device) -> tuple[torch.Tensor, torch.Tensor]:
+    coords = (torch.arange(IMAGE_SIZE, device=device, dtype=torch.float32) + 0.5) * PIXEL - 1.0
+    yy, xx = torch.meshgrid(coords, coords, indexing="ij")
+    return xx, yy
+
+
+def _shape_sdf(shape: torch.Tensor, px: torch.Tensor, py: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """Signed distance (negative inside) of each sample's shape; every shape is mirror-symmetric in x."""
+    ax, ay = px.abs(), py.abs()
+    dist = torch.sqrt(px * px + py * py)
+    disk = dist - r
+    square = torch.maximum(ax, ay) - 0.85 * r
+    triangle = torch.maximum(py - 0.6 * r, 0.866 * ax - 0.5 * py - 0.6 * r)
+    ring = (dist - 0.8 * r).abs() - 0.3 * r
+    cross = torch.minimum(
+        torch.maximum(ax - 0.3 * r, ay - r), torch.maximum(ax - r, ay - 0.3 * r)
+    )
+    stacked = torch.stack([disk, square, triangle, ring, cross], dim=1)
+    return stacked.gather(1, shape.view(-1, 1, 1, 1).expand(-1, 1, *px.shape[1:])).squeeze(1)
+
+
+def render(lat: Latents) -> torch.Tensor:
+    """Raw (un-normalised) float32 images [n, 3, H, W] for the latents."""
+    xx, yy = _grid(lat.center.device)
+    px = xx - lat.center[:, 0, None, None]
+    py = yy - lat.center[:, 1, None, None]
+    r = lat.radius[:, None, None]
+    sdf = _shape_sdf(lat.shape, px, py, r)
+    mask = torch.sigmoid(-sdf / EDGE).unsqueeze(1)
+    stripes = torch.sin(lat.wave[:, 0, None, None] * px + lat.wave[:, 1, None, None] * py + lat.phase[:, None, None])
+    t = (0.5 + 0.5 * stripes).unsqueeze(1)
+    color = lambda c: c[:, :, None, None]  # noqa: E731
+    fg = color(lat.color_a) * t + color(lat.color_b) * (1.0 - t)
+    bg = color(lat.background).expand(-1, -1, IMAGE_SIZE, IMAGE_SIZE)
+    dx = xx - lat.blob_center[..., 0, None, None]  # [n, K, H, W]
+    dy = yy - lat.blob_center[..., 1, None, None]
+    weight = torch.exp(-(dx * dx + dy * dy) / (2.0 * lat.blob_sigma[..., None, None] ** 2))
+    bg = bg + torch.einsum("nkhw,nkc->nchw", weight, lat.blob_color)
+    grating = torch.sin(
+        lat.distract_wave[:, 0, None, None] * xx + lat.distract_wave[:, 1, None, None] * yy
+        + lat.distract_phase[:, None, None]
+    )
+    bg = bg + (lat.distract_amp[:, None, None] * grating).unsqueeze(1)
+    return mask * fg + (1.0 - mask) * bg + lat.noise
+
+
+# ------------------------------------------------------------------------------------------
+# equivariance helpers (used by the tests): the flipped / shifted image of the same latent sample
+# ------------------------------------------------------------------------------------------
+
+
+def flip_latents(lat: Latents) -> Latents:
+    """Latents whose rendering is the horizontal mirror image; the class attributes are unchanged."""
+    neg_x = torch.tensor([-1.0, 1.0], device=lat.center.device)
+    return lat._replace(
+        center=lat.center * neg_x,
+        wave=lat.wave * neg_x,
+        blob_center=lat.blob_center * neg_x,
+        distract_wave=lat.distract_wave * neg_x,
+        noise=torch.flip(lat.noise, dims=(3,)),
+    )
+
+
+def shift_latents(lat: Latents, dy: int, dx: int) -> Latents:
+    """Latents whose rendering is the image shifted by (dy, dx) pixels (valid away from the border)."""
+    offset = torch.tensor([dx * PIXEL, dy * PIXEL], device=lat.center.device)
+    phase = lat.distract_phase - (lat.distract_wave * offset).sum(dim=-1)
+    return lat._replace(
+        center=lat.center + offset,
+        blob_center=lat.blob_center + offset,
+        distract_phase=phase,
+        noise=torch.roll(lat.noise, shifts=(dy, dx), dims=(2, 3)),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# the dataset
+# ------------------------------------------------------------------------------------------
+
+
+def balanced_labels(n: int, gen: torch.Generator, device) -> torch.Tensor:
+    """int64 [n]: class c appears n // 10 (+1 for the first n % 10 classes) times, in shuffled order."""
+    labels = torch.arange(n, device=device) % NUM_CLASSES
+    return labels[torch.randperm(n, generator=gen, device=device)]
+
+
+def raw_split(n: int, data_seed: int, stream: int, device, knobs: Knobs = DEFAULT_KNOBS):
+    """(raw images [n,3,32,32] float32, labels [n] int64) of one split, rendered chunk by chunk."""
+    device = torch.device(device)
+    labels = balanced_labels(n, make_generator(device, data_seed, stream, LABEL_STREAM), device)
+    gen = make_generator(device, data_seed, stream)
+    images = torch.empty((n, 3, IMAGE_SIZE, IMAGE_SIZE), device=device)
+    for start in range(0, n, CHUNK):
+        stop = min(start + CHUNK, n)
+        images[start:stop] = render(sample_latents(labels[start:stop], gen, knobs))
+    return images, labels
+
+
+def channel_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel mean and std in float64, rounded to 1e-4 (bit-stable across thread counts)."""
+    flat = images.transpose(0, 1).reshape(3, -1).double()
+    mean = flat.mean(dim=1)
+    std = flat.std(dim=1)
+    return torch.round(mean * 1e4) / 1e4, torch.round(std * 1e4) / 1e4
+
+
+def generate(
+    n_train: int = 50_000,
+    n_test: int = 10_000,
+    data_seed: int = 0,
+    device: torch.device | str = "cpu",
+    knobs: Knobs = DEFAULT_KNOBS,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x_train, y_train, x_test, y_test): normalised float32 images and int64 labels on `device`."""
+    x_train, y_train = raw_split(n_train, data_seed, TRAIN_STREAM, device, knobs)
+    x_test, y_test = raw_split(n_test, data_seed, TEST_STREAM, device, knobs)
+    mean, std = channel_stats(x_train)
+    mean = mean.float().view(1, 3, 1, 1)
+    std = std.float().view(1, 3, 1, 1)
+    x_train.sub_(mean).div_(std)
+    x_test.sub_(mean).div_(std)
+    return x_train, y_train, x_test, y_test

@@ -1,0 +1,113 @@
+"""The task table of SPEC §6.1: one frozen `TaskSpec` per task.
+
+A TaskSpec names the topology, the host preset (`build_host()` returns a fresh host), the loop's
+per-env batch, the task's own max_epochs (which sets dwell and the probation timeout; the spec
+itself is the `task_config` handed to SeedSlot / MorphogeneticModel, so it carries `max_epochs`
+and `blending_steps`), the learning rates, the default `max_train_batches`, the governor's
+random-guess loss and the LOSS-family reward constants.
+
+    >>> get_task("CIFAR10").batch_size
+    512
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from torch import nn
+
+from esper_fx import contracts as C
+from hosts.cnn import CNNHost
+from hosts.transformer import TransformerHost
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    topology: str  # "cnn" | "transformer"
+    kind: str  # "classification" | "lm"
+    host_factory: Callable[[], nn.Module]
+    batch_size: int  # per-env batch in the loop (batch_size_per_env overrides it)
+    max_epochs: int  # the task's own: dwell = max(1, int(0.1·max_epochs)), timeout = max(5, ...)
+    max_train_batches: int | None  # default training steps per epoch (None = all)
+    random_guess_loss: float  # governor R, nats
+    num_classes: int | None = None  # classification
+    vocab_size: int | None = None  # lm
+    block_size: int | None = None  # lm: tokens per item (x and y)
+    host_lr: float = C.HOST_LR
+    seed_lr: float = C.SEED_LR
+    blending_steps: int = C.DEFAULT_BLENDING_TOTAL_STEPS
+    # LOSS-family reward constants (§12.7)
+    typical_loss_delta_std: float = 0.05
+    baseline_loss: float = 2.3
+    target_loss: float = 0.3
+    compute_rent_weight: float = 0.05
+
+    def build_host(self) -> nn.Module:
+        """A freshly initialised host (uses the global torch RNG, which the loop seeds per env)."""
+        return self.host_factory()
+
+    @property
+    def num_slots(self) -> int:
+        return C.TASK_NUM_SLOTS[self.name]
+
+    @property
+    def output_size(self) -> int:
+        """Width of the host's output: classes or vocabulary."""
+        return self.num_classes if self.kind == "classification" else self.vocab_size
+
+
+def _cifar10_host() -> nn.Module:
+    return CNNHost(num_classes=10, base_channels=8, n_blocks=3)
+
+
+def _cifar10_deep_host() -> nn.Module:
+    return CNNHost(num_classes=10, base_channels=8, n_blocks=5, pool_layers=5)
+
+
+def _tinystories_host() -> nn.Module:
+    return TransformerHost(vocab_size=50257, n_embd=384, n_head=6, n_layer=6, block_size=256, dropout=0.1)
+
+
+def _pytext_host() -> nn.Module:
+    return TransformerHost(vocab_size=256, n_embd=128, n_head=4, n_layer=3, block_size=128, dropout=0.1)
+
+
+_CNN_COMMON = dict(topology="cnn", kind="classification", max_epochs=25, max_train_batches=None,
+                   random_guess_loss=math.log(10), num_classes=10)
+_LM_LOSS = dict(typical_loss_delta_std=0.15, compute_rent_weight=0.01)
+
+# pytext's host lr: 0.01 reaches a val loss <= 3.5 nats/byte within 25 epochs of 32 batches (§6.7.6);
+# see hosts/measure.py and the README for the measurement.
+PYTEXT_LR = 0.01
+
+_TASKS: dict[str, TaskSpec] = {
+    "cifar10": TaskSpec(name="cifar10", host_factory=_cifar10_host, batch_size=512, **_CNN_COMMON),
+    "cifar10_deep": TaskSpec(name="cifar10_deep", host_factory=_cifar10_deep_host, batch_size=128, **_CNN_COMMON),
+    "shapes10": TaskSpec(name="shapes10", host_factory=_cifar10_host, batch_size=512, **_CNN_COMMON),
+    "tinystories": TaskSpec(
+        name="tinystories", topology="transformer", kind="lm", host_factory=_tinystories_host,
+        batch_size=32, max_epochs=50, max_train_batches=None, random_guess_loss=math.log(50257),
+        vocab_size=50257, block_size=256, baseline_loss=10.8, target_loss=3.5, **_LM_LOSS,
+    ),
+    "pytext": TaskSpec(
+        name="pytext", topology="transformer", kind="lm", host_factory=_pytext_host,
+        batch_size=16, max_epochs=25, max_train_batches=32, random_guess_loss=math.log(256),
+        vocab_size=256, block_size=128, host_lr=PYTEXT_LR, seed_lr=PYTEXT_LR,
+        baseline_loss=5.5, target_loss=1.5, **_LM_LOSS,
+    ),
+}
+
+
+def task_names() -> tuple[str, ...]:
+    return tuple(_TASKS)
+
+
+def get_task(name: str) -> TaskSpec:
+    """The task of that name (case-insensitive); ValueError listing the known tasks otherwise."""
+    key = str(getattr(name, "value", name)).lower()
+    if key not in _TASKS:
+        raise ValueError(f"unknown task {name!r}; available tasks: {list(task_names())}")
+    return _TASKS[key]
