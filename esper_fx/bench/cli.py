@@ -10,6 +10,7 @@ fails is recorded as {"error": "..."} and the exit status is 1; a bad device cho
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib
 import json
@@ -18,7 +19,7 @@ import platform
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 # name -> module under esper_fx.bench whose `run(settings) -> dict` measures it (imported on demand, so
 # one benchmark whose dependencies are missing does not stop the others)
@@ -62,6 +63,31 @@ def run_one(name: str, settings: Any) -> dict:
         return {"error": f"{type(err).__name__}: {err}"}
 
 
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op thread count set to `n` (0 leaves it) for the block, restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n > 0:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_all(names: Sequence[str], settings: Any) -> dict[str, dict]:
+    import jax
+
+    results: dict[str, dict] = {}
+    with jax.default_device(settings.device.jax_device):
+        for name in names:
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            results[name] = run_one(name, settings)
+    return results
+
+
 def meta(settings: Any, args: argparse.Namespace) -> dict:
     import jax
     import torch
@@ -93,19 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     settings = BenchSettings(device=device, quick=args.quick, seed=args.seed)
-    if args.torch_threads > 0:
-        import torch
-
-        torch.set_num_threads(args.torch_threads)
-    info = meta(settings, args)
     names = [n for n in BENCHMARKS if args.only is None or n in args.only]
-    import jax
-
-    results: dict[str, dict] = {}
-    with jax.default_device(device.jax_device):
-        for name in names:
-            print(f"running {name} ...", file=sys.stderr, flush=True)
-            results[name] = run_one(name, settings)
+    with torch_threads(args.torch_threads):
+        info = meta(settings, args)
+        results = run_all(names, settings)
     info["load_average_end"] = list(os.getloadavg())
     print_results(results)
     if args.json is not None:

@@ -3,13 +3,14 @@
 A benchmark ratio only means something if both sides do the same work, so every `act` / `update`
 benchmark run records these differences next to its timings, and tests/esper_fx/test_bench.py asserts
 them: with the JAX parameters copied into the torch network, logits, values and carries agree on random
-inputs (full-sequence scan and single step), and one PPO update from the same rollout gives the same
+inputs (a full-sequence scan, and one acting step through `rl.ppo.act`), and one PPO update from the same rollout gives the same
 loss terms and the same parameters afterwards.
 """
 
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -23,37 +24,57 @@ from rl import ppo
 LOSS_TERMS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl")
 
 
+def _cpu(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
 def _max_abs(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
 
 
+def act_differences(pair: F.ControllerPair, seed: int, n_envs: int = 4) -> dict[str, float]:
+    """Max |JAX − torch| over one acting step through `rl.ppo.act` (the jitted path the benchmark times):
+    the value, the new carry, and the per-head log-probs of the actions JAX sampled."""
+    rng = np.random.default_rng(seed)
+    obs = F.random_obs(rng, n_envs)
+    masks = F.default_masks(n_envs)
+    out = ppo.act(pair.state, jnp.asarray(obs), F.jax_masks(masks), pair.network.initial_carry(n_envs),
+                  jax.random.PRNGKey(seed))
+    device = next(pair.torch_net.parameters()).device
+    obs_t, = F.torch_tensors([obs], device)
+    with torch.no_grad():
+        logits, value, carry = pair.torch_net.step(obs_t, pair.torch_net.initial_carry(n_envs, device),
+                                                   F.torch_tensors(masks, device))
+        actions = torch.from_numpy(np.asarray(out.actions, np.int64)).to(device)
+        log_probs = T.heads_log_prob(logits, actions)
+    return {
+        "log_probs": _max_abs(out.log_probs, _cpu(log_probs)),
+        "value": _max_abs(out.value, _cpu(value)),
+        "carry": max(_max_abs(a, _cpu(b)) for a, b in zip(out.carry, carry)),
+    }
+
+
+@partial(jax.jit, static_argnames=("network",))
+def _apply(network, params, obs, carry, masks):
+    return network.apply({"params": params}, obs, carry, masks)
+
+
 def forward_differences(pair: F.ControllerPair, seed: int, n_envs: int = 4,
                         seq_len: int = F.EPISODE_LENGTH) -> dict[str, float]:
-    """Max |JAX − torch| of masked logits, values and final carries: a full-sequence scan and one step."""
+    """Max |JAX − torch| of masked logits, values and final carries over a full-sequence scan from zeros."""
     rng = np.random.default_rng(seed)
     obs = F.random_obs(rng, n_envs, seq_len)
     masks = F.default_masks(n_envs, (seq_len,))
-    params = {"params": pair.state.params}
-    carry0 = pair.network.initial_carry(n_envs)
-    out, carry = pair.network.apply(params, jnp.asarray(obs), carry0, F.jax_masks(masks))
-    step_masks = tuple(m[:, 0] for m in masks)
-    step_out, step_carry = pair.network.apply(params, jnp.asarray(obs[:, 0]), carry0, F.jax_masks(step_masks),
-                                              method=pair.network.step)
+    out, carry = _apply(pair.network, pair.state.params, jnp.asarray(obs), pair.network.initial_carry(n_envs),
+                        F.jax_masks(masks))
     device = next(pair.torch_net.parameters()).device
     with torch.no_grad():
         t_logits, t_value, t_carry = pair.torch_net(F.torch_tensors([obs], device)[0], None,
                                                     F.torch_tensors(masks, device))
-        s_logits, s_value, s_carry = pair.torch_net.step(F.torch_tensors([obs[:, 0]], device)[0],
-                                                         pair.torch_net.initial_carry(n_envs, device),
-                                                         F.torch_tensors(step_masks, device))
-    cpu = lambda t: t.detach().cpu().numpy()  # noqa: E731
     return {
-        "logits": max(_max_abs(a, cpu(b)) for a, b in zip(out.logits, t_logits)),
-        "value": _max_abs(out.value, cpu(t_value)),
-        "carry": max(_max_abs(a, cpu(b)) for a, b in zip(carry, t_carry)),
-        "step_logits": max(_max_abs(a, cpu(b)) for a, b in zip(step_out.logits, s_logits)),
-        "step_value": _max_abs(step_out.value, cpu(s_value)),
-        "step_carry": max(_max_abs(a, cpu(b)) for a, b in zip(step_carry, s_carry)),
+        "logits": max(_max_abs(a, _cpu(b)) for a, b in zip(out.logits, t_logits)),
+        "value": _max_abs(out.value, _cpu(t_value)),
+        "carry": max(_max_abs(a, _cpu(b)) for a, b in zip(carry, t_carry)),
     }
 
 
@@ -62,7 +83,7 @@ def _param_difference(jax_params, torch_net: T.TorchActorCritic) -> float:
     mirror = T.TorchActorCritic(F.OBS_DIM, F.NUM_SLOTS, F.NUM_BLUEPRINTS)
     T.load_flax_params(mirror, jax.device_get(jax_params))
     theirs = dict(torch_net.named_parameters())
-    return max(_max_abs(p.detach().numpy(), theirs[name].detach().cpu().numpy())
+    return max(_max_abs(p.detach().numpy(), _cpu(theirs[name]))
                for name, p in mirror.named_parameters())
 
 
