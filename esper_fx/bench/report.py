@@ -41,6 +41,10 @@ def fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _fmt_ratio(value: float, share: bool) -> str:
+    return f"{100 * value:.2f}%" if share else f"{value:.2f}×"
+
+
 def table_rows(results: dict[str, Any]) -> Iterable[tuple[str, ...]]:
     for name, result in results.items():
         if "error" in result:
@@ -57,7 +61,7 @@ def table_rows(results: dict[str, Any]) -> Iterable[tuple[str, ...]]:
                 _spread(measured),
                 cols["reference"],
                 fmt_seconds(reference["median_s"]),
-                f"{case['ratio']:.2f}×",
+                _fmt_ratio(case["ratio"], result.get("ratio_is_share", False)),
             )
 
 
