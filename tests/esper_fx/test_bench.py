@@ -190,3 +190,26 @@ def test_interleaved_measurement_prepares_and_times_every_candidate_each_repetit
 def test_cuda_request_without_a_gpu_exits_with_status_2(capsys):
     assert main(["--device", "cuda", "--only", "bridge"]) == 2
     assert "cuda" in capsys.readouterr().err.lower()
+
+
+def _jax_has_gpu() -> bool:
+    import jax
+
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_quick_run_gives_finite_figures_and_a_zero_copy_bridge(tmp_path):
+    if not _jax_has_gpu():
+        pytest.skip("JAX has no GPU backend here")
+    path = tmp_path / "bench_cuda.json"
+    assert main(["--quick", "--device", "cuda", "--only", "act", "update", "bridge", "--json", str(path)]) == 0
+    results = json.loads(path.read_text())
+    assert results["meta"]["device"] == "cuda"
+    assert results["bridge"]["zero_copy"] is True
+    for name in ("act", "update", "bridge"):
+        assert all(math.isfinite(x) for x in _numbers(results[name]))
