@@ -245,6 +245,7 @@ class Runner:
         self.reward_config = R.RewardConfig.from_training_config(config)
         self.pool = pool
         self.console = console
+        self.device = resolve_policy_device(config.device)
         self.step_fn = make_step(controller, reward_fn, self.reward_config)
         self.bootstrap_fn = make_bootstrap(controller) if controller.learns else None
 
@@ -252,10 +253,12 @@ class Runner:
         cfg, spec, controller = self.config, self.spec, self.controller
         T = cfg.max_epochs
         self.pool.reset(batch_idx, n_active)
-        carry = controller.initial_carry(n_active)
-        reward_state = R.RewardState.init(n_active, spec.num_slots)
-        rollout = new_rollout(spec, carry, n_active) if controller.learns else ()
-        reward_sum = jnp.zeros((n_active,), jnp.float32)
+        # Everything the jitted functions see is committed to the policy device, so jit's cache key
+        # (which includes committedness) is the same at every call and nothing recompiles.
+        carry = self.commit(controller.initial_carry(n_active))
+        reward_state = self.commit(R.RewardState.init(n_active, spec.num_slots))
+        rollout = self.commit(new_rollout(spec, carry, n_active)) if controller.learns else ()
+        reward_sum = self.commit(jnp.zeros((n_active,), jnp.float32))
         reward_norm = learner.reward_norm
         events: list[Event] = []
         components_log: list[dict[str, Any]] = []
@@ -309,6 +312,9 @@ class Runner:
             reward_components=components_log,
         )
         return learner, record
+
+    def commit(self, tree: Any) -> Any:
+        return jax.device_put(tree, self.device)
 
     def end_of_batch(self, learner: LearnerState, rollout: Any, batch_idx: int,
                      panicked: np.ndarray) -> tuple[LearnerState, dict[str, Any] | None]:
@@ -498,6 +504,7 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
                data={"n_batches": n_batches, "start_batch": progress.next_batch_idx})])
     pool = pool if pool is not None else build_pool(config)
     runner = Runner(config, bundle, reward, pool, console)
+    learner = runner.commit(learner)
     last_ckpt: Path | None = None
     try:
         while progress.next_batch_idx < n_batches:

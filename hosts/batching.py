@@ -140,15 +140,16 @@ def augment_batch(
 ) -> torch.Tensor:
     """Pad by 4 with `pad_value` [C], crop HxW at (dy, dx) per sample, then mirror where `flips`.
 
-    images [B, C, H, W]; crops [B, 2] int64 in 0..8; flips [B] bool; all on one device. One gather.
+    images [B, C, H, W]; crops [B, 2] int64 in 0..8; flips [B] bool; all on one device. Equivalent to
+    padding first, but done as one gather from the unpadded images plus a select of the padding value.
     """
     b, c, h, w = images.shape
-    padded = pad_value.to(images.dtype).view(1, c, 1, 1).expand(b, c, h + 2 * PAD, w + 2 * PAD).clone()
-    padded[:, :, PAD : PAD + h, PAD : PAD + w] = images
     ar_h = torch.arange(h, device=images.device)
     ar_w = torch.arange(w, device=images.device)
-    rows = crops[:, 0:1] + ar_h  # [B, H]
-    cols = torch.where(flips.view(b, 1), crops[:, 1:2] + (w - 1) - ar_w, crops[:, 1:2] + ar_w)  # [B, W]
-    flat = (rows.unsqueeze(2) * (w + 2 * PAD) + cols.unsqueeze(1)).view(b, 1, h * w).expand(b, c, h * w)
-    out = torch.gather(padded.view(b, c, -1), 2, flat)
-    return out.view(b, c, h, w)
+    rows = crops[:, 0:1] - PAD + ar_h  # [B, H] source rows, out of range inside the padding
+    cols = crops[:, 1:2] - PAD + torch.where(flips.view(b, 1), (w - 1) - ar_w, ar_w)  # [B, W]
+    inside = ((rows >= 0) & (rows < h)).unsqueeze(2) & ((cols >= 0) & (cols < w)).unsqueeze(1)
+    flat = rows.clamp(0, h - 1).unsqueeze(2) * w + cols.clamp(0, w - 1).unsqueeze(1)
+    index = flat.view(b, 1, h * w).expand(b, c, h * w)
+    out = torch.gather(images.reshape(b, c, h * w), 2, index).view(b, c, h, w)
+    return torch.where(inside.unsqueeze(1), out, pad_value.to(images.dtype).view(1, c, 1, 1))

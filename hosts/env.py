@@ -15,11 +15,13 @@ loop calls, in this order:
 `apply` is `execute_actions` + (optionally) `peek_signals` + `finish_epoch`; the three are public,
 so `peek_signals()` called between the first and the last gives the same post-action bootstrap
 signals as `apply(..., bootstrap=True)` (§7.5). `episode_results()` gives the per-env totals.
+`begin(b)` / `step(actions)` wrap the same calls as the small pool interface of ARCHITECTURE §7.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from typing import Iterable, Sequence
 
@@ -158,6 +160,7 @@ class EnvPool:
         self.batch_index: int | None = None
         self.epoch = 0
         self._phase: str | None = None
+        self._last_ops: tuple[int, ...] = ()
 
     # ---------------------------------------------------------------- simple views
     @property
@@ -231,6 +234,7 @@ class EnvPool:
             with env.stream_context():
                 env.epoch_work = EpochWork.start(env.device)
         for k in range(steps):
+            self.data.fetch_step(k)
             for env in self.envs:
                 with env.stream_context():
                     x, y = self._consume(env, self.data.train_batch(env.index, k))
@@ -293,12 +297,7 @@ class EnvPool:
         for slot_id in self.enabled:
             if env.holds_seed(slot_id):
                 env.slot(slot_id).record_accuracy(rb.val_acc)
-        contributions = {}
-        for slot_id in env.epoch_work.cf_slots:
-            if env.holds_seed(slot_id):
-                c = rb.val_acc - rb.baseline_acc[slot_id]
-                env.slot(slot_id).set_contribution(c)
-                contributions[slot_id] = (env.seed_id(slot_id), c)
+        contributions = self._record_contributions(env, rb)
         self._update_gradient_ratios(env, rb)
         reports = env.model.slot_reports()
         active, _ = count_seeds(reports, self.enabled)
@@ -307,6 +306,16 @@ class EnvPool:
         env.metrics = EpochMetrics(t, self.steps_per_epoch, rb.train_loss, rb.train_acc, rb.val_loss, rb.val_acc,
                                    dict(rb.baseline_acc), env.epoch_work.cf_slots, contributions, panic, tracker)
         env.epoch_work = None
+
+    def _record_contributions(self, env: EnvState, rb: EpochReadback) -> dict[str, tuple[str, float]]:
+        """§7.3 phase 6: c = val_acc − baseline_acc[s] for each cf slot that still holds a seed."""
+        contributions = {}
+        for slot_id in env.epoch_work.cf_slots:
+            if env.holds_seed(slot_id):
+                c = rb.val_acc - rb.baseline_acc[slot_id]
+                env.slot(slot_id).set_contribution(c)
+                contributions[slot_id] = (env.seed_id(slot_id), c)
+        return contributions
 
     def _governor_phase(self, env: EnvState, val_loss: float) -> bool:
         """§7.3 phase 4: check; on a panic roll back now; else snapshot after a passing check at t % 5 == 0."""
@@ -338,6 +347,8 @@ class EnvPool:
         for slot_id, (seed_id, ratio, norm) in rb.seeds.items():
             if env.seed_id(slot_id) != seed_id:
                 continue  # emptied by a rollback
+            if not (math.isfinite(ratio) and math.isfinite(norm)):
+                continue  # an overflowed fp16 step (skipped by the scaler) measures nothing
             ema_table[slot_id] = ema = gradients.ratio_ema(ema_table.get(slot_id), ratio)
             slot = env.slot(slot_id)
             slot.set_gradient_ratio(ema)
@@ -414,6 +425,18 @@ class EnvPool:
         self.train_epoch()
         self.validate()
         return self.signals()
+
+    # ---------------------------------------------------------------- the small seam (ARCHITECTURE §7)
+    def begin(self, batch_index: int, n_active: int | None = None) -> dict[str, torch.Tensor]:
+        """reset(b), then the first epoch; returns its signals."""
+        self.reset(batch_index, n_active)
+        return self.run_epoch()
+
+    def step(self, actions) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
+        """apply(actions) (with the bootstrap signals at t == T), then the next epoch's signals (None at T)."""
+        last = self.epoch >= self.max_epochs
+        result = self.apply(actions, bootstrap=last)
+        return result, None if last else self.run_epoch()
 
     # ---------------------------------------------------------------- §7.6 inputs
     def episode_results(self) -> list[EpisodeResult]:

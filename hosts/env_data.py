@@ -46,14 +46,21 @@ class PoolData:
         """The running epoch's plan on `device` (device path): indices [E_run, K, Bpe], crops, flips."""
         return self._plans[torch.device(device)]
 
+    def fetch_step(self, step: int) -> None:
+        """Loader path: take step `step`'s batches of every env from the DataLoader. Call it outside any
+        env stream, so their host-to-device copies are queued on the default stream. No-op on the
+        device path."""
+        if self.on_default_stream and step != self._loader_step:
+            self._loader_batches = next(self._loader_steps)
+            self._loader_step = step
+
     def train_batch(self, env: int, step: int) -> Batch:
-        """Env `env`'s batch of training step `step`, on the env's device."""
+        """Env `env`'s batch of training step `step`, on the env's device (device path: built here, on
+        the caller's stream; loader path: the batch `fetch_step` took)."""
         if not self.on_default_stream:
             device = self.feed.env_devices[env]
             return train_batch(self.feed.data_for_env(env), self._plans[device], env, step)
-        if step != self._loader_step:
-            self._loader_batches = next(self._loader_steps)
-            self._loader_step = step
+        self.fetch_step(step)
         return self._loader_batches[env]
 
     def val_batches(self, env: int) -> Iterator[Batch]:

@@ -61,6 +61,8 @@ class Knobs(NamedTuple):
     confusion: float = 0.15  # probability that each class attribute is redrawn uniformly
     radius: tuple[float, float] = (0.30, 0.55)  # object size, in units of the half image width
     center: float = 0.25  # |object centre| <= this, per axis (image spans [-1, 1])
+    decoys: int = 0  # smaller objects with random attributes, drawn under the class object
+    decoy_radius: tuple[float, float] = (0.15, 0.30)
     angle_jitter: float = 0.20  # std of the stripe orientation, radians
     freq_jitter: float = 0.15  # relative spread of the stripe frequency
     hue_jitter: float = 0.06  # std of the palette hue (hue in [0, 1))
@@ -76,17 +78,20 @@ PERIOD_PX = {"low": 8.0, "high": 4.0}  # stripe period in pixels
 PALETTE_HUES = {"warm": 0.03, "cool": 0.60, "green": 0.33}
 PIXEL = 2.0 / IMAGE_SIZE  # one pixel in image coordinates
 EDGE = 0.04  # soft edge width of the object mask, image units
+ATTRIBUTE_SIZES = (len(SHAPES), len(ORIENTATIONS), len(FREQUENCIES), len(PALETTES))
 
 
 class Latents(NamedTuple):
+    """Per-sample render parameters. Objects [n, M, ...]: object 0 carries the class, 1.. are decoys."""
+
     labels: torch.Tensor  # [n] int64
-    shape: torch.Tensor  # [n] int64 index into SHAPES
-    center: torch.Tensor  # [n, 2] (x, y)
-    radius: torch.Tensor  # [n]
-    wave: torch.Tensor  # [n, 2] stripe wave vector (kx, ky), radians per unit
-    phase: torch.Tensor  # [n]
-    color_a: torch.Tensor  # [n, 3] stripe colours
-    color_b: torch.Tensor  # [n, 3]
+    shape: torch.Tensor  # [n, M] int64 index into SHAPES
+    center: torch.Tensor  # [n, M, 2] (x, y)
+    radius: torch.Tensor  # [n, M]
+    wave: torch.Tensor  # [n, M, 2] stripe wave vector (kx, ky), radians per unit
+    phase: torch.Tensor  # [n, M]
+    color_a: torch.Tensor  # [n, M, 3] stripe colours
+    color_b: torch.Tensor  # [n, M, 3]
     background: torch.Tensor  # [n, 3]
     blob_center: torch.Tensor  # [n, K, 2]
     blob_sigma: torch.Tensor  # [n, K]
@@ -114,38 +119,42 @@ def _hsv_to_rgb(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tens
     return v.unsqueeze(-1) - (v * s).unsqueeze(-1) * ramp
 
 
-def _class_attributes(labels: torch.Tensor, gen: torch.Generator, knobs: Knobs) -> torch.Tensor:
-    """[n, 4] attribute indices: the class's own, each redrawn uniformly with probability `confusion`."""
-    table = torch.tensor(CLASS_TABLE, device=labels.device)
-    attrs = table[labels]
-    sizes = torch.tensor([len(SHAPES), len(ORIENTATIONS), len(FREQUENCIES), len(PALETTES)], device=labels.device)
-    n = labels.shape[0]
-    redraw = torch.rand((n, 4), generator=gen, device=labels.device) < knobs.confusion
-    random_attr = (torch.rand((n, 4), generator=gen, device=labels.device) * sizes).long()
-    return torch.where(redraw, random_attr, attrs)
+def _random_attributes(lead: tuple[int, ...], gen: torch.Generator, device) -> torch.Tensor:
+    sizes = torch.tensor(ATTRIBUTE_SIZES, device=device)
+    return (torch.rand((*lead, 4), generator=gen, device=device) * sizes).long()
+
+
+def _object_attributes(labels: torch.Tensor, gen: torch.Generator, knobs: Knobs) -> torch.Tensor:
+    """[n, M, 4] attribute indices. Object 0: its class's, each redrawn with probability `confusion`;
+    decoys: uniform."""
+    n, device = labels.shape[0], labels.device
+    attrs = torch.tensor(CLASS_TABLE, device=device)[labels]
+    redraw = torch.rand((n, 4), generator=gen, device=device) < knobs.confusion
+    attrs = torch.where(redraw, _random_attributes((n,), gen, device), attrs)
+    decoys = _random_attributes((n, knobs.decoys), gen, device)
+    return torch.cat([attrs.unsqueeze(1), decoys], dim=1)
 
 
 def _wave_vectors(orient: torch.Tensor, freq: torch.Tensor, gen, knobs: Knobs) -> torch.Tensor:
-    n, device = orient.shape[0], orient.device
+    lead, device = orient.shape, orient.device
     base = torch.tensor([0.0, math.pi / 2, math.pi / 4], device=device)[orient]
-    sign = torch.where(torch.rand(n, generator=gen, device=device) < 0.5, -1.0, 1.0)
-    diagonal = orient == 2
-    angle = torch.where(diagonal, base * sign, base)
-    angle = angle + torch.randn(n, generator=gen, device=device) * knobs.angle_jitter
+    sign = torch.where(torch.rand(lead, generator=gen, device=device) < 0.5, -1.0, 1.0)
+    angle = torch.where(orient == 2, base * sign, base)
+    angle = angle + torch.randn(lead, generator=gen, device=device) * knobs.angle_jitter
     periods = torch.tensor([PERIOD_PX[f] for f in FREQUENCIES], device=device)[freq]
-    spread = _uniform(gen, n, 1.0 - knobs.freq_jitter, 1.0 + knobs.freq_jitter, device)
+    spread = _uniform(gen, lead, 1.0 - knobs.freq_jitter, 1.0 + knobs.freq_jitter, device)
     k = 2.0 * math.pi / (periods * PIXEL) * spread
     return torch.stack([k * torch.cos(angle), k * torch.sin(angle)], dim=-1)
 
 
 def _palette_colors(palette: torch.Tensor, gen, knobs: Knobs) -> tuple[torch.Tensor, torch.Tensor]:
-    n, device = palette.shape[0], palette.device
+    lead, device = palette.shape, palette.device
     hue = torch.tensor([PALETTE_HUES[p] for p in PALETTES], device=device)[palette]
-    hue = hue + torch.randn(n, generator=gen, device=device) * knobs.hue_jitter
-    sat = _uniform(gen, n, 0.55, 1.0, device)
-    val = _uniform(gen, n, 0.65, 1.0, device)
+    hue = hue + torch.randn(lead, generator=gen, device=device) * knobs.hue_jitter
+    sat = _uniform(gen, lead, 0.55, 1.0, device)
+    val = _uniform(gen, lead, 0.65, 1.0, device)
     color_a = _hsv_to_rgb(hue, sat, val)
-    color_b = _hsv_to_rgb(hue + 0.07, sat, val * _uniform(gen, n, 0.15, 0.45, device))
+    color_b = _hsv_to_rgb(hue + 0.07, sat, val * _uniform(gen, lead, 0.15, 0.45, device))
     return color_a, color_b
 
 
@@ -172,15 +181,27 @@ def _background(n: int, gen, knobs: Knobs, device) -> tuple[torch.Tensor, ...]:
     return bg, blob_center, blob_sigma, blob_color, distract_wave, distract_phase, distract_amp
 
 
+def _radii(n: int, gen, knobs: Knobs, device) -> torch.Tensor:
+    main = _uniform(gen, (n, 1), *knobs.radius, device)
+    decoys = _uniform(gen, (n, knobs.decoys), *knobs.decoy_radius, device)
+    return torch.cat([main, decoys], dim=1)
+
+
+def _centers(n: int, gen, knobs: Knobs, device) -> torch.Tensor:
+    main = _uniform(gen, (n, 1, 2), -knobs.center, knobs.center, device)
+    decoys = _uniform(gen, (n, knobs.decoys, 2), -0.8, 0.8, device)
+    return torch.cat([main, decoys], dim=1)
+
+
 def sample_latents(labels: torch.Tensor, gen: torch.Generator, knobs: Knobs = DEFAULT_KNOBS) -> Latents:
     """Latents for the given labels, drawn from `gen` (on the labels' device)."""
     n, device = labels.shape[0], labels.device
-    attrs = _class_attributes(labels, gen, knobs)
-    shape, orient, freq, palette = attrs.unbind(dim=1)
-    center = _uniform(gen, (n, 2), -knobs.center, knobs.center, device)
-    radius = _uniform(gen, n, knobs.radius[0], knobs.radius[1], device)
+    m = 1 + knobs.decoys
+    shape, orient, freq, palette = _object_attributes(labels, gen, knobs).unbind(dim=-1)
+    center = _centers(n, gen, knobs, device)
+    radius = _radii(n, gen, knobs, device)
     wave = _wave_vectors(orient, freq, gen, knobs)
-    phase = torch.rand(n, generator=gen, device=device) * 2.0 * math.pi
+    phase = torch.rand((n, m), generator=gen, device=device) * 2.0 * math.pi
     color_a, color_b = _palette_colors(palette, gen, knobs)
     background = _background(n, gen, knobs, device)
     noise = torch.randn((n, 3, IMAGE_SIZE, IMAGE_SIZE), generator=gen, device=device) * knobs.noise
@@ -206,26 +227,26 @@ def _shape_sdf(shape: torch.Tensor, px: torch.Tensor, py: torch.Tensor, r: torch
     square = torch.maximum(ax, ay) - 0.85 * r
     triangle = torch.maximum(py - 0.6 * r, 0.866 * ax - 0.5 * py - 0.6 * r)
     ring = (dist - 0.8 * r).abs() - 0.3 * r
-    cross = torch.minimum(
-        torch.maximum(ax - 0.3 * r, ay - r), torch.maximum(ax - r, ay - 0.3 * r)
-    )
+    cross = torch.minimum(torch.maximum(ax - 0.3 * r, ay - r), torch.maximum(ax - r, ay - 0.3 * r))
     stacked = torch.stack([disk, square, triangle, ring, cross], dim=1)
     return stacked.gather(1, shape.view(-1, 1, 1, 1).expand(-1, 1, *px.shape[1:])).squeeze(1)
 
 
-def render(lat: Latents) -> torch.Tensor:
-    """Raw (un-normalised) float32 images [n, 3, H, W] for the latents."""
-    xx, yy = _grid(lat.center.device)
-    px = xx - lat.center[:, 0, None, None]
-    py = yy - lat.center[:, 1, None, None]
-    r = lat.radius[:, None, None]
-    sdf = _shape_sdf(lat.shape, px, py, r)
+def _object_layer(lat: Latents, j: int, xx: torch.Tensor, yy: torch.Tensor):
+    """(mask [n,1,H,W], striped colour [n,3,H,W]) of object j."""
+    px = xx - lat.center[:, j, 0, None, None]
+    py = yy - lat.center[:, j, 1, None, None]
+    sdf = _shape_sdf(lat.shape[:, j], px, py, lat.radius[:, j, None, None])
     mask = torch.sigmoid(-sdf / EDGE).unsqueeze(1)
-    stripes = torch.sin(lat.wave[:, 0, None, None] * px + lat.wave[:, 1, None, None] * py + lat.phase[:, None, None])
+    wave = lat.wave[:, j]
+    stripes = torch.sin(wave[:, 0, None, None] * px + wave[:, 1, None, None] * py + lat.phase[:, j, None, None])
     t = (0.5 + 0.5 * stripes).unsqueeze(1)
-    color = lambda c: c[:, :, None, None]  # noqa: E731
-    fg = color(lat.color_a) * t + color(lat.color_b) * (1.0 - t)
-    bg = color(lat.background).expand(-1, -1, IMAGE_SIZE, IMAGE_SIZE)
+    fg = lat.color_a[:, j, :, None, None] * t + lat.color_b[:, j, :, None, None] * (1.0 - t)
+    return mask, fg
+
+
+def _background_image(lat: Latents, xx: torch.Tensor, yy: torch.Tensor) -> torch.Tensor:
+    bg = lat.background[:, :, None, None].expand(-1, -1, IMAGE_SIZE, IMAGE_SIZE)
     dx = xx - lat.blob_center[..., 0, None, None]  # [n, K, H, W]
     dy = yy - lat.blob_center[..., 1, None, None]
     weight = torch.exp(-(dx * dx + dy * dy) / (2.0 * lat.blob_sigma[..., None, None] ** 2))
@@ -234,8 +255,17 @@ def render(lat: Latents) -> torch.Tensor:
         lat.distract_wave[:, 0, None, None] * xx + lat.distract_wave[:, 1, None, None] * yy
         + lat.distract_phase[:, None, None]
     )
-    bg = bg + (lat.distract_amp[:, None, None] * grating).unsqueeze(1)
-    return mask * fg + (1.0 - mask) * bg + lat.noise
+    return bg + (lat.distract_amp[:, None, None] * grating).unsqueeze(1)
+
+
+def render(lat: Latents) -> torch.Tensor:
+    """Raw (un-normalised) float32 images [n, 3, H, W]: background, decoys, then the class object."""
+    xx, yy = _grid(lat.center.device)
+    image = _background_image(lat, xx, yy)
+    for j in list(range(1, lat.shape.shape[1])) + [0]:
+        mask, fg = _object_layer(lat, j, xx, yy)
+        image = mask * fg + (1.0 - mask) * image
+    return image + lat.noise
 
 
 # ------------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import SIGNAL_FIELDS, LifecycleOp, SeedStage, obs_dim, telemetry_block_start
@@ -550,11 +552,35 @@ def test_the_episode_ends_after_max_epochs(shapes10_data):
     assert pool.episode_results()[0].epochs == 2
 
 
+def test_begin_and_step_run_a_whole_episode_with_the_bootstrap_at_the_end(shapes10_data):
+    pool = EnvPool(config=make_config(max_epochs=3, n_envs=1), data=shapes10_data)
+    signals = pool.begin(0)
+    seen = [signals["epoch"].item()]
+    for _ in range(3):
+        result, signals = pool.step(wait_all(pool))
+        if signals is not None:
+            seen.append(signals["epoch"].item())
+            assert result.bootstrap_signals is None
+    assert seen == [1, 2, 3] and signals is None
+    assert result.bootstrap_signals is not None and result.bootstrap_signals["epoch"].item() == 3
+
+
 def test_bad_actions_raise_naming_the_head(shapes10_data):
     pool = make_pool(shapes10_data)
     pool.run_epoch()
     with pytest.raises(ValueError, match="blueprint"):
         pool.apply(actions((1, 7, 1, WAIT), (1, 1, 1, WAIT)))
+
+
+def test_a_non_finite_gradient_measurement_leaves_the_ratio_ema_alone(shapes10_data, monkeypatch):
+    pool = make_pool(shapes10_data, n_envs=1)
+    epoch(pool, germinate_all(pool))
+    epoch(pool)
+    env = pool.envs[0]
+    before = env.counters.ratio_ema["r0c1"]
+    monkeypatch.setattr("hosts.gradients.gradient_ratio", lambda host, seed: torch.full((), float("inf")))
+    pool.run_epoch()
+    assert env.counters.ratio_ema["r0c1"] == before == env.slot("r0c1").report().gradient_ratio
 
 
 # ------------------------------------------------------------------------------------------
@@ -599,6 +625,77 @@ def test_snapshot_is_retaken_after_a_passing_check_at_epoch_five(shapes10_data):
     host = pool.envs[0].model.host.state_dict()
     snap = pool.envs[0].governor.snapshot_data.host
     assert all(torch.equal(snap[k], host[k].cpu()) for k in host)
+
+
+class AnomalousGovernor:
+    """Every check is anomalous but below the panic count: never a rollback, never a passing check."""
+
+    def __init__(self) -> None:
+        self.snapshots = 0
+        self.passed_last_check = False
+
+    def check(self, loss: float) -> bool:
+        return False
+
+    def snapshot(self) -> None:
+        self.snapshots += 1
+
+
+def test_no_snapshot_after_an_anomalous_check_at_epoch_five(shapes10_data):
+    pool = make_pool(shapes10_data, n_envs=1, max_epochs=5, max_train_batches=1)
+    pool.envs[0].governor = stub = AnomalousGovernor()
+    for _ in range(5):
+        _, result = epoch(pool)
+        assert not any(e.event_type == "GOVERNOR_SNAPSHOT" for e in result.events)
+    assert stub.snapshots == 0
+
+
+# ------------------------------------------------------------------------------------------
+# bookkeeping invariants under any action sequence
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def property_pool(shapes10_data) -> EnvPool:
+    return EnvPool(config=make_config(n_envs=2, max_epochs=4, slots=("r0c0", "r0c2"), max_train_batches=1),
+                   data=shapes10_data)
+
+
+action_rows = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 4), st.integers(0, 2), st.integers(0, 3)), min_size=2, max_size=2
+)
+
+
+def check_bookkeeping(pool: EnvPool, signals: dict) -> None:
+    for i, env in enumerate(pool.envs):
+        seeded = {s for s in pool.enabled if env.holds_seed(s)}
+        non_fossil = {s for s in seeded if env.slot(s).stage != SeedStage.FOSSILIZED}
+        assert set(env.seed_optimizers) <= seeded
+        assert set(env.counters.ratio_ema) <= seeded
+        assert set(env.counters.acc_at_germination) <= non_fossil
+        occupied = [sid in seeded for sid in pool.slot_ids]
+        assert signals["slot_occupied"][i].tolist() == occupied
+        assert signals["mask_op"][i, GERMINATE].item() == (len(seeded) < len(pool.enabled))
+        assert signals["total_seeds"][i].item() == len(seeded)
+
+
+@given(st.lists(action_rows, min_size=4, max_size=4), st.integers(0, 3))
+@settings(max_examples=6)
+def test_any_action_sequence_keeps_the_bookkeeping_consistent(property_pool, script, batch):
+    pool = property_pool
+    pool.reset(batch)
+    for t, rows in enumerate(script, start=1):
+        signals = pool.run_epoch()
+        check_bookkeeping(pool, signals)
+        result = pool.apply(actions(*rows), bootstrap=t == 4)
+        for env, row, ok in zip(pool.envs, rows, result.success):
+            if row[0] == 1:  # r0c1 is disabled: every op fails there
+                assert not ok
+    for env in pool.envs:
+        counters = env.counters
+        assert sum(counters.action_counts) == 4
+        assert counters.seeds_created == counters.successful_action_counts[GERMINATE]
+        assert all(s <= a for s, a in zip(counters.successful_action_counts, counters.action_counts))
 
 
 # ------------------------------------------------------------------------------------------
