@@ -63,17 +63,21 @@ def masked_log_prob(logits: jax.Array, mask: jax.Array, action: jax.Array) -> ja
     return jnp.take_along_axis(lp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
 
 
+def _sample_with_noise(logits: jax.Array, mask: jax.Array, noise: jax.Array | None) -> jax.Array:
+    scores = logits.astype(jnp.float32)
+    if noise is not None:
+        scores = scores + noise
+    return jnp.argmax(jnp.where(mask, scores, -jnp.inf), axis=-1).astype(jnp.int32)
+
+
 def sample(key: jax.Array, logits: jax.Array, mask: jax.Array, deterministic: bool = False) -> jax.Array:
     """One int32 action per row. Gumbel-max over the allowed entries only (argmax when deterministic).
 
     Disallowed entries score −inf after the noise is added, so they cannot win while the row has
     any allowed entry, however negative the allowed logits are.
     """
-    scores = logits.astype(jnp.float32)
-    if not deterministic:
-        scores = scores + jax.random.gumbel(key, logits.shape, dtype=jnp.float32)
-    scores = jnp.where(mask, scores, -jnp.inf)
-    return jnp.argmax(scores, axis=-1).astype(jnp.int32)
+    noise = None if deterministic else jax.random.gumbel(key, logits.shape, dtype=jnp.float32)
+    return _sample_with_noise(logits, mask, noise)
 
 
 def normalized_entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
@@ -100,9 +104,17 @@ def row_is_valid(logits: jax.Array, mask: jax.Array) -> jax.Array:
 def sample_heads(
     key: jax.Array, logits: Sequence[jax.Array], masks: Sequence[jax.Array], deterministic: bool = False
 ) -> tuple[jax.Array, jax.Array]:
-    """Sample every head independently: (actions int32 `[..., 4]`, log-probs `[..., 4]`)."""
-    keys = jax.random.split(key, len(logits))
-    actions = [sample(k, lg, m, deterministic) for k, lg, m in zip(keys, logits, masks)]
+    """Sample every head independently: (actions int32 `[..., 4]`, log-probs `[..., 4]`).
+
+    One Gumbel draw over the concatenated heads, split per head (independent noise per entry).
+    """
+    sizes = [lg.shape[-1] for lg in logits]
+    noises: list = [None] * len(logits)
+    if not deterministic:
+        batch = logits[0].shape[:-1]
+        gumbel = jax.random.gumbel(key, batch + (sum(sizes),), dtype=jnp.float32)
+        noises = jnp.split(gumbel, np.cumsum(sizes)[:-1].tolist(), axis=-1)
+    actions = [_sample_with_noise(lg, m, n) for lg, m, n in zip(logits, masks, noises)]
     lps = [masked_log_prob(lg, m, a) for lg, m, a in zip(logits, masks, actions)]
     return jnp.stack(actions, axis=-1), jnp.stack(lps, axis=-1)
 

@@ -14,6 +14,7 @@ Acting runs the same code with L = 1. The scan body can reset the carry to zeros
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -164,8 +165,9 @@ def _add_time(masks: dist.Masks) -> dist.Masks:
     return dist.Masks(*(m[:, None, :] for m in masks))
 
 
+@partial(jax.jit, static_argnames=("network", "obs_dim"))
 def init_params(network: ActorCritic, key: jax.Array, obs_dim: int):
-    """Initial parameters for observations of size `obs_dim`."""
+    """Initial parameters for observations of size `obs_dim` (jitted)."""
     obs = jnp.zeros((1, 1, obs_dim), jnp.float32)
     return network.init(key, obs, network.initial_carry(1))["params"]
 

@@ -22,7 +22,9 @@ from typing import Any, NamedTuple
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+from jax.flatten_util import ravel_pytree
 
 from esper_fx import contracts as C
 from rl import distributions as dist
@@ -85,35 +87,70 @@ class PPOConfig:
 
 @flax.struct.dataclass
 class TrainState:
+    """params: the network's parameter tree. opt_state: the Optax state over the *raveled* parameter
+    vector (`ravel_pytree(params)[0]`); one flat array keeps the jitted update small."""
+
     params: Any
     opt_state: Any
     train_steps: jax.Array  # int32 scalar: completed updates
     network: ActorCritic = flax.struct.field(pytree_node=False)
 
 
+def _module_of(path) -> str:
+    return str(getattr(path[0], "key", path[0]))
+
+
 def _value_head_mask(params) -> Any:
     """True on the value head's leaves (the only ones that get weight decay)."""
-    return jax.tree_util.tree_map_with_path(
-        lambda path, _: any(getattr(k, "key", None) == VALUE_MODULE for k in path), params
-    )
+    return jax.tree_util.tree_map_with_path(lambda path, _: _module_of(path) == VALUE_MODULE, params)
 
 
-def make_optimizer(cfg: PPOConfig) -> optax.GradientTransformation:
-    """chain(clip_by_global_norm, Adam(eps 1e-5)); decoupled weight decay on the value head if > 0."""
+def param_segments(params) -> np.ndarray:
+    """Static per-element module index of the raveled params: HEAD_MODULES + value → 0..4, trunk → 5."""
+    modules = HEAD_MODULES + (VALUE_MODULE,)
+    parts = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        name = _module_of(path)
+        parts.append(np.full(int(np.prod(leaf.shape)), modules.index(name) if name in modules else len(modules)))
+    return np.concatenate(parts).astype(np.int32)
+
+
+def flat_decay_mask(params) -> np.ndarray:
+    """1.0 on the raveled value-head elements, 0.0 elsewhere (static, from shapes only)."""
+    return (param_segments(params) == len(HEAD_MODULES)).astype(np.float32)
+
+
+def _decay_on_flat_mask(weight_decay: float, mask: np.ndarray) -> optax.GradientTransformation:
+    def update(updates, state, params):
+        return updates + weight_decay * mask * params, state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def make_optimizer(cfg: PPOConfig, decay_mask=None) -> optax.GradientTransformation:
+    """chain(clip_by_global_norm, Adam(eps 1e-5)); decoupled weight decay on the value head if > 0.
+
+    `decay_mask`: None for a params tree (the value head is found by name), or a flat 0/1 vector
+    (`flat_decay_mask`) when the optimizer runs on the raveled parameter vector, as `update` does.
+    """
     clip = optax.clip_by_global_norm(cfg.max_grad_norm)
     if cfg.weight_decay <= 0:
         return optax.chain(clip, optax.adam(cfg.lr, b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps))
+    decay = (optax.add_decayed_weights(cfg.weight_decay, mask=_value_head_mask) if decay_mask is None
+             else _decay_on_flat_mask(cfg.weight_decay, decay_mask))
     return optax.chain(
         clip,
         optax.scale_by_adam(b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps),
-        optax.add_decayed_weights(cfg.weight_decay, mask=_value_head_mask),
+        decay,
         optax.scale_by_learning_rate(cfg.lr),
     )
 
 
 def init_train_state(key: jax.Array, network: ActorCritic, obs_dim: int, cfg: PPOConfig) -> TrainState:
     params = init_params(network, key, obs_dim)
-    return TrainState(params, make_optimizer(cfg).init(params), jnp.zeros((), jnp.int32), network)
+    flat, _ = ravel_pytree(params)
+    opt_state = make_optimizer(cfg, flat_decay_mask(params)).init(flat)
+    return TrainState(params, opt_state, jnp.zeros((), jnp.int32), network)
 
 
 def entropy_coefficient(cfg: PPOConfig, train_steps: jax.Array) -> jax.Array:
@@ -307,16 +344,38 @@ def ppo_loss(params, network: ActorCritic, batch: Batch, beta, cfg: PPOConfig) -
 
 
 def grad_norms(grads) -> dict[str, jax.Array]:
-    """Global and per-head gradient L2 norms (before clipping)."""
-    out = {"grad_norm": optax.global_norm(grads)}
+    """Global and per-head gradient L2 norms (before clipping) of a gradient tree."""
+    out = {"grad_norm": optax.tree.norm(grads)}
     for name, module in zip(METRIC_HEADS, HEAD_MODULES + (VALUE_MODULE,)):
-        out[f"grad_norm_{name}"] = optax.global_norm(grads[module])
+        out[f"grad_norm_{name}"] = optax.tree.norm(grads[module])
+    return out
+
+
+def flat_grad_norms(flat_grads: jax.Array, segments: np.ndarray) -> dict[str, jax.Array]:
+    """`grad_norms` of a raveled gradient, with `param_segments` giving each element's module."""
+    per_module = jax.ops.segment_sum(flat_grads**2, segments, num_segments=len(METRIC_HEADS) + 1)
+    out = {"grad_norm": jnp.sqrt(jnp.sum(per_module))}
+    for i, name in enumerate(METRIC_HEADS):
+        out[f"grad_norm_{name}"] = jnp.sqrt(per_module[i])
     return out
 
 
 # ------------------------------------------------------------------------------------------
 # the update (§11.5)
 # ------------------------------------------------------------------------------------------
+
+
+def _sanitize_invalid_steps(batch: Batch) -> Batch:
+    """Zeros (and all-True masks) at invalid steps, so nothing stored there can reach a loss or gradient."""
+    def clean(x, fill):
+        v = batch.valid.reshape(batch.valid.shape + (1,) * (x.ndim - 2))
+        return jnp.where(v, x, jnp.asarray(fill, x.dtype))
+
+    return batch._replace(
+        obs=clean(batch.obs, 0), actions=clean(batch.actions, 0), old_log_probs=clean(batch.old_log_probs, 0),
+        old_values=clean(batch.old_values, 0), advantages=clean(batch.advantages, 0),
+        returns=clean(batch.returns, 0), masks=dist.Masks(*(clean(m, True) for m in batch.masks)),
+    )
 
 
 def build_training_data(rollout: Rollout, cfg: PPOConfig) -> tuple[Batch, dict]:
@@ -329,6 +388,7 @@ def build_training_data(rollout: Rollout, cfg: PPOConfig) -> tuple[Batch, dict]:
         advantages=normalize_advantages(adv, valid), returns=ret, masks=rollout.masks,
         carry0=rollout.carry0, valid=valid,
     )
+    batch = _sanitize_invalid_steps(batch)
     stats = {"explained_variance": explained_variance(ret, rollout.values, valid),
              "n_transitions": jnp.sum(valid).astype(jnp.int32)}
     return batch, stats
@@ -363,7 +423,7 @@ def gather_group(data: Batch, idx: jax.Array, rows_ok: jax.Array) -> Batch:
 
 
 class _LoopState(NamedTuple):
-    params: Any
+    flat_params: jax.Array  # raveled params
     opt_state: Any
     stopped: jax.Array  # bool
     early_stop: jax.Array  # int32 [2]: (u, group) or (-1, -1)
@@ -373,26 +433,32 @@ class _LoopState(NamedTuple):
     check: dict  # metrics of the latest KL check
 
 
-def _all_finite(tree) -> jax.Array:
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+class _Static(NamedTuple):
+    """What every minibatch step needs besides the data (shapes and config only)."""
+
+    network: ActorCritic
+    unravel: Any
+    segments: np.ndarray
+    tx: optax.GradientTransformation
+    cfg: PPOConfig
 
 
-def _select(pred, a, b):
-    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
-
-
-def _minibatch_step(loop: _LoopState, batch: Batch, u, g, beta, network, cfg: PPOConfig) -> _LoopState:
+def _minibatch_step(loop: _LoopState, batch: Batch, u, g, beta, static: _Static) -> _LoopState:
     """KL check, then (unless stopped or non-finite) one clipped Adam step on this group."""
-    (loss, aux), grads = jax.value_and_grad(ppo_loss, has_aux=True)(loop.params, network, batch, beta, cfg)
-    metrics = {**aux, **grad_norms(grads)}
+    cfg = static.cfg
+
+    def loss_fn(flat):
+        return ppo_loss(static.unravel(flat), static.network, batch, beta, cfg)
+
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(loop.flat_params)
+    metrics = {**aux, **flat_grad_norms(grads, static.segments)}
     kl_stop = jnp.asarray(False) if cfg.kl_stop is None else aux["approx_kl"] > cfg.kl_stop
-    finite = jnp.isfinite(loss) & _all_finite(grads)
+    finite = jnp.isfinite(loss) & jnp.all(jnp.isfinite(grads))
     take = ~kl_stop & finite
-    updates, opt_state = make_optimizer(cfg).update(grads, loop.opt_state, loop.params)
-    params = optax.apply_updates(loop.params, updates)
+    updates, opt_state = static.tx.update(grads, loop.opt_state, loop.flat_params)
     return _LoopState(
-        params=_select(take, params, loop.params),
-        opt_state=_select(take, opt_state, loop.opt_state),
+        flat_params=jnp.where(take, loop.flat_params + updates, loop.flat_params),
+        opt_state=jax.tree.map(lambda new, old: jnp.where(take, new, old), opt_state, loop.opt_state),
         stopped=~take,
         early_stop=jnp.where(kl_stop, jnp.stack([u + 1, g]).astype(jnp.int32), loop.early_stop),
         nonfinite=~kl_stop & ~finite,
@@ -402,32 +468,38 @@ def _minibatch_step(loop: _LoopState, batch: Batch, u, g, beta, network, cfg: PP
     )
 
 
-def _metric_template(network, params, data: Batch, beta, cfg) -> dict:
-    shapes = jax.eval_shape(
-        lambda p: {**ppo_loss(p, network, data, beta, cfg)[1], **grad_norms(p)}, params
-    )
-    return jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
+def _metric_template(static: _Static, flat_params, data: Batch, beta) -> dict:
+    def metrics(flat):
+        aux = ppo_loss(static.unravel(flat), static.network, data, beta, static.cfg)[1]
+        return {**aux, **flat_grad_norms(flat, static.segments)}
+
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), jax.eval_shape(metrics, flat_params))
 
 
-def _run_epochs(state: TrainState, data: Batch, key, beta, cfg: PPOConfig) -> _LoopState:
-    """update_epochs × num_minibatches iterations of `_minibatch_step` as one lax.scan."""
-    network, n_groups = state.network, cfg.num_minibatches
+def _run_epochs(state: TrainState, data: Batch, key, beta, cfg: PPOConfig) -> tuple[Any, _LoopState]:
+    """update_epochs × num_minibatches iterations of `_minibatch_step` as one lax.scan.
+
+    Returns (the new params tree, the final loop state)."""
+    flat_params, unravel = ravel_pytree(state.params)
+    static = _Static(state.network, unravel, param_segments(state.params),
+                     make_optimizer(cfg, flat_decay_mask(state.params)), cfg)
+    n_groups = cfg.num_minibatches
     env_valid = jnp.any(data.valid, axis=1)
     n_valid_envs = jnp.sum(env_valid)
     perms = env_permutations(key, env_valid, cfg.update_epochs)
-    zeros = _metric_template(network, state.params, data, beta, cfg)
-    init = _LoopState(state.params, state.opt_state, jnp.asarray(False), jnp.full((2,), -1, jnp.int32),
+    zeros = _metric_template(static, flat_params, data, beta)
+    init = _LoopState(flat_params, state.opt_state, jnp.asarray(False), jnp.full((2,), -1, jnp.int32),
                       jnp.asarray(False), jnp.zeros((), jnp.int32), zeros, zeros)
 
     def body(loop, k):
         u, g = k // n_groups, k % n_groups
         idx, rows_ok = group_rows(perms[u], n_valid_envs, g, n_groups)
         active = ~loop.stopped & jnp.any(rows_ok)
-        step = lambda lp: _minibatch_step(lp, gather_group(data, idx, rows_ok), u, g, beta, network, cfg)  # noqa: E731
+        step = lambda lp: _minibatch_step(lp, gather_group(data, idx, rows_ok), u, g, beta, static)  # noqa: E731
         return jax.lax.cond(active, step, lambda lp: lp, loop), None
 
     loop, _ = jax.lax.scan(body, init, jnp.arange(cfg.update_epochs * n_groups))
-    return loop
+    return unravel(loop.flat_params), loop
 
 
 def _finish_metrics(loop: _LoopState, stats: dict, beta, skipped) -> dict:
@@ -450,9 +522,9 @@ def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig) 
     data, stats = build_training_data(rollout, cfg)
     skipped = stats["n_transitions"] == 0
     beta = entropy_coefficient(cfg, state.train_steps)
-    loop = _run_epochs(state, data, key, beta, cfg)
+    params, loop = _run_epochs(state, data, key, beta, cfg)
     new_state = state.replace(
-        params=loop.params, opt_state=loop.opt_state,
+        params=params, opt_state=loop.opt_state,
         train_steps=state.train_steps + jnp.where(skipped, 0, 1).astype(jnp.int32),
     )
     return new_state, _finish_metrics(loop, stats, beta, skipped)
