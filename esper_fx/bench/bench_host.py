@@ -91,6 +91,7 @@ def _case(settings: BenchSettings, n_envs: int) -> dict:
         "pool_samples_per_s": samples / timings["pool"].median_s,
         "plain_samples_per_s": samples / timings["plain"].median_s,
         "ratio": ratio(timings["pool"], timings["plain"]),
+        "ratio_of_minima": timings["pool"].min_s / timings["plain"].min_s,
     }
 
 
