@@ -106,6 +106,7 @@ class StepOut(NamedTuple):
     reward: jax.Array
     components: dict
     reward_sum: jax.Array
+    ok: jax.Array  # [E] bool: the policy had a valid action and finite logits for every head
 
 
 def make_step(controller: ctl.Controller, reward_fn: Callable, reward_config: Any) -> Callable:
@@ -127,8 +128,10 @@ def make_step(controller: ctl.Controller, reward_fn: Callable, reward_config: An
                 bootstrap=jnp.zeros_like(reward), masks=Masks(*(signals[f"mask_{h}"] for h in C.ACTION_HEADS)),
                 carry=carry,
             ))
+        ok = aux.get("ok", jnp.ones(actions.shape[:1], bool)) if isinstance(aux, dict) else \
+            jnp.ones(actions.shape[:1], bool)
         return StepOut(actions, new_carry, reward_norm, new_reward_state, rollout, reward, components,
-                       reward_sum + reward)
+                       reward_sum + reward, ok)
 
     return jax.jit(step)
 
@@ -278,6 +281,10 @@ class Runner:
             jax.block_until_ready(out.actions)
             t3 = time.perf_counter()
             rows = to_torch(out.actions, name="actions").cpu().tolist()
+            if not bool(np.all(np.asarray(out.ok))):
+                raise RuntimeError(f"batch {batch_idx} epoch {t}: the controller produced an invalid action "
+                                   f"(a head with no valid entry or non-finite logits) for envs "
+                                   f"{np.flatnonzero(~np.asarray(out.ok)).tolist()}")
             t4 = time.perf_counter()
             result = self.pool.apply(rows, bootstrap=(t == T and controller.learns))
             del handoff

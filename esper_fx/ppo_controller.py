@@ -26,7 +26,7 @@ def build_ppo(spec: ControllerSpec, recurrent: bool = True) -> Controller:
 
     def act(state, carry, signals, key):
         out = ppo.act(state, signals["obs_norm"], signal_masks(signals), carry, key)
-        return out.actions, {"log_probs": out.log_probs, "value": out.value}, out.carry
+        return out.actions, {"log_probs": out.log_probs, "value": out.value, "ok": out.ok}, out.carry
 
     def value(state, carry, signals):
         return ppo.value(state, signals["obs_norm"], carry)

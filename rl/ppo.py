@@ -1,7 +1,7 @@
 """PPO for the factored actor-critic (SPEC §11), as pure jitted functions over explicit pytrees.
 
 - `PPOConfig`: every hyperparameter of §11.1 (static, hashable), built from a TrainingConfig.
-- `TrainState`: params, Optax state, train_steps (and the network, static).
+- `TrainState`: params, Optax state (over the raveled parameter vector), train_steps, the network (static).
 - `act` / `value` / `evaluate`: one policy step, the bootstrap value, a full-sequence re-run (§10.2).
 - Losses (§11.6–11.7): per-head clipped surrogate with causal masks summed over heads, clipped value
   loss (0.5 factor) or plain MSE, normalised-entropy bonus, the KL3 approx_kl and op-head ratio stats.
@@ -331,8 +331,7 @@ def loss_from_evaluation(ev: Evaluation, batch: Batch, beta, cfg: PPOConfig) -> 
         "loss": loss, "policy_loss": l_pol, "value_loss": l_v, "entropy": jnp.mean(ent_h),
         "approx_kl": approx_kl(log_ratio, m, batch.valid),
         **op_ratio_stats(log_ratio[..., C.HEAD_OP], batch.valid, cfg.clip_ratio),
-        **{f"entropy_{h}": ent_h[i] for i, h in enumerate(C.ACTION_HEADS)},
-        **{f"policy_loss_{h}": pol_h[i] for i, h in enumerate(C.ACTION_HEADS)},
+        "entropy_per_head": ent_h, "policy_loss_per_head": pol_h,
     }
     return loss, aux
 
@@ -343,20 +342,21 @@ def ppo_loss(params, network: ActorCritic, batch: Batch, beta, cfg: PPOConfig) -
     return loss_from_evaluation(ev, batch, beta, cfg)
 
 
-def grad_norms(grads) -> dict[str, jax.Array]:
-    """Global and per-head gradient L2 norms (before clipping) of a gradient tree."""
-    out = {"grad_norm": optax.tree.norm(grads)}
-    for name, module in zip(METRIC_HEADS, HEAD_MODULES + (VALUE_MODULE,)):
-        out[f"grad_norm_{name}"] = optax.tree.norm(grads[module])
-    return out
-
-
 def flat_grad_norms(flat_grads: jax.Array, segments: np.ndarray) -> dict[str, jax.Array]:
-    """`grad_norms` of a raveled gradient, with `param_segments` giving each element's module."""
+    """Global and per-head L2 norms (before clipping) of a raveled gradient; `segments` from
+    `param_segments`. grad_norm_per_head is `[5]`: slot, blueprint, blend, op heads, value head."""
     per_module = jax.ops.segment_sum(flat_grads**2, segments, num_segments=len(METRIC_HEADS) + 1)
-    out = {"grad_norm": jnp.sqrt(jnp.sum(per_module))}
-    for i, name in enumerate(METRIC_HEADS):
-        out[f"grad_norm_{name}"] = jnp.sqrt(per_module[i])
+    return {"grad_norm": jnp.sqrt(jnp.sum(per_module)), "grad_norm_per_head": jnp.sqrt(per_module[:-1])}
+
+
+def named_metrics(metrics: dict) -> dict:
+    """Expand the `*_per_head` arrays into one scalar per head (`entropy_slot`, `grad_norm_value`, …)."""
+    out = {k: v for k, v in metrics.items() if not k.endswith("_per_head")}
+    for key, names in (("entropy_per_head", C.ACTION_HEADS), ("policy_loss_per_head", C.ACTION_HEADS),
+                       ("grad_norm_per_head", METRIC_HEADS)):
+        if key in metrics:
+            base = key[: -len("_per_head")]
+            out.update({f"{base}_{name}": metrics[key][i] for i, name in enumerate(names)})
     return out
 
 
@@ -506,7 +506,7 @@ def _finish_metrics(loop: _LoopState, stats: dict, beta, skipped) -> dict:
     n = jnp.maximum(loop.n_steps, 1).astype(jnp.float32)
     averaged = jax.tree.map(lambda s, c: jnp.where(loop.n_steps > 0, s / n, c), loop.sums, loop.check)
     return {
-        **averaged, **stats,
+        **named_metrics(averaged), **stats,
         "entropy_coef": beta,
         "early_stop": loop.early_stop,
         "early_stopped": loop.early_stop[0] >= 0,
@@ -518,7 +518,16 @@ def _finish_metrics(loop: _LoopState, stats: dict, beta, skipped) -> dict:
 
 @partial(jax.jit, static_argnames=("cfg",))
 def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig) -> tuple[TrainState, dict]:
-    """One PPO update over the whole rollout (§11.5). Returns (new state, metrics of jnp scalars)."""
+    """One PPO update over the whole rollout (§11.5). Returns (new state, metrics of jnp values).
+
+    Metrics, averaged over the executed gradient steps (or from the last KL check if none ran):
+    loss, policy_loss, value_loss, entropy (mean over heads of the causally masked mean normalised
+    entropy), entropy_{head}, policy_loss_{head}, approx_kl, clip_fraction and ratio_mean/max/min
+    (op head), grad_norm and grad_norm_{slot,blueprint,blend,op,value} (before clipping). Also
+    explained_variance, n_transitions, entropy_coef (β), early_stop (int32 [2]: (u, group), or (−1, −1)),
+    early_stopped, nonfinite_skipped, n_steps_taken and skipped (no valid transition: nothing changed).
+    `metrics_to_python` turns them into Python values ({} when skipped).
+    """
     data, stats = build_training_data(rollout, cfg)
     skipped = stats["n_transitions"] == 0
     beta = entropy_coefficient(cfg, state.train_steps)

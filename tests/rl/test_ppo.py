@@ -70,7 +70,7 @@ def gaussian_reward(ctx, actions):
 
 
 def tree_equal(a, b):
-    return all(bool(jnp.array_equal(x, y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    return all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
 def adam_count(opt_state):
