@@ -1,0 +1,134 @@
+"""`python -m esper_fx.bench [--quick] [--device cpu|cuda] [--only NAME ...] [--json PATH]`.
+
+Runs the selected benchmarks in a fixed order, prints one table (rich on a terminal, plain otherwise)
+and optionally writes JSON: {"meta": {...}, NAME: result, ...}, where each result holds its `cases`
+(medians and p10/p90 in seconds for the measured implementation and its reference, and their `ratio`),
+the ratio's definition, a `headline` and the `target` from the architecture's claims. A benchmark that
+fails is recorded as {"error": "..."} and the exit status is 1; a bad device choice exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import importlib
+import json
+import os
+import platform
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+# name -> module under esper_fx.bench whose `run(settings) -> dict` measures it (imported on demand, so
+# one benchmark whose dependencies are missing does not stop the others)
+BENCHMARKS: dict[str, str] = {
+    "act": "esper_fx.bench.bench_controller:run_act",
+    "update": "esper_fx.bench.bench_controller:run_update",
+    "bridge": "esper_fx.bench.bench_bridge:run",
+    "host": "esper_fx.bench.bench_host:run",
+    "e2e": "esper_fx.bench.bench_e2e:run",
+}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m esper_fx.bench",
+        description="Benchmarks of the esper_fx architecture, each against a reference measured in the same run.",
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (well under a minute)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), metavar="NAME",
+                        help=f"run only these benchmarks (of {', '.join(BENCHMARKS)})")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON here")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--torch-threads", type=int, default=1, metavar="N",
+                        help="torch intra-op threads (default 1; 0 keeps torch's default). On a small shared CPU "
+                             "torch's OpenMP threads stall behind other processes and make the reference far "
+                             "slower than it is; one thread is the reference's best case here")
+    return parser.parse_args(argv)
+
+
+def load(name: str) -> Callable[[Any], dict]:
+    module_name, func = BENCHMARKS[name].split(":")
+    return getattr(importlib.import_module(module_name), func)
+
+
+def run_one(name: str, settings: Any) -> dict:
+    try:
+        return load(name)(settings)
+    except Exception as err:  # recorded, reported, and turned into exit status 1
+        traceback.print_exc(file=sys.stderr)
+        return {"error": f"{type(err).__name__}: {err}"}
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op thread count set to `n` (0 leaves it) for the block, restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n > 0:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_all(names: Sequence[str], settings: Any) -> dict[str, dict]:
+    import jax
+
+    results: dict[str, dict] = {}
+    device = settings.device.jax_device
+    # only when needed: the default-device context is part of jit's cache key
+    placed = jax.default_device(device) if device != jax.devices()[0] else contextlib.nullcontext()
+    with placed:
+        for name in names:
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            results[name] = run_one(name, settings)
+    return results
+
+
+def meta(settings: Any, args: argparse.Namespace) -> dict:
+    import jax
+    import torch
+
+    return {
+        "command": "python -m esper_fx.bench " + " ".join(sys.argv[1:]),
+        "quick": args.quick,
+        "seed": args.seed,
+        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "load_average_start": list(os.getloadavg()),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "jax": jax.__version__,
+        **settings.device.describe(),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from esper_fx.bench import devices
+    from esper_fx.bench.report import print_results
+    from esper_fx.bench.settings import BenchSettings
+
+    try:
+        device = devices.resolve(args.device)
+    except devices.DeviceUnavailable as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    settings = BenchSettings(device=device, quick=args.quick, seed=args.seed)
+    names = [n for n in BENCHMARKS if args.only is None or n in args.only]
+    with torch_threads(args.torch_threads):
+        info = meta(settings, args)
+        results = run_all(names, settings)
+    info["load_average_end"] = list(os.getloadavg())
+    print_results(results)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"meta": info, **results}, indent=2) + "\n")
+    return 1 if any("error" in r for r in results.values()) else 0

@@ -1,0 +1,59 @@
+"""Where a benchmark runs: the torch device, the JAX device, and how each side waits for its work."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import bridge  # noqa: F401  (sets XLA_PYTHON_CLIENT_PREALLOCATE=false before jax is first imported)
+import jax
+import torch
+
+DEVICE_CHOICES = ("cpu", "cuda")
+
+
+class DeviceUnavailable(RuntimeError):
+    """The requested device is not usable by both torch and JAX in this process."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchDevice:
+    name: str  # "cpu" or "cuda"
+    torch_device: torch.device
+    jax_device: Any
+
+    def torch_sync(self, _result: Any = None) -> None:
+        """Wait for queued torch work (a no-op on the CPU, where torch ops run synchronously)."""
+        if self.torch_device.type == "cuda":
+            torch.cuda.synchronize(self.torch_device)
+
+    @staticmethod
+    def jax_sync(result: Any) -> None:
+        jax.block_until_ready(result)
+
+    def describe(self) -> dict[str, Any]:
+        info = {
+            "device": self.name,
+            "jax_backend": jax.default_backend(),
+            "jax_device": str(self.jax_device),
+            "torch_device": str(self.torch_device),
+            "torch_threads": torch.get_num_threads(),
+        }
+        if self.torch_device.type == "cuda":
+            info["gpu"] = torch.cuda.get_device_name(self.torch_device)
+        return info
+
+
+def resolve(name: str) -> BenchDevice:
+    """The BenchDevice for "cpu" or "cuda"; raises DeviceUnavailable if torch or JAX cannot use it."""
+    if name == "cpu":
+        return BenchDevice("cpu", torch.device("cpu"), jax.devices("cpu")[0])
+    if name != "cuda":
+        raise ValueError(f"unknown device {name!r}; expected one of {list(DEVICE_CHOICES)}")
+    if not torch.cuda.is_available():
+        raise DeviceUnavailable("--device cuda: torch sees no CUDA device")
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError as err:
+        raise DeviceUnavailable(f"--device cuda: JAX has no GPU backend ({err}); install jax[cuda12]") from err
+    return BenchDevice("cuda", torch.device("cuda", 0), gpu)
