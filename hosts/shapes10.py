@@ -241,8 +241,10 @@ def _shape_sdf(shape: torch.Tensor, px: torch.Tensor, py: torch.Tensor, r: torch
     triangle = torch.maximum(py - 0.6 * r, 0.866 * ax - 0.5 * py - 0.6 * r)
     ring = (dist - 0.8 * r).abs() - 0.3 * r
     cross = torch.minimum(torch.maximum(ax - 0.3 * r, ay - r), torch.maximum(ax - r, ay - 0.3 * r))
-    stacked = torch.stack([disk, square, triangle, ring, cross], dim=1)
-    return stacked.gather(1, shape.view(-1, 1, 1, 1).expand(-1, 1, *px.shape[1:])).squeeze(1)
+    sdf = cross
+    for index, candidate in ((3, ring), (2, triangle), (1, square), (0, disk)):
+        sdf = torch.where(shape.view(-1, 1, 1) == index, candidate, sdf)
+    return sdf
 
 
 def _object_layer(lat: Latents, j: int, xx: torch.Tensor, yy: torch.Tensor):
