@@ -1,6 +1,6 @@
 """`DataFeed`: one run's training and validation batches for every env (SPEC §6.3, §6.4).
 
-    feed = DataFeed.from_config(config, task, env_devices)       # once per run
+    feed = DataFeed.from_config(config, task, env_devices)       # once per run; one device per env
     for step_batches in feed.train_epoch(batch_idx, epoch, envs_running):
         for env, (x, y) in enumerate(step_batches): ...          # env's batch, on env's device
     for x, y in feed.val_batches(env): ...                       # the same fixed set for every env

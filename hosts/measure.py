@@ -87,6 +87,20 @@ def _build_model(task: TaskSpec, base_channels: int | None, seed: int) -> torch.
     return CNNHost(num_classes=task.num_classes, base_channels=base_channels)
 
 
+def _shapes10_with_knobs(args) -> TaskData:
+    from hosts import shapes10
+
+    changes = {}
+    for item in args.knob:
+        name, value = item.split("=", 1)
+        default = getattr(shapes10.DEFAULT_KNOBS, name)
+        changes[name] = tuple(float(v) for v in value.split(",")) if isinstance(default, tuple) else type(default)(value)
+    knobs = shapes10.DEFAULT_KNOBS._replace(**changes)
+    print(f"shapes10 knobs: {knobs}")
+    x_tr, y_tr, x_te, y_te = shapes10.generate(args.train_samples, args.test_samples, args.data_seed, "cpu", knobs)
+    return TaskData("classification", x_tr, y_tr, x_te, y_te, torch.zeros(3))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", help="task name, e.g. shapes10 or pytext")
@@ -97,14 +111,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-seed", type=int, default=0)
     parser.add_argument("--train-samples", type=int, default=50_000)
     parser.add_argument("--test-samples", type=int, default=10_000)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (1 is best on a busy CPU)")
+    parser.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                        help="shapes10 only: override a generator knob (tuning experiments)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     task = get_task(args.task)
     start = time.perf_counter()
-    data = load_task_data(task, torch.device("cpu"), data_seed=args.data_seed,
-                          synthetic_train_samples=args.train_samples, synthetic_test_samples=args.test_samples)
+    if args.knob:
+        data = _shapes10_with_knobs(args)
+    else:
+        data = load_task_data(task, torch.device("cpu"), data_seed=args.data_seed,
+                              synthetic_train_samples=args.train_samples, synthetic_test_samples=args.test_samples)
     print(f"{task.name}: data built in {time.perf_counter() - start:.1f}s "
           f"(train {data.n_train}, test {data.n_test})")
     finals = []

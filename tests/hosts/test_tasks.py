@@ -142,3 +142,14 @@ def test_task_spec_is_frozen_and_usable_as_task_config():
 def test_output_size_is_classes_or_vocabulary():
     assert get_task("shapes10").output_size == 10
     assert get_task("pytext").output_size == 256
+
+
+@pytest.mark.parametrize("name, dwell", [("shapes10", 2), ("tinystories", 5)])
+def test_task_spec_is_the_task_config_of_a_morphogenetic_model(name, dwell):
+    from hosts.model import MorphogeneticModel
+
+    task = get_task(name)
+    host = task.build_host() if name != "tinystories" else get_task("pytext").build_host()
+    model = MorphogeneticModel(host, ["r0c1"], task.topology, task_config=task)
+    slot = model.slots["r0c1"]
+    assert (slot.dwell_epochs, slot.probation_timeout, slot.blending_steps) == (dwell, 5, 5)
