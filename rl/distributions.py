@@ -1,0 +1,194 @@
+"""Masked categorical distributions for the four factored action heads (SPEC §9.2–§9.4).
+
+Every function here is a pure jnp function over logits `[..., n]` and bool masks `[..., n]`
+(True = allowed). Masked logits are replaced by −1e4 (finite in fp16 and bf16); sampling is
+independent per head (deterministic mode: argmax); log-probs are kept per head; the entropy is
+normalised by ln(n_valid) (§9.3); the causal relevance masks m_h come from the taken op (§9.4).
+
+Validation is split in two: `row_is_valid` is a jittable bool per row, and the `check_*` helpers
+run outside jit on concrete arrays and raise (§9.2). Sampling inside jit can never pick a masked
+index while the row has a valid one; a row with none is reported by `row_is_valid`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from esper_fx import contracts as C
+
+MASKED_LOGIT = C.MASKED_LOGIT  # −1e4
+ENTROPY_LOG_FLOOR = 1e-8
+
+
+class InvalidStateError(ValueError):
+    """A mask row with no valid action: the controller was asked to act in an impossible state."""
+
+
+class Masks(NamedTuple):
+    """Per-head action masks, bool, True = allowed; each `[..., n_head]`, heads in contract order."""
+
+    slot: jax.Array
+    blueprint: jax.Array
+    blend: jax.Array
+    op: jax.Array
+
+
+# ------------------------------------------------------------------------------------------
+# one head
+# ------------------------------------------------------------------------------------------
+
+
+def masked_logits(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """Logits with disallowed entries replaced by −1e4 (same dtype as `logits`)."""
+    return jnp.where(mask, logits, jnp.asarray(MASKED_LOGIT, dtype=logits.dtype))
+
+
+def log_probs(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """Log-softmax of the masked logits, `[..., n]`."""
+    return jax.nn.log_softmax(masked_logits(logits, mask), axis=-1)
+
+
+def probs(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """Softmax of the masked logits, `[..., n]` (masked entries underflow to 0)."""
+    return jax.nn.softmax(masked_logits(logits, mask), axis=-1)
+
+
+def masked_log_prob(logits: jax.Array, mask: jax.Array, action: jax.Array) -> jax.Array:
+    """Log-probability of integer `action [...]` under the masked distribution, `[...]`."""
+    lp = log_probs(logits, mask)
+    return jnp.take_along_axis(lp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+def sample(key: jax.Array, logits: jax.Array, mask: jax.Array, deterministic: bool = False) -> jax.Array:
+    """One int32 action per row. Gumbel-max over the allowed entries only (argmax when deterministic).
+
+    Disallowed entries score −inf after the noise is added, so they cannot win while the row has
+    any allowed entry, however negative the allowed logits are.
+    """
+    scores = logits.astype(jnp.float32)
+    if not deterministic:
+        scores = scores + jax.random.gumbel(key, logits.shape, dtype=jnp.float32)
+    scores = jnp.where(mask, scores, -jnp.inf)
+    return jnp.argmax(scores, axis=-1).astype(jnp.int32)
+
+
+def normalized_entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """H / max(ln n_valid, 1e-8) over the valid entries, `[...]`; exactly 0 with one valid action."""
+    lp = log_probs(logits, mask)
+    p = jnp.exp(lp)
+    entropy = -jnp.sum(jnp.where(mask, p * lp, 0.0), axis=-1)
+    n_valid = jnp.maximum(jnp.sum(mask, axis=-1), 1)
+    denom = jnp.maximum(jnp.log(n_valid.astype(lp.dtype)), ENTROPY_LOG_FLOOR)
+    h_norm = jnp.clip(entropy / denom, 0.0, 1.0)
+    return jnp.where(n_valid <= 1, jnp.zeros_like(h_norm), h_norm)
+
+
+def row_is_valid(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """Jittable: True per row iff the row has an allowed entry and every logit is finite."""
+    return jnp.any(mask, axis=-1) & jnp.all(jnp.isfinite(logits), axis=-1)
+
+
+# ------------------------------------------------------------------------------------------
+# the four heads together (actions and log-probs are `[..., 4]` in head order)
+# ------------------------------------------------------------------------------------------
+
+
+def sample_heads(
+    key: jax.Array, logits: Sequence[jax.Array], masks: Sequence[jax.Array], deterministic: bool = False
+) -> tuple[jax.Array, jax.Array]:
+    """Sample every head independently: (actions int32 `[..., 4]`, log-probs `[..., 4]`)."""
+    keys = jax.random.split(key, len(logits))
+    actions = [sample(k, lg, m, deterministic) for k, lg, m in zip(keys, logits, masks)]
+    lps = [masked_log_prob(lg, m, a) for lg, m, a in zip(logits, masks, actions)]
+    return jnp.stack(actions, axis=-1), jnp.stack(lps, axis=-1)
+
+
+def heads_log_prob(logits: Sequence[jax.Array], masks: Sequence[jax.Array], actions: jax.Array) -> jax.Array:
+    """Per-head log-probs `[..., 4]` of the taken `actions [..., 4]`."""
+    return jnp.stack(
+        [masked_log_prob(lg, m, actions[..., h]) for h, (lg, m) in enumerate(zip(logits, masks))], axis=-1
+    )
+
+
+def heads_entropy(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> jax.Array:
+    """Per-head normalised entropies `[..., 4]`."""
+    return jnp.stack([normalized_entropy(lg, m) for lg, m in zip(logits, masks)], axis=-1)
+
+
+def heads_valid(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> jax.Array:
+    """Jittable: True per row iff every head's row is valid (`row_is_valid`), `[...]`."""
+    oks = [row_is_valid(lg, m) for lg, m in zip(logits, masks)]
+    return jnp.all(jnp.stack(oks, axis=-1), axis=-1)
+
+
+# ------------------------------------------------------------------------------------------
+# causal relevance (§9.4)
+# ------------------------------------------------------------------------------------------
+
+
+def causal_masks(op: jax.Array) -> jax.Array:
+    """m_h from the taken op, bool `[..., 4]`: slot unless WAIT; blueprint, blend on GERMINATE; op always."""
+    op = jnp.asarray(op)
+    slot = op != C.LifecycleOp.WAIT
+    germinate = op == C.LifecycleOp.GERMINATE
+    return jnp.stack([slot, germinate, germinate, jnp.ones_like(slot)], axis=-1)
+
+
+def causal_advantages(advantages: jax.Array, op: jax.Array) -> jax.Array:
+    """Per-head advantages A_h = A·m_h, `[..., 4]` in head order."""
+    return jnp.where(causal_masks(op), advantages[..., None], jnp.zeros_like(advantages)[..., None])
+
+
+# ------------------------------------------------------------------------------------------
+# checks on concrete arrays (outside jit)
+# ------------------------------------------------------------------------------------------
+
+
+def check_mask(mask, head: str = "head") -> None:
+    """Raise InvalidStateError if any row of a concrete mask has no allowed entry."""
+    m = np.asarray(mask, dtype=bool)
+    empty = ~m.any(axis=-1)
+    if empty.any():
+        rows = np.argwhere(np.atleast_1d(empty)).tolist()
+        raise InvalidStateError(
+            f"{head} mask has {int(empty.sum())} row(s) with no valid action (rows {rows[:8]}); "
+            "every head must allow at least one action"
+        )
+
+
+def check_logits(logits, head: str = "head") -> None:
+    """Raise ValueError with min/max/NaN/inf statistics if concrete logits hold NaN or ±inf."""
+    x = np.asarray(logits, dtype=np.float64)
+    finite = np.isfinite(x)
+    if finite.all():
+        return
+    n_nan, n_pinf, n_ninf = int(np.isnan(x).sum()), int(np.isposinf(x).sum()), int(np.isneginf(x).sum())
+    lo = float(x[finite].min()) if finite.any() else float("nan")
+    hi = float(x[finite].max()) if finite.any() else float("nan")
+    raise ValueError(
+        f"{head} logits are not finite: {n_nan} NaN, {n_pinf} +inf, {n_ninf} -inf of {x.size}; "
+        f"finite min {lo:.6g}, finite max {hi:.6g}"
+    )
+
+
+def check_heads(logits: Sequence, masks: Sequence) -> None:
+    """Run `check_mask` and `check_logits` on every head (concrete arrays)."""
+    for name, lg, m in zip(C.ACTION_HEADS, logits, masks):
+        check_mask(m, name)
+        check_logits(lg, name)
+
+
+def check_actions(actions, masks: Sequence) -> None:
+    """Raise InvalidStateError if a concrete action `[..., 4]` is out of range or masked."""
+    a = np.asarray(actions)
+    for h, (name, m) in enumerate(zip(C.ACTION_HEADS, masks)):
+        m = np.asarray(m, dtype=bool)
+        idx = a[..., h]
+        if (idx < 0).any() or (idx >= m.shape[-1]).any():
+            raise InvalidStateError(f"{name} action out of range [0, {m.shape[-1]})")
+        if not np.take_along_axis(m, idx[..., None], axis=-1).all():
+            raise InvalidStateError(f"{name} action selects a masked entry")

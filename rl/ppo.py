@@ -1,0 +1,550 @@
+"""PPO for the factored actor-critic (SPEC §11), as pure jitted functions over explicit pytrees.
+
+- `PPOConfig`: every hyperparameter of §11.1 (static, hashable), built from a TrainingConfig.
+- `TrainState`: params, Optax state, train_steps (and the network, static).
+- `act` / `value` / `evaluate`: one policy step, the bootstrap value, a full-sequence re-run (§10.2).
+- Losses (§11.6–11.7): per-head clipped surrogate with causal masks summed over heads, clipped value
+  loss (0.5 factor) or plain MSE, normalised-entropy bonus, the KL3 approx_kl and op-head ratio stats.
+- `update(train_state, rollout, key, cfg)` (§11.5), one jitted call: GAE per env, explained variance,
+  global advantage normalisation, then update_epochs × num_minibatches steps over permuted env groups
+  (array-split semantics). approx_kl is checked before every gradient step (stop above 1.5·target_kl,
+  ending the whole update); a non-finite loss or gradient skips the step and ends the update.
+  `train_steps` increments unless there was no valid transition at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from functools import partial
+from typing import Any, NamedTuple
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+
+from esper_fx import contracts as C
+from rl import distributions as dist
+from rl.gae import gae
+from rl.network import HEAD_MODULES, VALUE_MODULE, ActorCritic, Carry, init_params
+from rl.rollout import Rollout
+
+ADV_EPS = 1e-8
+EV_MIN_VAR = 1e-8
+METRIC_HEADS = C.ACTION_HEADS + ("value",)
+
+
+# ------------------------------------------------------------------------------------------
+# configuration and state
+# ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """Every PPO hyperparameter of §11.1 (frozen and hashable: a static jit argument)."""
+
+    lr: float = C.PPO_LR
+    gamma: float = C.PPO_GAMMA
+    gae_lambda: float = C.PPO_GAE_LAMBDA
+    clip_ratio: float = C.PPO_CLIP_RATIO
+    clip_value: bool = True
+    value_clip: float = C.PPO_VALUE_CLIP
+    value_coef: float = C.PPO_VALUE_COEF
+    max_grad_norm: float = C.PPO_MAX_GRAD_NORM
+    target_kl: float | None = C.PPO_TARGET_KL
+    kl_stop_factor: float = C.PPO_KL_STOP_FACTOR
+    update_epochs: int = 1
+    num_minibatches: int = 1
+    adam_eps: float = C.PPO_ADAM_EPS
+    adam_b1: float = 0.9
+    adam_b2: float = 0.999
+    weight_decay: float = 0.0
+    entropy_coef: float = C.PPO_ENTROPY_COEF
+    entropy_coef_start: float | None = None
+    entropy_coef_end: float | None = None
+    entropy_coef_min: float = C.PPO_ENTROPY_COEF_MIN
+    entropy_anneal_episodes: int = 0
+    n_envs: int = C.DEFAULT_N_ENVS
+
+    @classmethod
+    def from_training_config(cls, cfg) -> "PPOConfig":
+        """The PPO fields of an `esper_fx.config.TrainingConfig`."""
+        names = [f.name for f in dataclasses.fields(cls) if hasattr(cfg, f.name)]
+        return cls(**{name: getattr(cfg, name) for name in names})
+
+    @property
+    def anneal_steps(self) -> int:
+        """ceil(entropy_anneal_episodes / n_envs): the anneal length in updates (§11.8)."""
+        return math.ceil(self.entropy_anneal_episodes / self.n_envs)
+
+    @property
+    def kl_stop(self) -> float | None:
+        return None if self.target_kl is None else self.kl_stop_factor * self.target_kl
+
+
+@flax.struct.dataclass
+class TrainState:
+    """params: the network's parameter tree. opt_state: the Optax state over the *raveled* parameter
+    vector (`ravel_pytree(params)[0]`); one flat array keeps the jitted update small."""
+
+    params: Any
+    opt_state: Any
+    train_steps: jax.Array  # int32 scalar: completed updates
+    network: ActorCritic = flax.struct.field(pytree_node=False)
+
+
+def _module_of(path) -> str:
+    return str(getattr(path[0], "key", path[0]))
+
+
+def _value_head_mask(params) -> Any:
+    """True on the value head's leaves (the only ones that get weight decay)."""
+    return jax.tree_util.tree_map_with_path(lambda path, _: _module_of(path) == VALUE_MODULE, params)
+
+
+def param_segments(params) -> np.ndarray:
+    """Static per-element module index of the raveled params: HEAD_MODULES + value → 0..4, trunk → 5."""
+    modules = HEAD_MODULES + (VALUE_MODULE,)
+    parts = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        name = _module_of(path)
+        parts.append(np.full(int(np.prod(leaf.shape)), modules.index(name) if name in modules else len(modules)))
+    return np.concatenate(parts).astype(np.int32)
+
+
+def flat_decay_mask(params) -> np.ndarray:
+    """1.0 on the raveled value-head elements, 0.0 elsewhere (static, from shapes only)."""
+    return (param_segments(params) == len(HEAD_MODULES)).astype(np.float32)
+
+
+def _decay_on_flat_mask(weight_decay: float, mask: np.ndarray) -> optax.GradientTransformation:
+    def update(updates, state, params):
+        return updates + weight_decay * mask * params, state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def make_optimizer(cfg: PPOConfig, decay_mask=None) -> optax.GradientTransformation:
+    """chain(clip_by_global_norm, Adam(eps 1e-5)); decoupled weight decay on the value head if > 0.
+
+    `decay_mask`: None for a params tree (the value head is found by name), or a flat 0/1 vector
+    (`flat_decay_mask`) when the optimizer runs on the raveled parameter vector, as `update` does.
+    """
+    clip = optax.clip_by_global_norm(cfg.max_grad_norm)
+    if cfg.weight_decay <= 0:
+        return optax.chain(clip, optax.adam(cfg.lr, b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps))
+    decay = (optax.add_decayed_weights(cfg.weight_decay, mask=_value_head_mask) if decay_mask is None
+             else _decay_on_flat_mask(cfg.weight_decay, decay_mask))
+    return optax.chain(
+        clip,
+        optax.scale_by_adam(b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps),
+        decay,
+        optax.scale_by_learning_rate(cfg.lr),
+    )
+
+
+def init_train_state(key: jax.Array, network: ActorCritic, obs_dim: int, cfg: PPOConfig) -> TrainState:
+    params = init_params(network, key, obs_dim)
+    flat, _ = ravel_pytree(params)
+    opt_state = make_optimizer(cfg, flat_decay_mask(params)).init(flat)
+    return TrainState(params, opt_state, jnp.zeros((), jnp.int32), network)
+
+
+def entropy_coefficient(cfg: PPOConfig, train_steps: jax.Array) -> jax.Array:
+    """β for the given number of completed updates (§11.8), as a jnp scalar."""
+    if cfg.anneal_steps == 0:
+        return jnp.asarray(max(cfg.entropy_coef, cfg.entropy_coef_min), jnp.float32)
+    start = cfg.entropy_coef if cfg.entropy_coef_start is None else cfg.entropy_coef_start
+    end = cfg.entropy_coef if cfg.entropy_coef_end is None else cfg.entropy_coef_end
+    p = jnp.minimum(1.0, jnp.asarray(train_steps, jnp.float32) / cfg.anneal_steps)
+    return jnp.maximum(start + p * (end - start), cfg.entropy_coef_min)
+
+
+# ------------------------------------------------------------------------------------------
+# acting and evaluation (§10.2)
+# ------------------------------------------------------------------------------------------
+
+
+class ActOutput(NamedTuple):
+    actions: jax.Array  # [E, 4] int32 (slot, blueprint, blend, op)
+    log_probs: jax.Array  # [E, 4] per head
+    value: jax.Array  # [E]
+    carry: Carry  # post-step carry
+    ok: jax.Array  # [E] bool: every head had a valid action and finite logits
+
+
+class Evaluation(NamedTuple):
+    log_probs: jax.Array  # [E, L, 4]
+    values: jax.Array  # [E, L]
+    entropy: jax.Array  # [E, L, 4] normalised
+
+
+@partial(jax.jit, static_argnames=("network", "deterministic"))
+def policy_step(network, params, obs, masks, carry, key, deterministic: bool = False) -> ActOutput:
+    """One acting step with explicit network and params; obs are already normalised `[E, D]`."""
+    out, new_carry = network.apply({"params": params}, obs, carry, method=network.step)
+    ok = dist.heads_valid(out.logits, masks)
+    actions, log_probs = dist.sample_heads(key, out.logits, masks, deterministic)
+    return ActOutput(actions, log_probs, out.value, new_carry, ok)
+
+
+def act(state: TrainState, obs, masks: dist.Masks, carry: Carry, key, deterministic: bool = False) -> ActOutput:
+    """One policy step (no gradients): per-head actions and log-probs, value, new carry, validity."""
+    return policy_step(state.network, state.params, obs, masks, carry, key, deterministic)
+
+
+@partial(jax.jit, static_argnames=("network",))
+def _value(network, params, obs, carry) -> jax.Array:
+    out, _ = network.apply({"params": params}, obs, carry, method=network.step)
+    return out.value
+
+
+def value(state: TrainState, obs, carry: Carry) -> jax.Array:
+    """V(s) `[E]` for normalised obs `[E, D]` from `carry` (the truncation bootstrap)."""
+    return _value(state.network, state.params, obs, carry)
+
+
+def evaluate(network: ActorCritic, params, obs, actions, masks: dist.Masks, carry0: Carry, resets=None) -> Evaluation:
+    """Re-run whole sequences `[E, L, D]` from `carry0`: per-head log-probs, values, entropies."""
+    out, _ = network.apply({"params": params}, obs, carry0, resets=resets)
+    return Evaluation(
+        dist.heads_log_prob(out.logits, masks, actions),
+        out.value,
+        dist.heads_entropy(out.logits, masks),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# advantages and statistics (§11.3–11.5)
+# ------------------------------------------------------------------------------------------
+
+
+def _masked_mean_var(x: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(n, mean, unbiased variance) of `x` over `valid` entries (variance 0 when n < 2)."""
+    n = jnp.sum(valid)
+    mean = jnp.sum(jnp.where(valid, x, 0.0)) / jnp.maximum(n, 1)
+    ss = jnp.sum(jnp.where(valid, (x - mean) ** 2, 0.0))
+    return n, mean, jnp.where(n > 1, ss / jnp.maximum(n - 1, 1), 0.0)
+
+
+def normalize_advantages(adv: jax.Array, valid: jax.Array) -> jax.Array:
+    """(A − mean)/(std + 1e-8) over valid steps, unbiased std; std = 1 with one transition [fix]."""
+    n, mean, var = _masked_mean_var(adv, valid)
+    std = jnp.where(n > 1, jnp.sqrt(var), 1.0)
+    return jnp.where(valid, (adv - mean) / (std + ADV_EPS), 0.0)
+
+
+def explained_variance(returns: jax.Array, values: jax.Array, valid: jax.Array) -> jax.Array:
+    """1 − Var(R − V)/Var(R) over valid steps (unbiased); 0 if Var(R) ≤ 1e-8 or fewer than 2 steps."""
+    n, _, var_r = _masked_mean_var(returns, valid)
+    _, _, var_d = _masked_mean_var(returns - values, valid)
+    ok = (n >= 2) & (var_r > EV_MIN_VAR)
+    return jnp.where(ok, 1.0 - var_d / jnp.where(ok, var_r, 1.0), 0.0)
+
+
+# ------------------------------------------------------------------------------------------
+# losses (§11.6–11.7)
+# ------------------------------------------------------------------------------------------
+
+
+class Batch(NamedTuple):
+    """Training data for a group of env rows `[G, T, ...]`; `valid` marks the steps that count."""
+
+    obs: jax.Array
+    actions: jax.Array  # [G, T, 4]
+    old_log_probs: jax.Array  # [G, T, 4]
+    old_values: jax.Array  # [G, T]
+    advantages: jax.Array  # [G, T] normalised
+    returns: jax.Array  # [G, T]
+    masks: dist.Masks
+    carry0: Carry
+    valid: jax.Array  # [G, T] bool
+
+
+def head_weights(actions: jax.Array, valid: jax.Array) -> jax.Array:
+    """m_h ∧ valid, bool `[..., 4]`: the causal relevance of each head at each valid step."""
+    return dist.causal_masks(actions[..., C.HEAD_OP]) & valid[..., None]
+
+
+def _head_counts(m: jax.Array) -> jax.Array:
+    """n_h = max(Σ_t m_h, 1), `[4]`."""
+    return jnp.maximum(jnp.sum(m, axis=tuple(range(m.ndim - 1))), 1).astype(jnp.float32)
+
+
+def policy_loss(log_ratio: jax.Array, adv: jax.Array, m: jax.Array, clip_ratio: float) -> tuple[jax.Array, jax.Array]:
+    """(Σ_h L_h, L_h `[4]`) with L_h = −(1/n_h)·Σ m_h·min(r·A_h, clip(r, 1±ε)·A_h)."""
+    ratio = jnp.exp(log_ratio)
+    adv_h = jnp.where(m, adv[..., None], 0.0)
+    surr = jnp.minimum(ratio * adv_h, jnp.clip(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio) * adv_h)
+    axes = tuple(range(m.ndim - 1))
+    per_head = -jnp.sum(jnp.where(m, surr, 0.0), axis=axes) / _head_counts(m)
+    return jnp.sum(per_head), per_head
+
+
+def value_loss(values, old_values, returns, valid, clip_value: bool = True, value_clip: float = C.PPO_VALUE_CLIP):
+    """0.5·mean max((v−R)², (v_c−R)²) with v_c = v_old + clip(v − v_old, ±clip); or mean (v−R)²."""
+    n = jnp.maximum(jnp.sum(valid), 1)
+    sq = (values - returns) ** 2
+    if clip_value:
+        v_c = old_values + jnp.clip(values - old_values, -value_clip, value_clip)
+        sq = 0.5 * jnp.maximum(sq, (v_c - returns) ** 2)
+    return jnp.sum(jnp.where(valid, sq, 0.0)) / n
+
+
+def entropy_bonus(entropy: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(L_ent = −Σ_h E_h, E_h `[4]`) with E_h = (1/n_h)·Σ m_h·H_norm,h."""
+    axes = tuple(range(m.ndim - 1))
+    per_head = jnp.sum(jnp.where(m, entropy, 0.0), axis=axes) / _head_counts(m)
+    return -jnp.sum(per_head), per_head
+
+
+def approx_kl(log_ratio: jax.Array, m: jax.Array, valid: jax.Array) -> jax.Array:
+    """(1/N)·Σ_h Σ_t m_h·((r − 1) − ln r), the KL3 estimator of KL(old‖new)."""
+    k3 = jnp.expm1(log_ratio) - log_ratio
+    return jnp.sum(jnp.where(m, k3, 0.0)) / jnp.maximum(jnp.sum(valid), 1)
+
+
+def op_ratio_stats(log_ratio_op: jax.Array, valid: jax.Array, clip_ratio: float) -> dict[str, jax.Array]:
+    """clip_fraction (|r_op − 1| > ε) and ratio mean / max / min over valid steps, op head only."""
+    r = jnp.exp(log_ratio_op)
+    n = jnp.maximum(jnp.sum(valid), 1)
+    return {
+        "clip_fraction": jnp.sum(valid & (jnp.abs(r - 1.0) > clip_ratio)) / n,
+        "ratio_mean": jnp.sum(jnp.where(valid, r, 0.0)) / n,
+        "ratio_max": jnp.max(jnp.where(valid, r, -jnp.inf)),
+        "ratio_min": jnp.min(jnp.where(valid, r, jnp.inf)),
+    }
+
+
+def loss_from_evaluation(ev: Evaluation, batch: Batch, beta, cfg: PPOConfig) -> tuple[jax.Array, dict]:
+    """Total loss L = L_pol + value_coef·L_V + β·L_ent, and its diagnostics, from re-run outputs."""
+    m = head_weights(batch.actions, batch.valid)
+    log_ratio = jnp.where(m, ev.log_probs - batch.old_log_probs, 0.0)
+    l_pol, pol_h = policy_loss(log_ratio, batch.advantages, m, cfg.clip_ratio)
+    l_v = value_loss(ev.values, batch.old_values, batch.returns, batch.valid, cfg.clip_value, cfg.value_clip)
+    l_ent, ent_h = entropy_bonus(ev.entropy, m)
+    loss = l_pol + cfg.value_coef * l_v + beta * l_ent
+    aux = {
+        "loss": loss, "policy_loss": l_pol, "value_loss": l_v, "entropy": jnp.mean(ent_h),
+        "approx_kl": approx_kl(log_ratio, m, batch.valid),
+        **op_ratio_stats(log_ratio[..., C.HEAD_OP], batch.valid, cfg.clip_ratio),
+        **{f"entropy_{h}": ent_h[i] for i, h in enumerate(C.ACTION_HEADS)},
+        **{f"policy_loss_{h}": pol_h[i] for i, h in enumerate(C.ACTION_HEADS)},
+    }
+    return loss, aux
+
+
+def ppo_loss(params, network: ActorCritic, batch: Batch, beta, cfg: PPOConfig) -> tuple[jax.Array, dict]:
+    """The §11.6 loss of a minibatch under `params` (re-running its sequences from carry0)."""
+    ev = evaluate(network, params, batch.obs, batch.actions, batch.masks, batch.carry0)
+    return loss_from_evaluation(ev, batch, beta, cfg)
+
+
+def grad_norms(grads) -> dict[str, jax.Array]:
+    """Global and per-head gradient L2 norms (before clipping) of a gradient tree."""
+    out = {"grad_norm": optax.tree.norm(grads)}
+    for name, module in zip(METRIC_HEADS, HEAD_MODULES + (VALUE_MODULE,)):
+        out[f"grad_norm_{name}"] = optax.tree.norm(grads[module])
+    return out
+
+
+def flat_grad_norms(flat_grads: jax.Array, segments: np.ndarray) -> dict[str, jax.Array]:
+    """`grad_norms` of a raveled gradient, with `param_segments` giving each element's module."""
+    per_module = jax.ops.segment_sum(flat_grads**2, segments, num_segments=len(METRIC_HEADS) + 1)
+    out = {"grad_norm": jnp.sqrt(jnp.sum(per_module))}
+    for i, name in enumerate(METRIC_HEADS):
+        out[f"grad_norm_{name}"] = jnp.sqrt(per_module[i])
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# the update (§11.5)
+# ------------------------------------------------------------------------------------------
+
+
+def _sanitize_invalid_steps(batch: Batch) -> Batch:
+    """Zeros (and all-True masks) at invalid steps, so nothing stored there can reach a loss or gradient."""
+    def clean(x, fill):
+        v = batch.valid.reshape(batch.valid.shape + (1,) * (x.ndim - 2))
+        return jnp.where(v, x, jnp.asarray(fill, x.dtype))
+
+    return batch._replace(
+        obs=clean(batch.obs, 0), actions=clean(batch.actions, 0), old_log_probs=clean(batch.old_log_probs, 0),
+        old_values=clean(batch.old_values, 0), advantages=clean(batch.advantages, 0),
+        returns=clean(batch.returns, 0), masks=dist.Masks(*(clean(m, True) for m in batch.masks)),
+    )
+
+
+def build_training_data(rollout: Rollout, cfg: PPOConfig) -> tuple[Batch, dict]:
+    """Full-buffer Batch `[E, T]` with normalised advantages, and the pre-update statistics."""
+    valid = rollout.valid
+    adv, ret = gae(rollout.rewards, rollout.values, rollout.dones, rollout.truncated, rollout.bootstrap,
+                   cfg.gamma, cfg.gae_lambda, valid)
+    batch = Batch(
+        obs=rollout.obs, actions=rollout.actions, old_log_probs=rollout.log_probs, old_values=rollout.values,
+        advantages=normalize_advantages(adv, valid), returns=ret, masks=rollout.masks,
+        carry0=rollout.carry0, valid=valid,
+    )
+    batch = _sanitize_invalid_steps(batch)
+    stats = {"explained_variance": explained_variance(ret, rollout.values, valid),
+             "n_transitions": jnp.sum(valid).astype(jnp.int32)}
+    return batch, stats
+
+
+def env_permutations(key: jax.Array, env_valid: jax.Array, update_epochs: int) -> jax.Array:
+    """One permutation per epoch `[U, E]`: valid envs first, in random order (key folded with u)."""
+    def perm(u):
+        noise = jax.random.uniform(jax.random.fold_in(key, u), env_valid.shape)
+        return jnp.argsort(jnp.where(env_valid, noise, 2.0))
+    return jax.vmap(perm)(jnp.arange(1, update_epochs + 1))
+
+
+def group_rows(perm: jax.Array, n_valid_envs: jax.Array, group: jax.Array, num_minibatches: int):
+    """Rows of group `group` under array-split of the first n valid envs into min(M, n) groups.
+
+    Returns (env indices `[G]`, row used `[G]`) with static G = ceil(E/M) ≥ every group's size.
+    """
+    n_envs = perm.shape[0]
+    size_max = -(-n_envs // num_minibatches)
+    m_eff = jnp.maximum(jnp.minimum(num_minibatches, n_valid_envs), 1)
+    q, r = n_valid_envs // m_eff, n_valid_envs % m_eff
+    size = jnp.where(group < m_eff, q + (group < r), 0)
+    start = group * q + jnp.minimum(group, r)
+    pos = start + jnp.arange(size_max)
+    return perm[jnp.clip(pos, 0, n_envs - 1)], jnp.arange(size_max) < size
+
+
+def gather_group(data: Batch, idx: jax.Array, rows_ok: jax.Array) -> Batch:
+    batch = jax.tree.map(lambda x: x[idx], data)
+    return batch._replace(valid=batch.valid & rows_ok[:, None])
+
+
+class _LoopState(NamedTuple):
+    flat_params: jax.Array  # raveled params
+    opt_state: Any
+    stopped: jax.Array  # bool
+    early_stop: jax.Array  # int32 [2]: (u, group) or (-1, -1)
+    nonfinite: jax.Array  # bool
+    n_steps: jax.Array  # int32
+    sums: dict  # metric sums over executed steps
+    check: dict  # metrics of the latest KL check
+
+
+class _Static(NamedTuple):
+    """What every minibatch step needs besides the data (shapes and config only)."""
+
+    network: ActorCritic
+    unravel: Any
+    segments: np.ndarray
+    tx: optax.GradientTransformation
+    cfg: PPOConfig
+
+
+def _minibatch_step(loop: _LoopState, batch: Batch, u, g, beta, static: _Static) -> _LoopState:
+    """KL check, then (unless stopped or non-finite) one clipped Adam step on this group."""
+    cfg = static.cfg
+
+    def loss_fn(flat):
+        return ppo_loss(static.unravel(flat), static.network, batch, beta, cfg)
+
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(loop.flat_params)
+    metrics = {**aux, **flat_grad_norms(grads, static.segments)}
+    kl_stop = jnp.asarray(False) if cfg.kl_stop is None else aux["approx_kl"] > cfg.kl_stop
+    finite = jnp.isfinite(loss) & jnp.all(jnp.isfinite(grads))
+    take = ~kl_stop & finite
+    updates, opt_state = static.tx.update(grads, loop.opt_state, loop.flat_params)
+    return _LoopState(
+        flat_params=jnp.where(take, loop.flat_params + updates, loop.flat_params),
+        opt_state=jax.tree.map(lambda new, old: jnp.where(take, new, old), opt_state, loop.opt_state),
+        stopped=~take,
+        early_stop=jnp.where(kl_stop, jnp.stack([u + 1, g]).astype(jnp.int32), loop.early_stop),
+        nonfinite=~kl_stop & ~finite,
+        n_steps=loop.n_steps + take.astype(jnp.int32),
+        sums=jax.tree.map(lambda s, x: s + jnp.where(take, x, 0.0), loop.sums, metrics),
+        check=metrics,
+    )
+
+
+def _metric_template(static: _Static, flat_params, data: Batch, beta) -> dict:
+    def metrics(flat):
+        aux = ppo_loss(static.unravel(flat), static.network, data, beta, static.cfg)[1]
+        return {**aux, **flat_grad_norms(flat, static.segments)}
+
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), jax.eval_shape(metrics, flat_params))
+
+
+def _run_epochs(state: TrainState, data: Batch, key, beta, cfg: PPOConfig) -> tuple[Any, _LoopState]:
+    """update_epochs × num_minibatches iterations of `_minibatch_step` as one lax.scan.
+
+    Returns (the new params tree, the final loop state)."""
+    flat_params, unravel = ravel_pytree(state.params)
+    static = _Static(state.network, unravel, param_segments(state.params),
+                     make_optimizer(cfg, flat_decay_mask(state.params)), cfg)
+    n_groups = cfg.num_minibatches
+    env_valid = jnp.any(data.valid, axis=1)
+    n_valid_envs = jnp.sum(env_valid)
+    perms = env_permutations(key, env_valid, cfg.update_epochs)
+    zeros = _metric_template(static, flat_params, data, beta)
+    init = _LoopState(flat_params, state.opt_state, jnp.asarray(False), jnp.full((2,), -1, jnp.int32),
+                      jnp.asarray(False), jnp.zeros((), jnp.int32), zeros, zeros)
+
+    def body(loop, k):
+        u, g = k // n_groups, k % n_groups
+        idx, rows_ok = group_rows(perms[u], n_valid_envs, g, n_groups)
+        active = ~loop.stopped & jnp.any(rows_ok)
+        step = lambda lp: _minibatch_step(lp, gather_group(data, idx, rows_ok), u, g, beta, static)  # noqa: E731
+        return jax.lax.cond(active, step, lambda lp: lp, loop), None
+
+    loop, _ = jax.lax.scan(body, init, jnp.arange(cfg.update_epochs * n_groups))
+    return unravel(loop.flat_params), loop
+
+
+def _finish_metrics(loop: _LoopState, stats: dict, beta, skipped) -> dict:
+    n = jnp.maximum(loop.n_steps, 1).astype(jnp.float32)
+    averaged = jax.tree.map(lambda s, c: jnp.where(loop.n_steps > 0, s / n, c), loop.sums, loop.check)
+    return {
+        **averaged, **stats,
+        "entropy_coef": beta,
+        "early_stop": loop.early_stop,
+        "early_stopped": loop.early_stop[0] >= 0,
+        "nonfinite_skipped": loop.nonfinite,
+        "n_steps_taken": loop.n_steps,
+        "skipped": skipped,
+    }
+
+
+@partial(jax.jit, static_argnames=("cfg",))
+def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig) -> tuple[TrainState, dict]:
+    """One PPO update over the whole rollout (§11.5). Returns (new state, metrics of jnp scalars)."""
+    data, stats = build_training_data(rollout, cfg)
+    skipped = stats["n_transitions"] == 0
+    beta = entropy_coefficient(cfg, state.train_steps)
+    params, loop = _run_epochs(state, data, key, beta, cfg)
+    new_state = state.replace(
+        params=params, opt_state=loop.opt_state,
+        train_steps=state.train_steps + jnp.where(skipped, 0, 1).astype(jnp.int32),
+    )
+    return new_state, _finish_metrics(loop, stats, beta, skipped)
+
+
+def metrics_to_python(metrics: dict) -> dict:
+    """Concrete metrics as Python values: {} when the update was skipped; early_stop a tuple or None."""
+    if bool(metrics["skipped"]):
+        return {}
+    out = {}
+    for name, v in metrics.items():
+        if name in ("skipped", "early_stopped"):
+            continue
+        if name == "early_stop":
+            u, g = (int(x) for x in jax.device_get(v))
+            out[name] = (u, g) if u >= 0 else None
+        elif name in ("n_steps_taken", "n_transitions"):
+            out[name] = int(v)
+        elif name == "nonfinite_skipped":
+            out[name] = bool(v)
+        else:
+            out[name] = float(v)
+    return out

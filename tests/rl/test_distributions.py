@@ -1,0 +1,184 @@
+"""Masked categorical, normalised entropy, causal masks and validation (SPEC §9.2–§9.4, §15.33–34)."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rl import distributions as dist
+
+
+def _entropy(logits, mask):
+    return dist.normalized_entropy(logits, mask)
+
+
+def _probs(logits, mask):
+    return dist.probs(logits, mask)
+
+
+def _log_prob(logits, mask, action):
+    return dist.masked_log_prob(logits, mask, action)
+
+
+def _causal_adv(adv, op):
+    return dist.causal_advantages(adv, op)
+
+
+ROWS, WIDTH = 8, 7  # fixed shapes: hypothesis varies the masks and values, not the compiled shapes
+
+
+@st.composite
+def logits_and_masks(draw):
+    """[8, 7] logits and masks; each row uses its first n columns, with at least one valid action."""
+    seed = draw(st.integers(0, 2**31 - 1))
+    n = draw(st.integers(1, WIDTH))
+    rng = np.random.default_rng(seed)
+    scale = draw(st.sampled_from([0.01, 1.0, 30.0]))
+    logits = (rng.normal(size=(ROWS, WIDTH)) * scale).astype(np.float32)
+    mask = (rng.random((ROWS, WIDTH)) < 0.6) & (np.arange(WIDTH) < n)
+    mask[np.arange(ROWS), rng.integers(0, n, ROWS)] = True
+    return logits, mask
+
+
+class MaskedCategoricalTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_uniform_logits_over_three_valid_actions_have_entropy_one(self):
+        logits = jnp.zeros((2, 5))
+        mask = jnp.array([[True, False, True, True, False], [False, True, True, True, False]])
+        h = self.variant(_entropy)(logits, mask)
+        np.testing.assert_allclose(np.asarray(h), 1.0, atol=1e-6)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_single_valid_action_has_entropy_exactly_zero(self):
+        logits = jnp.array([[3.0, -1.0, 0.5], [0.0, 0.0, 0.0]])
+        mask = jnp.array([[False, True, False], [True, False, False]])
+        h = self.variant(_entropy)(logits, mask)
+        assert np.asarray(h).tolist() == [0.0, 0.0]
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @given(data=logits_and_masks())
+    @settings(max_examples=15)
+    def test_normalised_entropy_lies_in_unit_interval(self, data):
+        logits, mask = data
+        h = np.asarray(self.variant(_entropy)(jnp.asarray(logits), jnp.asarray(mask)))
+        assert np.all(np.isfinite(h)) and np.all(h >= 0.0) and np.all(h <= 1.0)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_masked_actions_get_logit_minus_1e4_and_tiny_probability(self):
+        logits = jnp.array([[5.0, 1.0, -2.0, 0.0]])
+        mask = jnp.array([[False, True, True, False]])
+        masked = dist.masked_logits(logits, mask)
+        assert float(masked[0, 0]) == -1e4 and float(masked[0, 3]) == -1e4
+        p = np.asarray(self.variant(_probs)(logits, mask))
+        assert p[0, 0] < 1e-30 and p[0, 3] < 1e-30
+        np.testing.assert_allclose(p.sum(), 1.0, rtol=1e-6)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_masked_log_prob_is_log_softmax_of_masked_logits_at_the_action(self):
+        logits = jnp.array([[0.3, 1.2, -0.7], [2.0, 0.0, 1.0]])
+        mask = jnp.array([[True, True, False], [True, True, True]])
+        action = jnp.array([1, 2])
+        lp = np.asarray(self.variant(_log_prob)(logits, mask, action))
+        ref0 = 1.2 - np.log(np.exp(0.3) + np.exp(1.2))
+        ref1 = 1.0 - np.log(np.exp(2.0) + 1.0 + np.exp(1.0))
+        np.testing.assert_allclose(lp, [ref0, ref1], rtol=1e-5)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_causal_advantages_follow_the_worked_example_for_1d_and_2d_inputs(self):
+        ops = jnp.array([0, 1, 3, 2])  # WAIT, GERMINATE, FOSSILIZE, CULL
+        adv = jnp.array([1.0, 2.0, 3.0, 4.0])
+        expected = {"slot": [0, 2, 3, 4], "blueprint": [0, 2, 0, 0], "blend": [0, 2, 0, 0], "op": [1, 2, 3, 4]}
+        for a, o in ((adv, ops), (jnp.stack([adv, adv]), jnp.stack([ops, ops]))):
+            out = np.asarray(self.variant(_causal_adv)(a, o))
+            for h, name in enumerate(("slot", "blueprint", "blend", "op")):
+                np.testing.assert_array_equal(out[..., h], np.broadcast_to(expected[name], out.shape[:-1]))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, jnp.float32])
+def test_masked_probabilities_stay_finite_and_below_1e_30_in_low_precision(dtype):
+    logits = jnp.array([[3.0, 1.0, 0.0, -1.0]], dtype)
+    mask = jnp.array([[True, False, True, False]])
+    masked = dist.masked_logits(logits, mask)
+    p = dist.probs(logits, mask)
+    assert masked.dtype == dtype and bool(jnp.all(jnp.isfinite(masked)))
+    assert bool(jnp.all(jnp.isfinite(p)))
+    assert float(p[0, 1]) < 1e-30 and float(p[0, 3]) < 1e-30
+    assert float(masked[0, 1]) == float(jnp.asarray(-1e4, dtype))  # bf16 rounds −1e4 to −9984
+
+
+def test_masked_actions_are_never_sampled_in_10000_draws():
+    logits = jnp.broadcast_to(jnp.array([4.0, -3.0, 0.0, 2.0, -1.0]), (10_000, 5))
+    mask = jnp.array([False, True, True, False, True])
+    actions = np.asarray(dist.sample(jax.random.PRNGKey(0), logits, mask))
+    assert np.isin(actions, [1, 2, 4]).all()
+    freq = np.bincount(actions, minlength=5) / actions.size
+    ref = np.exp([-3.0, 0.0, -1.0]) / np.exp([-3.0, 0.0, -1.0]).sum()
+    np.testing.assert_allclose(freq[[1, 2, 4]], ref, atol=0.02)
+
+
+def test_sampling_never_picks_a_masked_action_even_when_valid_logits_are_far_below_minus_1e4():
+    logits = jnp.broadcast_to(jnp.array([0.0, -1e6, 5.0, -2e6]), (2_000, 4))
+    mask = jnp.array([False, True, False, True])
+    actions = np.asarray(jax.jit(dist.sample)(jax.random.PRNGKey(3), logits, mask))
+    assert np.isin(actions, [1, 3]).all()
+
+
+@given(data=logits_and_masks(), seed=st.integers(0, 2**31 - 1))
+@settings(max_examples=25)
+def test_sampled_actions_are_always_valid_under_random_masks(data, seed):
+    logits, mask = data
+    sample = jax.jit(dist.sample, static_argnames="deterministic")
+    actions = np.asarray(sample(jax.random.PRNGKey(seed), jnp.asarray(logits), jnp.asarray(mask)))
+    assert mask[np.arange(len(actions)), actions].all()
+    greedy = np.asarray(sample(jax.random.PRNGKey(seed), jnp.asarray(logits), jnp.asarray(mask), deterministic=True))
+    np.testing.assert_array_equal(greedy, np.argmax(np.where(mask, logits, -np.inf), axis=-1))
+
+
+def test_sample_heads_returns_int32_actions_and_matching_per_head_log_probs():
+    rng = np.random.default_rng(1)
+    logits = [jnp.asarray(rng.normal(size=(6, n)), jnp.float32) for n in (3, 5, 3, 4)]
+    masks = dist.Masks(*(jnp.asarray(np.arange(n) != 0) | (n == 4) for n in (3, 5, 3, 4)))
+    masks = dist.Masks(*(jnp.broadcast_to(m, (6, m.shape[0])) for m in masks))
+    actions, lps = jax.jit(dist.sample_heads)(jax.random.PRNGKey(2), logits, masks)
+    assert actions.shape == (6, 4) and actions.dtype == jnp.int32 and lps.shape == (6, 4)
+    dist.check_actions(actions, masks)
+    np.testing.assert_allclose(np.asarray(jax.jit(dist.heads_log_prob)(logits, masks, actions)), np.asarray(lps), rtol=1e-6)
+
+
+def test_a_row_with_no_valid_action_is_rejected():
+    mask = np.array([[True, False, False], [False, False, False]])
+    with pytest.raises(dist.InvalidStateError, match="no valid action"):
+        dist.check_mask(mask, "op")
+    ok = dist.row_is_valid(jnp.zeros((2, 3)), jnp.asarray(mask))
+    assert np.asarray(ok).tolist() == [True, False]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_or_infinite_logits_raise_value_error_with_statistics(bad):
+    logits = np.array([[0.5, bad, -1.5], [2.0, 0.0, 1.0]], np.float32)
+    with pytest.raises(ValueError) as info:
+        dist.check_logits(logits, "blend")
+    message = str(info.value)
+    for word in ("NaN", "+inf", "-inf", "min", "max", "blend"):
+        assert word in message
+    assert np.asarray(jax.jit(dist.row_is_valid)(jnp.asarray(logits), jnp.ones((2, 3), bool))).tolist() == [False, True]
+
+
+def test_check_actions_rejects_a_masked_or_out_of_range_choice():
+    masks = dist.Masks(*(jnp.array([[True] * n]) for n in (3, 5, 3, 4)))
+    masks = masks._replace(blueprint=jnp.array([[False, True, True, True, True]]))
+    dist.check_actions(np.array([[0, 1, 2, 3]]), masks)
+    with pytest.raises(dist.InvalidStateError):
+        dist.check_actions(np.array([[0, 0, 2, 3]]), masks)
+    with pytest.raises(dist.InvalidStateError):
+        dist.check_actions(np.array([[0, 1, 3, 3]]), masks)
+
+
+def test_causal_masks_are_op_always_slot_unless_wait_blueprint_and_blend_only_on_germinate():
+    m = np.asarray(dist.causal_masks(jnp.arange(4)))
+    np.testing.assert_array_equal(
+        m, [[False, False, False, True], [True, True, True, True], [True, False, False, True], [True, False, False, True]]
+    )

@@ -1,0 +1,510 @@
+"""PPO (SPEC §11, §15.4, §15.45–48): config and schedule, optimizer, losses, acting, and the jitted update."""
+
+from functools import partial
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from esper_fx.config import TrainingConfig
+from rl import distributions as dist
+from rl import ppo
+from rl import rollout as R
+from rl.network import ActorCritic
+
+E, T, D, S, B = 4, 25, 80, 3, 5
+CFG = ppo.PPOConfig()
+
+
+# ------------------------------------------------------------------------------------------
+# helpers: rollouts collected with the real policy on synthetic observations
+# ------------------------------------------------------------------------------------------
+
+
+def random_masks(rng, n_envs=E):
+    masks = []
+    for n in (S, B, 3, 4):
+        m = rng.random((n_envs, n)) < 0.6
+        m[:, 0] = n == 4  # noop blueprint and slot 0 masked; WAIT always allowed
+        m[:, 1] = True
+        masks.append(jnp.asarray(m))
+    return dist.Masks(*masks)
+
+
+def collect(state, key, obs_fn, reward_fn, n_envs=E, steps=T, terminal_each_step=False, seed=0):
+    """Run the policy for `steps` steps; the last step is truncated with a bootstrap value."""
+    rng = np.random.default_rng(seed)
+    net = state.network
+    ro = R.init(n_envs, steps, D, S, B, net.hidden_dim if net.recurrent else None)
+    carry = net.initial_carry(n_envs)
+    for t in range(steps):
+        key, k = jax.random.split(key)
+        obs, ctx = obs_fn(rng, n_envs)
+        masks = random_masks(rng, n_envs)
+        out = ppo.act(state, obs, masks, carry, k)
+        dist.check_actions(out.actions, masks)
+        reward = jnp.asarray(reward_fn(ctx, np.asarray(out.actions)), jnp.float32)
+        last = t == steps - 1
+        done = jnp.full((n_envs,), terminal_each_step or last)
+        truncated = jnp.full((n_envs,), last and not terminal_each_step)
+        boot = ppo.value(state, obs, out.carry) if last else jnp.zeros(n_envs)
+        step = R.StepData(obs, obs, out.actions, out.log_probs, out.value, reward, reward, done, truncated,
+                          boot, masks, carry)
+        ro = R.append(ro, t, step)
+        carry = out.carry
+    return ro
+
+
+def gaussian_obs(rng, n):
+    return jnp.asarray(rng.normal(size=(n, D)), jnp.float32), None
+
+
+def gaussian_reward(ctx, actions):
+    return np.random.default_rng(int(actions.sum())).normal(size=actions.shape[0])
+
+
+def tree_equal(a, b):
+    return all(bool(jnp.array_equal(x, y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def adam_count(opt_state):
+    adam = [s for s in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
+            if isinstance(s, optax.ScaleByAdamState)]
+    return int(adam[0].count)
+
+
+@partial(jax.jit, static_argnames=("network", "cfg"))
+def loss_grads(params, network, data, beta, cfg):
+    return jax.grad(lambda p: ppo.ppo_loss(p, network, data, beta, cfg)[0])(params)
+
+
+@partial(jax.jit, static_argnames=("cfg",))
+def optimizer_updates(grads, params, cfg):
+    tx = ppo.make_optimizer(cfg)
+    return tx.update(grads, tx.init(params), params)[0]
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    net = ActorCritic(S, B)
+    state = ppo.init_train_state(jax.random.PRNGKey(0), net, D, CFG)
+    return state, collect(state, jax.random.PRNGKey(1), gaussian_obs, gaussian_reward)
+
+
+# ------------------------------------------------------------------------------------------
+# config, entropy schedule, optimizer
+# ------------------------------------------------------------------------------------------
+
+
+def test_config_from_training_config_copies_every_ppo_field_and_is_hashable():
+    tc = TrainingConfig(lr=1e-4, update_epochs=3, num_minibatches=2, target_kl=None, clip_value=False)
+    cfg = ppo.PPOConfig.from_training_config(tc)
+    assert (cfg.lr, cfg.update_epochs, cfg.num_minibatches, cfg.target_kl, cfg.clip_value) == (1e-4, 3, 2, None, False)
+    assert ppo.PPOConfig.from_training_config(TrainingConfig()) == ppo.PPOConfig()
+    assert hash(cfg) == hash(ppo.PPOConfig.from_training_config(tc))
+    assert ppo.PPOConfig().kl_stop == pytest.approx(0.0225)
+
+
+@pytest.mark.parametrize(
+    "overrides, steps, expected",
+    [({}, [0, 1, 2, 3, 10], [0.05, 0.036667, 0.023333, 0.01, 0.01]),
+     ({"entropy_coef": 0.005, "entropy_coef_start": None, "entropy_coef_end": None,
+       "entropy_anneal_episodes": 0}, [0, 7], [0.01, 0.01]),
+     ({"entropy_coef_start": 0.1, "entropy_coef_end": 0.01, "entropy_anneal_episodes": 40}, [5], [0.055])],
+)
+def test_entropy_coefficient_schedule_matches_the_spec(overrides, steps, expected):
+    tc = TrainingConfig.preset("tinystories", n_envs=4, **overrides)
+    cfg = ppo.PPOConfig.from_training_config(tc)
+    got = [float(ppo.entropy_coefficient(cfg, jnp.int32(s))) for s in steps]
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    np.testing.assert_allclose(got, [tc.entropy_coefficient(s) for s in steps], atol=1e-6)
+
+
+def test_optimizer_clips_the_global_norm_then_takes_an_adam_step_with_eps_1e_5(fresh):
+    state, _ = fresh
+    grads = jax.tree.map(jnp.ones_like, state.params)
+    updates = optimizer_updates(grads, state.params, CFG)
+    n = sum(x.size for x in jax.tree.leaves(grads))
+    g = 0.5 / np.sqrt(n)  # every clipped component
+    expected = -3e-4 * g / (g + 1e-5)
+    for u in jax.tree.leaves(updates):
+        np.testing.assert_allclose(u, expected, rtol=1e-4)
+
+
+def test_weight_decay_applies_only_to_value_head_parameters(fresh):
+    state, _ = fresh
+    zeros = jax.tree.map(jnp.zeros_like, state.params)
+    updates = optimizer_updates(zeros, state.params, ppo.PPOConfig(weight_decay=0.1))
+    for module, sub in updates.items():
+        for u, p in zip(jax.tree.leaves(sub), jax.tree.leaves(state.params[module])):
+            expected = -3e-4 * 0.1 * p if module == "value_head" else jnp.zeros_like(p)
+            np.testing.assert_allclose(u, expected, rtol=1e-5, atol=1e-12)
+
+
+@partial(jax.jit, static_argnames=("cfg",))
+def flat_optimizer_updates(grads, params, cfg):
+    flat_p, unravel = ravel_pytree(params)
+    flat_g, _ = ravel_pytree(grads)
+    tx = ppo.make_optimizer(cfg, ppo.flat_decay_mask(params))
+    return unravel(tx.update(flat_g, tx.init(flat_p), flat_p)[0])
+
+
+def test_the_raveled_optimizer_takes_the_same_step_as_the_optimizer_on_the_params_tree(fresh):
+    state, _ = fresh
+    rng = np.random.default_rng(0)
+    grads = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.float32), state.params)
+    cfg = ppo.PPOConfig(weight_decay=0.1)
+    chex.assert_trees_all_close(flat_optimizer_updates(grads, state.params, cfg),
+                                optimizer_updates(grads, state.params, cfg), rtol=1e-5, atol=1e-10)
+    flat, _ = ravel_pytree(state.params)
+    assert adam_count(state.opt_state) == 0 and jax.tree.leaves(state.opt_state)[1].shape == flat.shape
+
+
+# ------------------------------------------------------------------------------------------
+# losses and statistics (chex variants)
+# ------------------------------------------------------------------------------------------
+
+
+def _value_loss_clip(v, v_old, r, valid):
+    return ppo.value_loss(v, v_old, r, valid, True, 10.0)
+
+
+def _value_loss_plain(v, v_old, r, valid):
+    return ppo.value_loss(v, v_old, r, valid, False, 10.0)
+
+
+def _policy_clipped(log_ratio, adv, m):
+    return ppo.policy_loss(log_ratio, adv, m, 0.2)[0]
+
+
+def _policy_unclipped(log_ratio, adv, m):
+    return ppo.policy_loss(log_ratio, adv, m, 1e9)[0]
+
+
+def _kl(log_ratio, m, valid):
+    return ppo.approx_kl(log_ratio, m, valid)
+
+
+def _normalize_adv(adv, valid):
+    return ppo.normalize_advantages(adv, valid)
+
+
+def _ev(ret, values, valid):
+    return ppo.explained_variance(ret, values, valid)
+
+
+def _head_logits(rng, shape):
+    return tuple(jnp.asarray(rng.normal(size=shape + (n,)), jnp.float32) for n in (S, B, 3, 4))
+
+
+def _logit_batch(rng, ops, valid):
+    """A Batch whose masks/actions are random and whose op head takes the given ops."""
+    shape = ops.shape
+    masks = dist.Masks(*(jnp.ones(shape + (n,), bool) for n in (S, B, 3, 4)))
+    actions = np.stack([rng.integers(0, n, shape) for n in (S, B, 3)] + [ops], axis=-1)
+    return ppo.Batch(
+        obs=None, actions=jnp.asarray(actions, jnp.int32),
+        old_log_probs=jnp.asarray(rng.normal(size=shape + (4,)) * 0.1 - 1.0, jnp.float32),
+        old_values=jnp.asarray(rng.normal(size=shape), jnp.float32),
+        advantages=jnp.asarray(rng.normal(size=shape), jnp.float32),
+        returns=jnp.asarray(rng.normal(size=shape), jnp.float32), masks=masks, carry0=(), valid=jnp.asarray(valid),
+    )
+
+
+def _loss_of_logits(logits, values, batch):
+    ev = ppo.Evaluation(dist.heads_log_prob(logits, batch.masks, batch.actions), values,
+                        dist.heads_entropy(logits, batch.masks))
+    return ppo.loss_from_evaluation(ev, batch, 0.05, CFG)[0]
+
+
+def _logit_grads(logits, values, batch):
+    return jax.grad(_loss_of_logits)(logits, values, batch)
+
+
+class LossTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_value_loss_example_gives_12_5_with_clipping_and_25_without(self):
+        args = (jnp.array([20.0]), jnp.array([0.0]), jnp.array([15.0]), jnp.array([True]))
+        assert float(self.variant(_value_loss_clip)(*args)) == pytest.approx(12.5)
+        assert float(self.variant(_value_loss_plain)(*args)) == pytest.approx(25.0)
+        assert CFG.value_coef * 12.5 == pytest.approx(6.25)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_value_loss_ignores_invalid_steps(self):
+        v, v_old, r = jnp.array([1.0, 5.0, 1e9]), jnp.array([0.0, 0.0, 0.0]), jnp.array([0.0, 2.0, 0.0])
+        got = self.variant(_value_loss_clip)(v, v_old, r, jnp.array([True, True, False]))
+        assert float(got) == pytest.approx(0.5 * (1.0 + 9.0) / 2)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_clipped_and_unclipped_surrogates_agree_at_ratio_one(self):
+        rng = np.random.default_rng(0)
+        adv = jnp.asarray(rng.normal(size=(3, 7)), jnp.float32)
+        m = jnp.asarray(rng.random((3, 7, 4)) < 0.7)
+        zero = jnp.zeros((3, 7, 4))
+        clipped = self.variant(_policy_clipped)(zero, adv, m)
+        unclipped = self.variant(_policy_unclipped)(zero, adv, m)
+        assert float(clipped) == pytest.approx(float(unclipped), abs=1e-7)
+        g1 = jax.grad(_policy_clipped)(zero, adv, m)
+        g2 = jax.grad(_policy_unclipped)(zero, adv, m)
+        np.testing.assert_allclose(g1, g2, atol=1e-7)
+        per_head = [-(np.asarray(adv)[np.asarray(m[..., h])]).sum() / max(int(m[..., h].sum()), 1) for h in range(4)]
+        assert float(clipped) == pytest.approx(sum(per_head), rel=1e-5)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_approx_kl_is_the_weighted_kl3_and_zero_at_ratio_one(self):
+        rng = np.random.default_rng(1)
+        log_ratio = jnp.asarray(rng.normal(size=(2, 5, 4)) * 0.3, jnp.float32)
+        valid = jnp.asarray(rng.random((2, 5)) < 0.8).at[0, 0].set(True)
+        m = jnp.asarray(rng.random((2, 5, 4)) < 0.5) & valid[..., None]
+        m = m.at[..., 2].set(False)  # a head never relevant contributes 0
+        got = float(self.variant(_kl)(log_ratio, m, valid))
+        r = np.exp(np.asarray(log_ratio, np.float64))
+        k3 = np.where(np.asarray(m), (r - 1) - np.log(r), 0.0)
+        assert got == pytest.approx(k3.sum() / np.asarray(valid).sum(), rel=1e-5)
+        assert float(self.variant(_kl)(jnp.zeros_like(log_ratio), m, valid)) == 0.0
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_advantage_normalisation_uses_unbiased_std_and_one_transition_gives_zero(self):
+        f = self.variant(_normalize_adv)
+        one = f(jnp.array([3.0, 7.0]), jnp.array([True, False]))
+        assert np.asarray(one).tolist() == [0.0, 0.0]
+        adv = jnp.array([1.0, 2.0, 4.0, 100.0])
+        valid = jnp.array([True, True, True, False])
+        ref = (np.array([1.0, 2.0, 4.0]) - 7 / 3) / (np.std([1.0, 2.0, 4.0], ddof=1) + 1e-8)
+        np.testing.assert_allclose(f(adv, valid), list(ref) + [0.0], rtol=1e-5)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_explained_variance_is_zero_for_constant_returns_and_the_formula_otherwise(self):
+        f = self.variant(_ev)
+        valid = jnp.ones(4, bool)
+        assert float(f(jnp.full(4, 2.0), jnp.array([0.0, 1.0, 2.0, 3.0]), valid)) == 0.0
+        assert float(f(jnp.array([1.0, 2.0]), jnp.array([0.0, 0.0]), jnp.array([True, False]))) == 0.0
+        ret, val = np.array([1.0, 2.0, 4.0, 8.0]), np.array([1.5, 1.0, 4.0, 7.0])
+        ref = 1 - np.var(ret - val, ddof=1) / np.var(ret, ddof=1)
+        assert float(f(jnp.asarray(ret), jnp.asarray(val), valid)) == pytest.approx(ref, rel=1e-5)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_gradients_of_causally_irrelevant_heads_are_exactly_zero(self):
+        rng = np.random.default_rng(2)
+        grads = self.variant(_logit_grads)
+        values = jnp.zeros((3, 6))
+        valid = np.ones((3, 6), bool)
+        valid[2, 4:] = False
+        logits = _head_logits(rng, (3, 6))
+        g = grads(logits, values, _logit_batch(rng, np.zeros((3, 6), int), valid))  # every op WAIT
+        for h in range(3):
+            assert not np.any(np.asarray(g[h])), h
+        assert np.any(np.asarray(g[3]))
+        g = grads(logits, values, _logit_batch(rng, rng.choice([0, 2, 3], (3, 6)), valid))  # no GERMINATE
+        assert not np.any(np.asarray(g[1])) and not np.any(np.asarray(g[2])) and np.any(np.asarray(g[0]))
+        g = grads(logits, values, _logit_batch(rng, np.ones((3, 6), int), valid))  # every head relevant
+        for h in range(4):
+            assert not np.any(np.asarray(g[h])[2, 4:]), "invalid steps must get no gradient"
+            assert np.any(np.asarray(g[h])[:2])
+
+
+def test_clip_fraction_and_ratio_statistics_come_from_the_op_head_only():
+    log_ratio = jnp.zeros((1, 4, 4)).at[..., 1].set(3.0).at[0, 0, 3].set(0.5)
+    stats = ppo.op_ratio_stats(log_ratio[..., 3], jnp.ones((1, 4), bool), 0.2)
+    assert float(stats["clip_fraction"]) == pytest.approx(0.25)
+    assert float(stats["ratio_max"]) == pytest.approx(np.exp(0.5), rel=1e-6)
+    assert float(stats["ratio_min"]) == 1.0
+
+
+def test_network_loss_gives_no_gradient_to_the_blueprint_and_blend_heads_without_germinate(fresh):
+    state, ro = fresh
+    data, _ = ppo.build_training_data(ro, CFG)
+    ops = jnp.where(data.actions[..., 3] == 1, 0, data.actions[..., 3])
+    data = data._replace(actions=data.actions.at[..., 3].set(ops))
+    grads = loss_grads(state.params, state.network, data, jnp.float32(0.05), CFG)
+    for module in ("blueprint_head", "blend_head"):
+        assert all(not np.any(np.asarray(x)) for x in jax.tree.leaves(grads[module])), module
+    assert any(np.any(np.asarray(x)) for x in jax.tree.leaves(grads["op_head"]))
+
+
+# ------------------------------------------------------------------------------------------
+# acting
+# ------------------------------------------------------------------------------------------
+
+
+def test_act_log_probs_match_a_full_sequence_evaluation(fresh):
+    state, ro = fresh
+    ev = jax.jit(ppo.evaluate, static_argnums=0)(state.network, state.params, ro.obs, ro.actions, ro.masks,
+                                                 ro.carry0)
+    np.testing.assert_allclose(ev.log_probs, ro.log_probs, atol=1e-5)
+    np.testing.assert_allclose(ev.values, ro.values, atol=1e-5)
+    assert np.all((np.asarray(ev.entropy) >= 0) & (np.asarray(ev.entropy) <= 1))
+
+
+def test_act_flags_rows_with_non_finite_logits_or_no_valid_action(fresh):
+    state, _ = fresh
+    rng = np.random.default_rng(3)
+    obs, masks = jnp.asarray(rng.normal(size=(E, D)), jnp.float32), random_masks(rng)
+    out = ppo.act(state, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(0))
+    assert out.actions.dtype == jnp.int32 and out.actions.shape == (E, 4) and bool(jnp.all(out.ok))
+    empty = masks._replace(op=masks.op.at[2].set(False))
+    out = ppo.act(state, obs, empty, state.network.initial_carry(E), jax.random.PRNGKey(0))
+    assert np.asarray(out.ok).tolist() == [True, True, False, True]
+    bad = state.replace(params={**state.params, "op_head": jax.tree.map(lambda x: x * jnp.nan,
+                                                                         state.params["op_head"])})
+    out = ppo.act(bad, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(0))
+    assert not bool(jnp.any(out.ok))
+    dist.check_actions(out.actions, masks)  # even then, no masked action is emitted
+    greedy = ppo.act(state, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(5), deterministic=True)
+    again = ppo.act(state, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(6), deterministic=True)
+    np.testing.assert_array_equal(greedy.actions, again.actions)
+
+
+# ------------------------------------------------------------------------------------------
+# the update
+# ------------------------------------------------------------------------------------------
+
+
+def test_default_update_on_a_fresh_rollout_is_one_step_at_ratio_one(fresh):
+    state, ro = fresh
+    new, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG)
+    m = ppo.metrics_to_python(metrics)
+    assert m["n_steps_taken"] == 1 and adam_count(new.opt_state) == 1 and int(new.train_steps) == 1
+    assert abs(m["ratio_max"] - 1) <= 1e-5 and abs(m["ratio_min"] - 1) <= 1e-5 and abs(m["ratio_mean"] - 1) <= 1e-5
+    assert m["clip_fraction"] == 0.0 and m["approx_kl"] < 1e-6
+    assert m["early_stop"] is None and m["nonfinite_skipped"] is False and m["n_transitions"] == E * T
+    assert not tree_equal(new.params, state.params)
+    for key in ("policy_loss", "value_loss", "entropy", "explained_variance", "grad_norm", "entropy_coef",
+                *(f"entropy_{h}" for h in ("slot", "blueprint", "blend", "op")),
+                *(f"grad_norm_{h}" for h in ("slot", "blueprint", "blend", "op", "value"))):
+        assert np.isfinite(m[key]), key
+    assert 0.0 <= m["entropy"] <= 1.0
+
+
+def test_reported_gradient_norms_are_measured_before_clipping(fresh):
+    state, ro = fresh
+    _, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG)
+    data, _ = ppo.build_training_data(ro, CFG)
+    beta = ppo.entropy_coefficient(CFG, state.train_steps)
+    grads = loss_grads(state.params, state.network, data, beta, CFG)
+    assert float(metrics["grad_norm"]) == pytest.approx(float(optax.tree.norm(grads)), rel=1e-4)
+    assert float(metrics["grad_norm_op"]) == pytest.approx(float(optax.tree.norm(grads["op_head"])), rel=1e-4)
+
+
+def test_kl_early_stop_example_keeps_params_and_reports_the_first_group(fresh):
+    state, ro = fresh
+    stale = ro.replace(log_probs=jnp.full_like(ro.log_probs, -10.0))
+    new, metrics = ppo.update(state, stale, jax.random.PRNGKey(2), CFG)
+    m = ppo.metrics_to_python(metrics)
+    assert m["early_stop"] == (1, 0) and m["n_steps_taken"] == 0 and m["approx_kl"] > 0.0225
+    assert tree_equal(new.params, state.params) and tree_equal(new.opt_state, state.opt_state)
+    assert int(new.train_steps) == int(state.train_steps) + 1
+
+
+def test_an_update_with_no_valid_transition_is_skipped_and_changes_nothing(fresh):
+    state, ro = fresh
+    new, metrics = ppo.update(state, R.discard_envs(ro, jnp.zeros(E, bool)), jax.random.PRNGKey(2), CFG)
+    assert ppo.metrics_to_python(metrics) == {} and bool(metrics["skipped"])
+    assert tree_equal(new.params, state.params) and int(new.train_steps) == int(state.train_steps)
+
+
+def test_a_single_valid_transition_gives_zero_advantage_and_a_finite_step(fresh):
+    state, ro = fresh
+    one = ro.replace(step_count=jnp.array([0, 1, 0, 0], jnp.int32))
+    new, metrics = ppo.update(state, one, jax.random.PRNGKey(2), CFG)
+    m = ppo.metrics_to_python(metrics)
+    assert m["n_transitions"] == 1 and m["n_steps_taken"] == 1 and m["policy_loss"] == 0.0
+    assert all(np.isfinite(v) for k, v in m.items() if isinstance(v, float))
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(new.params))
+
+
+def test_a_non_finite_loss_skips_the_step_and_keeps_params(fresh):
+    state, ro = fresh
+    poisoned = ro.replace(rewards=ro.rewards.at[1, 3].set(jnp.nan))
+    new, metrics = ppo.update(state, poisoned, jax.random.PRNGKey(2), CFG)
+    m = ppo.metrics_to_python(metrics)
+    assert m["nonfinite_skipped"] is True and m["n_steps_taken"] == 0 and m["early_stop"] is None
+    assert tree_equal(new.params, state.params) and tree_equal(new.opt_state, state.opt_state)
+    assert int(new.train_steps) == int(state.train_steps) + 1
+
+
+def test_whatever_is_stored_at_invalid_steps_never_reaches_the_update(fresh):
+    state, ro = fresh
+    short = ro.replace(step_count=jnp.array([25, 10, 25, 0], jnp.int32))
+    invalid = ~short.valid
+
+    def poison(x):
+        v = invalid.reshape(invalid.shape + (1,) * (x.ndim - 2))
+        return jnp.where(v, jnp.asarray(jnp.nan if x.dtype == jnp.float32 else 1, x.dtype), x)
+
+    dirty = short.replace(obs=poison(short.obs), log_probs=poison(short.log_probs), values=poison(short.values),
+                          rewards=poison(short.rewards), bootstrap=poison(short.bootstrap),
+                          actions=poison(short.actions), masks=dist.Masks(*(poison(m) for m in short.masks)))
+    clean_state, clean = ppo.update(state, short, jax.random.PRNGKey(2), CFG)
+    dirty_state, dirty_m = ppo.update(state, dirty, jax.random.PRNGKey(2), CFG)
+    assert not bool(dirty_m["nonfinite_skipped"]) and int(dirty_m["n_transitions"]) == 60
+    chex.assert_trees_all_close(dirty_state.params, clean_state.params, rtol=1e-6, atol=1e-7)
+    assert float(dirty_m["policy_loss"]) == pytest.approx(float(clean["policy_loss"]), rel=1e-5)
+
+
+@given(n_envs=st.integers(1, 6), data=st.data())
+@settings(max_examples=20)
+def test_env_groups_follow_array_split_and_cover_each_valid_env_once(n_envs, data):
+    m = data.draw(st.integers(1, n_envs))
+    n_valid = data.draw(st.integers(0, n_envs))
+    perm = np.random.default_rng(n_envs * 10 + m).permutation(n_envs)
+    rows = jax.jit(ppo.group_rows, static_argnums=3)
+    groups = []
+    for g in range(m):
+        idx, ok = rows(jnp.asarray(perm), jnp.int32(n_valid), jnp.int32(g), m)
+        groups.append(np.asarray(idx)[np.asarray(ok)].tolist())
+    expected = [part.tolist() for part in np.array_split(perm[:n_valid], min(m, n_valid))] if n_valid else []
+    assert [grp for grp in groups if grp] == [e for e in expected if e]
+    assert all(not grp for grp in groups[len(expected):])
+
+
+# ------------------------------------------------------------------------------------------
+# multi-step updates and learning on a toy contextual bandit
+# ------------------------------------------------------------------------------------------
+
+BANDIT_CFG = ppo.PPOConfig(lr=3e-3, update_epochs=2, num_minibatches=2, target_kl=None, entropy_coef=0.01,
+                           gamma=0.9, n_envs=E)
+
+
+def bandit_obs(rng, n):
+    ctx = rng.integers(0, 4, n)
+    obs = np.zeros((n, D), np.float32)
+    obs[np.arange(n), ctx] = 1.0
+    return jnp.asarray(obs), ctx
+
+
+def bandit_reward(ctx, actions):
+    """1 for op == context, +1 more for GERMINATE with blueprint == context + 1 (chance ≈ 0.27, best 1.25)."""
+    op, blueprint = actions[:, 3], actions[:, 1]
+    return (op == ctx).astype(np.float32) + ((op == 1) & (blueprint == ctx + 1)).astype(np.float32)
+
+
+def test_two_epochs_of_two_minibatches_on_four_envs_take_four_steps_and_learning_beats_chance():
+    net = ActorCritic(S, B)
+    state = ppo.init_train_state(jax.random.PRNGKey(10), net, D, BANDIT_CFG)
+    key = jax.random.PRNGKey(11)
+    mean_rewards = []
+    for i in range(15):
+        key, k_roll, k_upd = jax.random.split(key, 3)
+        ro = collect(state, k_roll, bandit_obs, bandit_reward, terminal_each_step=True, seed=i)
+        mean_rewards.append(float(ro.raw_rewards.mean()))
+        state, metrics = ppo.update(state, ro, k_upd, BANDIT_CFG)
+        assert int(metrics["n_steps_taken"]) == 4 and int(state.train_steps) == i + 1
+    assert adam_count(state.opt_state) == 4 * 15
+    assert mean_rewards[0] < 0.6 and np.mean(mean_rewards[-3:]) > 0.8, mean_rewards
+
+
+def test_the_mlp_variant_updates_with_an_empty_carry():
+    net = ActorCritic(S, B, recurrent=False)
+    state = ppo.init_train_state(jax.random.PRNGKey(0), net, D, CFG)
+    ro = collect(state, jax.random.PRNGKey(1), gaussian_obs, gaussian_reward, n_envs=2, steps=3)
+    assert ro.carry0 == ()
+    new, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG)
+    assert int(metrics["n_steps_taken"]) == 1 and abs(float(metrics["ratio_max"]) - 1) < 1e-5
+    assert not tree_equal(new.params, state.params)
