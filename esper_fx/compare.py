@@ -99,7 +99,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
 
     The final accuracy of a run is the mean final validation accuracy of its last batch's envs; the
     table gives its mean ± std over seeds. "params added" is the mean seed parameter count held at the
-    end of the last batch's episodes (fossils included).
+    last epoch of the last batch's episodes (fossils included; history key `env_seed_params`).
     """
     if not arms:
         raise ValueError("compare needs at least one arm")
