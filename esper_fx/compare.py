@@ -50,6 +50,9 @@ class ComparisonTable:
     def __str__(self) -> str:
         return self.to_text()
 
+    def __repr__(self) -> str:  # the text table, not the dataclass dump of every run's history and events
+        return self.to_text()
+
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{h}</th>" for h in ("arm", "final acc % (mean ± std)", "params added",
                                                   "fossilized / episode", "culled / episode",

@@ -208,6 +208,7 @@ def test_history_records_the_seed_params_held_at_the_last_epoch():
     table = esper_fx.compare({"g": ctl.make_controller(act, name="germinate_once")}, tiny(n_episodes=2),
                              seeds=[3], run_fn=lambda cfg, **kw: result, progress=None)
     assert table.rows[0]["params_added_mean"] == pytest.approx(np.mean(entry["env_seed_params"]))
+    assert repr(table) == table.to_text()  # a short table, not a dump of every run's events
 
 
 def test_reward_fn_is_swappable_by_name_and_function():
