@@ -306,10 +306,11 @@ ABLATION = [
         print(table)
     '''),
     md('''
-        A few more numbers per arm from `table.runs` (arm → one `RunResult` per seed): the final accuracy of
-        each seed, the mean accuracy over all batches, the host's best accuracy within the episode, the mean
-        episode reward of the last batch (the shaped reward; every arm is scored, only PPO learns from it)
-        and the ops tried over the whole run.
+        The table scores only the last batch (2 episodes per seed). Every batch is a fresh episode of the
+        same controller (PPO updated in between), so a steadier number pools **every episode of every
+        batch and seed** (mean ± standard error). Also per arm: the host's best accuracy within the episode,
+        the mean episode reward (the shaped reward: every arm is scored, only PPO learns from it), and the
+        ops tried over the whole run.
     '''),
     code('''
         from collections import Counter
@@ -317,24 +318,26 @@ ABLATION = [
         import numpy as np
 
         def arm_numbers(runs):
-            last = [r.history[-1] for r in runs]
+            accs = np.array([a for r in runs for h in r.history for a in h["env_accuracies"]])
             ops = Counter()
             for r in runs:
                 for h in r.history:
                     ops.update(h["action_counts"])
             return {
-                "final acc per seed": [round(h["avg_accuracy"], 2) for h in last],
-                "mean acc, all batches": float(np.mean([h["avg_accuracy"] for r in runs for h in r.history])),
-                "host max acc (last batch)": float(np.mean([np.mean(h["host_max_accuracies"]) for h in last])),
-                "episode reward (last batch)": float(np.mean([h["avg_reward"] for h in last])),
+                "episodes": accs.size,
+                "acc mean": float(accs.mean()),
+                "acc sem": float(accs.std(ddof=1) / np.sqrt(accs.size)) if accs.size > 1 else 0.0,
+                "last-batch acc per seed": [round(r.history[-1]["avg_accuracy"], 2) for r in runs],
+                "host max acc": float(np.mean([a for r in runs for h in r.history for a in h["host_max_accuracies"]])),
+                "episode reward": float(np.mean([x for r in runs for h in r.history for x in h["env_rewards"]])),
                 "ops": dict(ops),
             }
 
         numbers = {arm: arm_numbers(runs) for arm, runs in table.runs.items()}
         for arm, n in numbers.items():
-            print(f"{arm:<14} final {n['final acc per seed']}  mean {n['mean acc, all batches']:6.2f}  "
-                  f"host max {n['host max acc (last batch)']:6.2f}  reward {n['episode reward (last batch)']:+8.3f}  "
-                  f"ops {n['ops']}")
+            print(f"{arm:<14} {n['episodes']:>3} episodes: acc {n['acc mean']:6.2f} ± {n['acc sem']:4.2f}  "
+                  f"host max {n['host max acc']:6.2f}  reward {n['episode reward']:+8.3f}  "
+                  f"last batch per seed {n['last-batch acc per seed']}  ops {n['ops']}")
     '''),
     code('''
         from matplotlib.figure import Figure
