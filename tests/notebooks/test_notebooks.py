@@ -117,5 +117,7 @@ def test_notebook_runs_top_to_bottom_under_smoke(path, kernel_dir, compile_cache
     assert all(c.execution_count is not None for c in executed)
     errors = [o for c in executed for o in c.outputs if o.output_type == "error"]
     assert errors == []
+    setup_text = "".join(o.get("text", "") for o in executed[0].outputs)
+    assert "SMOKE=True" in setup_text, "the kernel did not see SMOKE=1"
     assert _repo_files() == before, f"{path.name} wrote into the repository: {_repo_files() - before}"
     assert elapsed < TIME_LIMIT_S, f"{path.name} took {elapsed:.0f} s under SMOKE=1 (limit {TIME_LIMIT_S:.0f} s)"
