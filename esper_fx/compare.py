@@ -50,6 +50,9 @@ class ComparisonTable:
     def __str__(self) -> str:
         return self.to_text()
 
+    def __repr__(self) -> str:  # the text table, not the dataclass dump of every run's history and events
+        return self.to_text()
+
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{h}</th>" for h in ("arm", "final acc % (mean ± std)", "params added",
                                                   "fossilized / episode", "culled / episode",
@@ -99,7 +102,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
 
     The final accuracy of a run is the mean final validation accuracy of its last batch's envs; the
     table gives its mean ± std over seeds. "params added" is the mean seed parameter count held at the
-    end of the last batch's episodes (fossils included).
+    last epoch of the last batch's episodes (fossils included; history key `env_seed_params`).
     """
     if not arms:
         raise ValueError("compare needs at least one arm")

@@ -234,6 +234,7 @@ class BatchRecord:
     ppo: dict[str, Any] | None
     timing: dict[str, float]
     reward_components: list[dict[str, Any]] = field(default_factory=list)
+    seed_params: list[float] = field(default_factory=list)  # per env, at the last epoch's signals
 
 
 class Runner:
@@ -311,12 +312,14 @@ class Runner:
                 components_log.extend(reward_event_rows(out, rows, batch_idx, t))
             if self.console is not None:
                 self.console.epoch_done(batch_idx, t, self.pool.steps_per_epoch * n_active)
+            if t == T:
+                seed_params = [float(p) for p in signals_t["seed_params"].cpu().tolist()]
         learner = learner._replace(reward_norm=reward_norm)
         learner, ppo_metrics = self.end_of_batch(learner, rollout, batch_idx, panicked)
         record = BatchRecord(
             env_results=self.pool.episode_results(), env_rewards=[float(r) for r in np.asarray(reward_sum)],
             events=events, head_counts=head_counts, ppo=ppo_metrics, timing=timing,
-            reward_components=components_log,
+            reward_components=components_log, seed_params=seed_params,
         )
         return learner, record
 
@@ -391,6 +394,7 @@ def history_entry(config: TrainingConfig, progress: Progress, batch_idx: int, re
         "avg_reward": float(np.mean(record.env_rewards)),
         "env_rewards": record.env_rewards,
         "host_max_accuracies": [float(r.host_max_acc) for r in results],
+        "env_seed_params": record.seed_params,
         "action_counts": {op: sum(r.action_counts[i] for r in results) for i, op in enumerate(OPS)},
         "successful_action_counts": {op: sum(r.successful_action_counts[i] for r in results)
                                      for i, op in enumerate(OPS)},

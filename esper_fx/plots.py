@@ -281,8 +281,8 @@ def _apply_event(tracker: _LaneTracker, event: Mapping[str, Any]) -> None:
     key = (int(env), str(slot))
     if kind == "SEED_GERMINATED":
         tracker.switch(key, _stage_name(data.get("stage", "GERMINATED")), epoch)
-    elif kind == "SEED_STAGE_CHANGED" and "to" in data:
-        target = _stage_name(data["to"])
+    elif kind == "SEED_STAGE_CHANGED" and ("to" in data or "to_stage" in data):
+        target = _stage_name(data["to"] if "to" in data else data["to_stage"])  # hosts.env writes to_stage
         tracker.switch(key, None if target in _ENDING_STAGES else target, epoch)
     elif kind == "SEED_FOSSILIZED" and tracker.stage_of(key) != "FOSSILIZED":
         tracker.switch(key, "FOSSILIZED", epoch)
@@ -302,10 +302,11 @@ def events_to_intervals(events: Any, batch: int, max_epochs: float | None = None
     """Stage intervals of every seed in one batch, derived from its events.
 
     A seed opens at its SEED_GERMINATED epoch (stage GERMINATED, or data["stage"]); each SEED_STAGE_CHANGED
-    starts data["to"] at its epoch; SEED_FOSSILIZED starts FOSSILIZED; SEED_CULLED, a change to CULLED, or a
-    GOVERNOR_ROLLBACK of the env (for every non-fossilized seed) closes it. Seeds still open at the end are
-    closed at `max_epochs` (default: the largest epoch among the batch's events). Zero-length intervals
-    (GERMINATED -> TRAINING within one epoch) are dropped. Sorted by env, canonical slot order, start.
+    starts data["to"] (or data["to_stage"], the key hosts.env writes) at its epoch; SEED_FOSSILIZED starts
+    FOSSILIZED; SEED_CULLED, a change to CULLED, or a GOVERNOR_ROLLBACK of the env (for every
+    non-fossilized seed) closes it. Seeds still open at the end are closed at `max_epochs` (default: the
+    largest epoch among the batch's events). Zero-length intervals (GERMINATED -> TRAINING within one
+    epoch) are dropped. Sorted by env, canonical slot order, start.
     """
     chosen = _batch_events(events, batch)
     tracker = _LaneTracker(open={}, closed=[])

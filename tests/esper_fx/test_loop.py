@@ -193,6 +193,24 @@ def test_custom_two_function_controller_registers_and_runs():
     assert result.history[0]["action_counts"]["WAIT"] == 6
 
 
+def test_history_records_the_seed_params_held_at_the_last_epoch():
+    from esper_fx.contracts import LifecycleOp
+
+    def act(state, carry, signals, key):
+        wait = ctl.wait_actions(signals)
+        germinate = wait.at[:, 3].set(int(LifecycleOp.GERMINATE))
+        return jnp.where((signals["epoch"] == 1)[:, None], germinate, wait)
+
+    result = esper_fx.run(tiny(n_episodes=2), controller=ctl.make_controller(act, name="germinate_once"))
+    entry = result.history[0]
+    assert entry["seeds_created"] == 2
+    assert len(entry["env_seed_params"]) == 2 and all(p > 0 for p in entry["env_seed_params"])
+    table = esper_fx.compare({"g": ctl.make_controller(act, name="germinate_once")}, tiny(n_episodes=2),
+                             seeds=[3], run_fn=lambda cfg, **kw: result, progress=None)
+    assert table.rows[0]["params_added_mean"] == pytest.approx(np.mean(entry["env_seed_params"]))
+    assert repr(table) == table.to_text()  # a short table, not a dump of every run's events
+
+
 def test_reward_fn_is_swappable_by_name_and_function():
     sparse = esper_fx.run(tiny(n_episodes=2, controller="wait"), reward_fn="sparse")
     # sparse pays only at t = T: 1.0 · clip(host_max_acc/100 − 0.1·0/500000, −1, 1) with no seeds

@@ -152,6 +152,15 @@ def test_intervals_ignore_other_batches():
     assert events_to_intervals(make_events(), 7, max_epochs=T) == []
 
 
+def test_intervals_read_the_from_stage_to_stage_keys_the_env_pool_writes():
+    renamed = []
+    for e in make_events():
+        if e["event_type"] == "SEED_STAGE_CHANGED":
+            e = {**e, "data": {"from_stage": e["data"]["from"], "to_stage": e["data"]["to"]}}
+        renamed.append(e)
+    assert events_to_intervals(renamed, 1, max_epochs=T) == EXPECTED_INTERVALS
+
+
 def test_rollback_closes_non_fossilized_seeds_of_its_env_even_without_cull_events():
     events = [e for e in make_events()
               if e["event_type"] != "SEED_CULLED" or e["data"]["reason"] != "governor_rollback"]

@@ -1,0 +1,123 @@
+"""The notebooks run top to bottom under SMOKE=1, and the committed files carry no outputs.
+
+Each notebook executes in a fresh kernel of *this* interpreter (a kernelspec written to a temporary
+directory, so neither a missing nor a foreign `python3` kernelspec matters), with the repository root
+on PYTHONPATH, its working directory in a temporary directory, and SMOKE=1. Any cell error fails the
+test; so does a notebook that takes longer than NOTEBOOK_TIME_LIMIT_S (default 120 s) or leaves a new
+file in the repository.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK_DIR = REPO / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+TIME_LIMIT_S = float(os.environ.get("NOTEBOOK_TIME_LIMIT_S", "120"))
+CELL_TIMEOUT_S = 600
+IGNORED_DIRS = {".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ipynb_checkpoints", ".venv", "venv",
+                ".jax_cache"}
+
+
+def _load_builder():
+    spec = importlib.util.spec_from_file_location("notebooks_build", NOTEBOOK_DIR / "_build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _repo_files() -> set[str]:
+    files = set()
+    for root, dirs, names in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in IGNORED_DIRS and not d.endswith(".egg-info")]
+        files.update(str(Path(root, n).relative_to(REPO)) for n in names)
+    return files
+
+
+@pytest.fixture(scope="module")
+def kernel_dir(tmp_path_factory) -> Path:
+    """A kernelspec named python3 that starts ipykernel with the interpreter running the tests."""
+    kernels = tmp_path_factory.mktemp("kernels")
+    spec_dir = kernels / "python3"
+    spec_dir.mkdir()
+    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Python 3 (tests)", "language": "python"}
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    return kernels
+
+
+@pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory) -> Path:
+    """One JAX compilation cache for the notebooks of this session (they compile the same programs)."""
+    return tmp_path_factory.mktemp("jax_cache")
+
+
+def _kernel_env(compile_cache: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["SMOKE"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["MPLBACKEND"] = "Agg"
+    env.setdefault("OMP_NUM_THREADS", "1")  # tiny tensors: one torch thread, no oversubscription on a busy CPU
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(compile_cache))
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
+def test_there_are_four_notebooks():
+    assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_controller_ablation.ipynb",
+                                           "03_custom_controller.ipynb", "04_ppo_math.ipynb"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_notebook_has_no_outputs_and_no_execution_counts(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert code_cells
+    for cell in code_cells:
+        assert cell.outputs == [], f"cell {cell.get('id')} of {path.name} carries outputs"
+        assert cell.execution_count is None, f"cell {cell.get('id')} of {path.name} has an execution count"
+    assert "SMOKE" in code_cells[0].source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_notebook_is_what_the_generator_builds(path):
+    builder = _load_builder()
+    built = builder.build_notebooks()
+    assert path.name in built
+    assert path.read_text(encoding="utf-8") == builder.render(built[path.name]), \
+        "notebook differs from notebooks/_build.py; run `python notebooks/_build.py`"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom_under_smoke(path, kernel_dir, compile_cache, tmp_path):
+    nb = nbformat.read(path, as_version=4)
+    km = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dir)]))
+    assert Path(km.kernel_spec.argv[0]) == Path(sys.executable)
+    client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, allow_errors=False,
+                            resources={"metadata": {"path": str(tmp_path)}})
+    before = _repo_files()
+    started = time.perf_counter()
+    client.execute(env=_kernel_env(compile_cache))  # raises CellExecutionError on the first failing cell
+    elapsed = time.perf_counter() - started
+    executed = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in executed)
+    errors = [o for c in executed for o in c.outputs if o.output_type == "error"]
+    assert errors == []
+    setup_text = "".join(o.get("text", "") for o in executed[0].outputs)
+    assert "SMOKE=True" in setup_text, "the kernel did not see SMOKE=1"
+    assert _repo_files() == before, f"{path.name} wrote into the repository: {_repo_files() - before}"
+    assert elapsed < TIME_LIMIT_S, f"{path.name} took {elapsed:.0f} s under SMOKE=1 (limit {TIME_LIMIT_S:.0f} s)"
