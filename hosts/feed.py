@@ -16,6 +16,8 @@ just the same distribution:
 
 from __future__ import annotations
 
+import sys
+
 from typing import Iterator, Sequence
 
 import torch
@@ -172,7 +174,7 @@ class _PlanLoader:
         self.train_loader = DataLoader(
             _KeyedDataset(data.x_train, data.y_train), batch_sampler=self.sampler,
             collate_fn=_AugmentCollate(data.pad_value), num_workers=num_workers, pin_memory=self.pin,
-            persistent_workers=num_workers > 0,
+            persistent_workers=num_workers > 0, multiprocessing_context=_worker_context(num_workers),
         )
 
     def _split(self, x: torch.Tensor, target: torch.Tensor, env: int, bpe: int) -> Batch:
@@ -201,3 +203,11 @@ class _PlanLoader:
                 yield xb[:, :-1], xb[:, 1:].long()
             else:
                 yield xb, tb.to(device, non_blocking=True)
+
+
+def _worker_context(num_workers: int) -> str | None:
+    """Forked workers can deadlock once a multithreaded runtime such as JAX is loaded in the process
+    (the loop imports it); start them from a clean forkserver then. Pure-torch programs keep fork."""
+    if num_workers > 0 and "jax" in sys.modules:
+        return "forkserver"
+    return None
