@@ -47,16 +47,19 @@ PALETTES = ("warm", "cool", "green")
 MODES_PER_CLASS = 3
 
 
-def _class_modes() -> tuple[tuple[tuple[int, int, int, int], ...], ...]:
+def _class_modes(modes: int = MODES_PER_CLASS) -> tuple[tuple[tuple[int, int, int, int], ...], ...]:
     """CLASS_MODES[c][m] = (shape, orientation, frequency, palette) of mode m of class c.
 
     Mode m of every class has orientation m, and its palette is (m + c) mod 3: each class shows all
     three orientations and all three palettes, so neither says anything about the class alone; only
     the orientation-palette pairing, the frequency ((c + m) mod 2) and the shape ((c + 2m) mod 5)
-    do, in conjunction. No two classes share a mode.
+    do, in conjunction. No two classes share a mode. (More than three modes, a tuning experiment,
+    repeat the orientations and shift palette and frequency by m // 3.)
     """
     return tuple(
-        tuple(((c + 2 * m) % 5, m, (c + m) % 2, (m + c) % 3) for m in range(MODES_PER_CLASS))
+        tuple(
+            ((c + 2 * m) % 5, m % 3, (c + m + m // 3) % 2, (m + c + m // 3) % 3) for m in range(modes)
+        )
         for c in range(10)
     )
 
@@ -71,6 +74,7 @@ class Knobs(NamedTuple):
     confusion: float = 0.05  # probability that each class attribute is redrawn uniformly
     radius: tuple[float, float] = (0.35, 0.60)  # object size, in units of the half image width
     center: float = 0.25  # |object centre| <= this, per axis (image spans [-1, 1])
+    modes: int = MODES_PER_CLASS  # attribute tuples per class (CLASS_MODES for the default)
     decoys: int = 0  # smaller objects with random attributes, drawn under the class object
     decoy_radius: tuple[float, float] = (0.15, 0.30)
     angle_jitter: float = 0.20  # std of the stripe orientation, radians
@@ -140,8 +144,9 @@ def _object_attributes(labels: torch.Tensor, gen: torch.Generator, knobs: Knobs)
     """[n, M, 4] attribute indices. Object 0: a uniformly chosen mode of its class, each attribute
     redrawn with probability `confusion`; decoys: uniform."""
     n, device = labels.shape[0], labels.device
-    mode = torch.randint(0, MODES_PER_CLASS, (n,), generator=gen, device=device)
-    attrs = torch.tensor(CLASS_MODES, device=device)[labels, mode]
+    table = CLASS_MODES if knobs.modes == MODES_PER_CLASS else _class_modes(knobs.modes)
+    mode = torch.randint(0, knobs.modes, (n,), generator=gen, device=device)
+    attrs = torch.tensor(table, device=device)[labels, mode]
     redraw = torch.rand((n, 4), generator=gen, device=device) < knobs.confusion
     attrs = torch.where(redraw, _random_attributes((n,), gen, device), attrs)
     decoys = _random_attributes((n, knobs.decoys), gen, device)
