@@ -7,7 +7,13 @@
 Each run is the single-model equivalent of env 0 of the default loop with no seeds: the shared
 split plan of §6.3 (4 envs, per-env batch of the task, env 0's slice), the task's augmentation,
 SGD(lr, momentum 0.9, weight decay 5e-4), 25 epochs, validation on the task's whole test split
-after every epoch. Prints one line per epoch and a summary line per seed.
+after every epoch. Prints one line per epoch and a summary line per seed. Use --threads 1 on a busy
+machine (two OpenMP threads were 3-4x slower than one on the shared 2-core CPU).
+
+Measured on the 2-core development CPU (final validation accuracy after 25 epochs):
+    shapes10, 6,418-parameter host (base 8):  seeds 0/1/2 -> 53.57 / 54.59 / 57.75, mean 55.30
+    shapes10, base_channels 32 (94,762 params): seed 0 -> 66.80, seed 1 -> 63.36 (mean 65.08, +9.8 pp)
+    pytext, lr 0.01, seed 0: val loss 3.08 nats/byte after epoch 1, 2.30 after epoch 25
 """
 
 from __future__ import annotations
