@@ -6,6 +6,7 @@ Logging never changes learning: everything here only reads values the loop alrea
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import sys
@@ -122,9 +123,10 @@ class RunDirectory:
         if self._metric_columns is None:
             self._metric_columns = list(flat)
             with open(self.metrics_path, "w", newline="", encoding="utf-8") as fh:
-                csv.writer(fh).writerow(self._metric_columns)
+                csv.writer(fh, lineterminator="\n").writerow(self._metric_columns)
         with open(self.metrics_path, "a", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=self._metric_columns, extrasaction="ignore", restval="")
+            writer = csv.DictWriter(fh, fieldnames=self._metric_columns, extrasaction="ignore", restval="",
+                                    lineterminator="\n")
             writer.writerow(flat)
 
     def truncate_history(self, n_batches: int) -> None:
@@ -132,8 +134,9 @@ class RunDirectory:
         if self.metrics_path.exists():
             with open(self.metrics_path, newline="", encoding="utf-8") as fh:
                 rows = list(csv.reader(fh))
-            _atomic_write_text(self.metrics_path, "".join(",".join(_csv_cell(c) for c in r) + "\n"
-                                                          for r in rows[: n_batches + 1]))
+            buffer = io.StringIO()
+            csv.writer(buffer, lineterminator="\n").writerows(rows[: n_batches + 1])
+            _atomic_write_text(self.metrics_path, buffer.getvalue())
         if self.events_path.exists():
             kept = []
             for line in self.events_path.read_text(encoding="utf-8").splitlines():
@@ -144,12 +147,6 @@ class RunDirectory:
                 if batch is None or batch < n_batches:
                     kept.append(line)
             _atomic_write_text(self.events_path, "\n".join(kept) + ("\n" if kept else ""))
-
-
-def _csv_cell(cell: str) -> str:
-    if any(ch in cell for ch in ',"\n'):
-        return '"' + cell.replace('"', '""') + '"'
-    return cell
 
 
 # Columns of metrics.csv, in order; PPO metrics are prefixed "ppo_".
