@@ -58,7 +58,7 @@ def _save_trees(path: Path, trees: Mapping[str, Any]) -> None:
     import orbax.checkpoint as ocp
 
     checkpointer = ocp.PyTreeCheckpointer()
-    checkpointer.save(str(path), dict(trees))
+    checkpointer.save(os.path.abspath(path), dict(trees))  # orbax accepts only absolute paths
 
 
 def _restore_trees(path: Path, template: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def _restore_trees(path: Path, template: Mapping[str, Any]) -> dict[str, Any]:
     checkpointer = ocp.PyTreeCheckpointer()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return checkpointer.restore(str(path), item=dict(template))
+        return checkpointer.restore(os.path.abspath(path), item=dict(template))
 
 
 def _replace_link(link: Path, target_name: str) -> None:

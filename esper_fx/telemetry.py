@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -92,7 +93,7 @@ class RunDirectory:
     """Files of one run: config.json, events.jsonl, metrics.csv, summary.json (and checkpoints/)."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
+        self.path = Path(os.path.abspath(path))  # resolved once: a later chdir cannot move the run
         self.path.mkdir(parents=True, exist_ok=True)
         self.events_path = self.path / "events.jsonl"
         self.metrics_path = self.path / "metrics.csv"

@@ -87,7 +87,7 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
     if args.config is not None and args.preset is not None:
         raise ConfigError("--config replaces the preset: pass either --config or --preset, not both")
     if args.resume_path is not None:
-        return _resume_config(args), args
+        return _absolute_paths(_resume_config(args)), args
     try:
         if args.config is not None:
             base = TrainingConfig.from_json(args.config)
@@ -103,7 +103,14 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         label = Path(args.config).stem if args.config else (args.preset or "quickstart")
         config = config.replace(run_dir=os.path.join("runs", f"{label}-{stamp}"))
-    return config, args
+    return _absolute_paths(config), args
+
+
+def _absolute_paths(config: TrainingConfig) -> TrainingConfig:
+    """Resolve the run directory and the resume path once, against the directory the user launched from."""
+    changes = {name: os.path.abspath(getattr(config, name)) for name in ("run_dir", "resume_path")
+               if getattr(config, name)}
+    return config.replace(**changes) if changes else config
 
 
 # On resume the checkpoint's config is authoritative; only these may differ (SPEC §7.8).

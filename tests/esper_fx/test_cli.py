@@ -86,7 +86,7 @@ def test_flags_override_preset_and_config(tmp_path):
 
 def test_default_run_dir_is_under_runs_with_preset_name():
     config, _ = resolve_config([])
-    assert config.run_dir.startswith(os.path.join("runs", "quickstart-"))
+    assert config.run_dir.startswith(os.path.join(os.getcwd(), "runs", "quickstart-"))  # absolute, resolved once
 
 
 def test_summary_has_required_lines():
