@@ -1,4 +1,8 @@
-"""Runs a validated configuration from the command line: summary, training, final table, exit code."""
+"""Runs a validated configuration from the command line: summary, training, final table, exit code.
+
+Imports only the configuration at module level: jax and torch load when a run starts, so a bad command
+line is rejected without them.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import time
 from esper_fx.config import TrainingConfig
 
 EXIT_OK = 0
-EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 
 
@@ -31,9 +34,34 @@ def _limit_cpu_threads(config: TrainingConfig) -> None:
     print("CPU run: 1 torch thread (set OMP_NUM_THREADS to use more)", flush=True)
 
 
-def run_from_cli(config: TrainingConfig, quiet: bool = False) -> int:
-    from esper_fx.train import config_summary
+def config_summary(config: TrainingConfig) -> list[str]:
+    """The pre-training summary of §14.4 (at least 8 lines)."""
+    ppo = config.ppo
+    if ppo.entropy_anneal_episodes and (ppo.entropy_coef_start is not None or ppo.entropy_coef_end is not None):
+        start, end = ppo.entropy_endpoints
+        entropy = f"{start:g} -> {end:g} over {ppo.entropy_anneal_episodes} episodes"
+    else:
+        entropy = f"{ppo.entropy_coef:g}"
+    return [
+        f"esper_fx: task={config.task.value} ({config.topology}), controller={config.controller_name}, "
+        f"seed={config.seed}",
+        f"Episodes: {config.n_episodes}, envs: {config.n_envs}, max_epochs: {config.max_epochs}",
+        f"PPO: lr={ppo.lr:g}, gamma={ppo.gamma:g}, lambda={ppo.gae_lambda:g}, "
+        f"clip={ppo.clip_ratio:g}, value_coef={ppo.value_coef:g}, max_grad_norm={ppo.max_grad_norm:g}",
+        f"Entropy: {entropy} (min {ppo.entropy_coef_min:g})",
+        f"Update: epochs={ppo.update_epochs}, minibatches={ppo.num_minibatches}, "
+        f"amp={'on (' + config.amp_dtype.value + ')' if config.amp else 'off'}",
+        f"LSTM: hidden={ppo.lstm_hidden_dim}, chunk={config.chunk_length}",
+        f"Slots: {', '.join(config.enabled_slots)} of {config.num_slots}; reward: "
+        f"{config.reward.reward_family.value}/{config.reward.reward_mode.value}; menu: {', '.join(config.menu[1:])}",
+        f"Telemetry: {'enabled' if config.use_telemetry else 'disabled'} (level "
+        f"{config.telemetry_level.value}), obs dim {config.state_dim}",
+        f"Data: split={config.data_split.value}, path={config.data_path.value}, device={config.device}",
+        f"Run dir: {config.run_dir or '(none)'}",
+    ]
 
+
+def run_from_cli(config: TrainingConfig, quiet: bool = False) -> int:
     for line in config_summary(config):
         print(line, flush=True)
     _limit_cpu_threads(config)

@@ -80,13 +80,13 @@ def _arm_kwargs(arm: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 def summarize_runs(name: str, runs: Sequence[Any], wall_time: float) -> dict[str, Any]:
     finals, params, fossil, culled, germ = [], [], [], [], []
     for result in runs:
-        episodes = max(1, sum(len(h["env_accuracies"]) for h in result.history))
+        episodes = max(1, sum(len(h.env_accuracies) for h in result.history))
         last = result.history[-1]
-        finals.append(float(np.mean(last["env_accuracies"])))
-        params.append(float(np.mean(last.get("env_seed_params", [0.0]))))
-        fossil.append(sum(h["seeds_fossilized"] for h in result.history) / episodes)
-        culled.append(sum(h["seeds_culled"] for h in result.history) / episodes)
-        germ.append(sum(h["seeds_created"] for h in result.history) / episodes)
+        finals.append(float(np.mean(last.env_accuracies)))
+        params.append(float(np.mean(last.env_seed_params)))
+        fossil.append(sum(h.seeds_fossilized for h in result.history) / episodes)
+        culled.append(sum(h.seeds_culled for h in result.history) / episodes)
+        germ.append(sum(h.seeds_created for h in result.history) / episodes)
     std = float(np.std(finals, ddof=1)) if len(finals) > 1 else 0.0
     return {
         "arm": name, "final_accuracy_mean": float(np.mean(finals)), "final_accuracy_std": std,
@@ -102,7 +102,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
 
     The final accuracy of a run is the mean final validation accuracy of its last batch's envs; the
     table gives its mean ± std over seeds. "params added" is the mean seed parameter count held at the
-    last epoch of the last batch's episodes (fossils included; history key `env_seed_params`).
+    last epoch of the last batch's episodes (fossils included; `BatchSummary.env_seed_params`).
     """
     if not arms:
         raise ValueError("compare needs at least one arm")

@@ -1,15 +1,15 @@
-"""Shared contracts between the PyTorch side (`hosts`) and the JAX side (`rl`).
+"""What crosses between the PyTorch side (`hosts`) and the JAX side (`rl`), and nothing else.
 
-This module imports neither torch nor jax: it holds the enums, slot ids, action
-heads, observation layout, the signals field list and the constants table of
-SPEC §1, so both halves of the system agree on them without importing each other.
+This module imports neither torch nor jax. It holds the seed stages and their transitions, slot ids,
+the action heads, ops, blends and blueprint menus, the tasks' slot-head sizes, the observation layout,
+the signals field list, the event types, and the few lifecycle numbers that both the host lifecycle and
+the reward read. A constant only one side reads lives on that side (`hosts/...`, `rl/...`).
 """
 
 from __future__ import annotations
 
-import math
 import re
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Iterable, Mapping
 
 # --------------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ NUM_OPS = len(LifecycleOp)
 
 TOPOLOGIES: tuple[str, ...] = ("cnn", "transformer")
 
-# Every registered blueprint per topology (§4.3, §4.4). hosts.blueprints registers exactly these.
+# Every registered blueprint per topology (§4.3, §4.4). hosts.seeds.blueprints registers exactly these.
 BLUEPRINT_NAMES: Mapping[str, tuple[str, ...]] = {
     "cnn": (
         "noop", "norm", "attention", "depthwise", "bottleneck", "conv_small", "conv_light", "conv_heavy",
@@ -169,13 +169,6 @@ BLUEPRINT_MENUS: Mapping[str, tuple[str, ...]] = {
     "transformer": ("noop", "lora", "attention", "norm", "mlp_small"),
 }
 
-# Default heuristic rotations (§13.1): the menu without noop.
-HEURISTIC_ROTATIONS: Mapping[str, tuple[str, ...]] = {
-    "cnn": ("conv_light", "attention", "norm", "depthwise"),
-    "transformer": ("lora", "attention", "norm", "mlp_small"),
-}
-
-
 def _check_topology(topology: str) -> str:
     if topology not in TOPOLOGIES:
         raise ValueError(f"unknown topology {topology!r}; expected one of {list(TOPOLOGIES)}")
@@ -188,7 +181,7 @@ def blueprint_actions(topology: str) -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------------------
-# Tasks known to the contracts (host details live in hosts.tasks; these numbers must agree)
+# Tasks: the slot-head size and topology of each (host details live in hosts.tasks; they must agree)
 # --------------------------------------------------------------------------------------
 
 TASK_NAMES: tuple[str, ...] = ("cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext")
@@ -258,8 +251,6 @@ TEL_ACCURACY_DELTA = 6
 TEL_STAGE = 7
 TEL_ALPHA = 8
 TEL_TEMPORAL = 9
-
-SAFE_CLIP = 100.0  # safe(v, d) clips to [-100, 100]
 
 
 def slot_block_size(num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> int:
@@ -344,109 +335,31 @@ def head_sizes(num_slots: int, num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> 
 
 
 # --------------------------------------------------------------------------------------
-# §1.6 Constants (defaults; every value is normative)
+# §7.7 Event types: the host's lifecycle and governor events and the loop's own, one vocabulary
 # --------------------------------------------------------------------------------------
 
-# Gates
-G2_MIN_IMPROVEMENT = 0.5  # pp, improvement_since_stage_start
-MIN_BLENDING_EPOCHS = 3  # epochs in stage, used by G2 and G3
-G2_MIN_GRADIENT_RATIO = 0.10  # dimensionless, EMA of the parameter-normalised gradient ratio
-G3_MIN_ALPHA = 0.95  # blend weight
-MIN_FOSSILIZE_CONTRIBUTION = 1.0  # pp, G5 and fossilize shaping
-MIN_PROBATION_STABILITY = 0.95  # stored, never checked
 
-# Lifecycle
-DEFAULT_BLENDING_TOTAL_STEPS = 5  # epochs of alpha ramp
-MIN_CULL_AGE = 1  # epochs
-MIN_PROBATION_EPOCHS = 5  # epochs, fossilize legitimacy l = min(1, eis / 5)
-FULL_EVALUATION_AGE = 10  # epochs, informational
-MAX_SEEDS = None  # unlimited (treated as 0)
-STAGE_HISTORY_LIMIT = 100  # entries
-
-
-def dwell_epochs(task_max_epochs: int | None) -> int:
-    """Minimum epochs in TRAINING before G2 is tried: max(1, int(0.1·task max_epochs)); 1 without a task."""
-    return 1 if task_max_epochs is None else max(1, int(task_max_epochs * 0.1))
+class EventType(StrEnum):
+    SEED_GERMINATED = "SEED_GERMINATED"
+    SEED_STAGE_CHANGED = "SEED_STAGE_CHANGED"
+    SEED_FOSSILIZED = "SEED_FOSSILIZED"
+    SEED_CULLED = "SEED_CULLED"
+    GOVERNOR_PANIC = "GOVERNOR_PANIC"
+    GOVERNOR_SNAPSHOT = "GOVERNOR_SNAPSHOT"
+    GOVERNOR_ROLLBACK = "GOVERNOR_ROLLBACK"
+    TRAINING_STARTED = "TRAINING_STARTED"
+    BATCH_COMPLETED = "BATCH_COMPLETED"
+    PPO_UPDATE_COMPLETED = "PPO_UPDATE_COMPLETED"
+    CHECKPOINT_SAVED = "CHECKPOINT_SAVED"
+    CHECKPOINT_LOADED = "CHECKPOINT_LOADED"
+    REWARD_COMPUTED = "REWARD_COMPUTED"
 
 
-def probation_timeout(task_max_epochs: int | None) -> int:
-    """Epochs in PROBATIONARY before auto-cull: max(5, int(0.1·task max_epochs))."""
-    return MIN_PROBATION_EPOCHS if task_max_epochs is None else max(5, int(task_max_epochs * 0.1))
+# --------------------------------------------------------------------------------------
+# §1.6 Lifecycle numbers both sides read: the host lifecycle applies them, the reward pays for them
+# --------------------------------------------------------------------------------------
 
-
-# Gradient ratio
-GRADIENT_RATIO_EMA_DECAY = 0.9  # per epoch
-GRADIENT_NORM_EPS = 1e-8
-
-# Governor
-GOVERNOR_SENSITIVITY = 6.0  # sigma
-GOVERNOR_MULTIPLIER = 3.0  # x mean
-GOVERNOR_ABSOLUTE_THRESHOLD = 12.0  # nats
-GOVERNOR_DEATH_PENALTY = 10.0  # reward units (punishment -10.0)
-GOVERNOR_HISTORY_WINDOW = 20  # epochs
-GOVERNOR_WARMUP = 10  # epochs of history before the statistical and lobotomy rules
-GOVERNOR_MIN_PANICS = 3  # consecutive anomalous epochs
-GOVERNOR_LOBOTOMY_MEAN_FRACTION = 0.6  # mean(history) < 0.6·R
-GOVERNOR_LOBOTOMY_TOLERANCE = 0.065  # |loss - R| < 0.065·R
-GOVERNOR_SNAPSHOT_EVERY = 5  # epochs, after a passing check
-
-# Host / seed training
-HOST_LR = 0.01
-HOST_MOMENTUM = 0.9
-HOST_WEIGHT_DECAY = 5e-4
-SEED_LR = 0.01
-SEED_MOMENTUM = 0.9
-SEED_WEIGHT_DECAY = 0.0
-TRANSFORMER_DROPOUT = 0.1
-
-# SignalTracker
-PLATEAU_THRESHOLD = 0.5  # pp
-STABILIZATION_THRESHOLD = 0.03  # relative val-loss improvement
-STABILIZATION_EPOCHS = 3
-TRACKER_HISTORY_WINDOW = 10  # epochs
-
-# Episode / batch
-DEFAULT_MAX_EPOCHS = 25
-DEFAULT_N_ENVS = 4
-
-# PPO
-PPO_GAMMA = 0.995
-PPO_GAE_LAMBDA = 0.97
-PPO_LR = 3e-4
-PPO_ADAM_EPS = 1e-5
-PPO_CLIP_RATIO = 0.2
-PPO_VALUE_CLIP = 10.0
-PPO_VALUE_COEF = 0.5
-PPO_MAX_GRAD_NORM = 0.5
-PPO_TARGET_KL = 0.015
-PPO_KL_STOP_FACTOR = 1.5  # stop above 1.5·target_kl = 0.0225
-PPO_ENTROPY_COEF = 0.05
-PPO_ENTROPY_COEF_MIN = 0.01
-
-# Network
-LSTM_HIDDEN = 128
-FEATURE_DIM = 128
-HEAD_HIDDEN = 64
-LAYER_NORM_EPS = 1e-5
-MASKED_LOGIT = -1e4
-LSTM_FORGET_BIAS = 2.0
-
-# Normalizers
-OBS_NORM_MOMENTUM = 0.99
-OBS_NORM_EPS = 1e-4
-OBS_NORM_CLIP = 10.0
-REWARD_NORM_CLIP = 10.0
-REWARD_NORM_EPS = 1e-8
-
-# Rewards (loop level)
-AUTO_CULL_PENALTY = -0.2  # reward units, paid on the next step
-GOVERNOR_PUNISHMENT = -GOVERNOR_DEATH_PENALTY
-
-# Governor random-guess losses R
-RANDOM_GUESS_LOSS: Mapping[str, float] = {
-    "cifar10": math.log(10),
-    "cifar10_deep": math.log(10),
-    "shapes10": math.log(10),
-    "tinystories": math.log(50257),
-    "pytext": math.log(256),
-}
+MIN_FOSSILIZE_CONTRIBUTION = 1.0  # pp: G5, the contributing-fossil count, fossilize shaping
+MIN_PROBATION_EPOCHS = 5  # epochs: probation timeout floor, fossilize legitimacy l = min(1, eis / 5)
+MIN_CULL_AGE = 1  # epochs: the cull mask, the young-cull penalty
+GOVERNOR_DEATH_PENALTY = 10.0  # reward units: a governor panic (the `panic` signal) pays -10

@@ -12,8 +12,11 @@ A controller bundle has five functions over pytrees:
 "obs_norm": the observation normalised with the run's frozen statistics. `aux` carries per-head
 log-probs [E, 4] ("log_probs") and values [E] ("value") for learning controllers.
 
-The registry maps names to constructors `constructor(spec) -> Controller`; `get(name)` returns the
-constructor, `build(name_or_bundle, spec)` a ready bundle, `register(name, constructor)` adds one.
+The registry (`esper_fx.controller_registry`, jax-free so the configuration can check names) maps names
+to constructors `constructor(spec) -> Controller`; `get(name)` returns the constructor,
+`build(name_or_bundle, spec)` a ready bundle, `register(name, constructor)` adds one. The built-in
+bundles: `wait` and `random` here, `ppo_lstm` / `ppo_mlp` in `esper_fx.ppo_controller`, `heuristic` in
+`esper_fx.heuristic_controller`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import jax.numpy as jnp
 
 from esper_fx import contracts as C
 from esper_fx.config import TrainingConfig
+from esper_fx.controller_registry import REGISTRY, Constructor
+from rl.config import MASKED_LOGIT
 
 
 class ControllerSpec(NamedTuple):
@@ -117,7 +122,7 @@ def wait_actions(signals) -> jax.Array:
 
 def uniform_masked_sample(key: jax.Array, mask: jax.Array) -> jax.Array:
     """One uniform draw per row over the True entries of `mask` [E, n]."""
-    logits = jnp.where(mask, 0.0, C.MASKED_LOGIT)
+    logits = jnp.where(mask, 0.0, MASKED_LOGIT)
     return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
@@ -138,69 +143,8 @@ def build_random(spec: ControllerSpec) -> Controller:
 
 
 # ----------------------------------------------------------------------------------------------
-# Registry
+# The registry's public face
 # ----------------------------------------------------------------------------------------------
-
-Constructor = Callable[[ControllerSpec], Controller]
-
-
-class ControllerRegistry:
-    """Name -> constructor. The module keeps one default instance (`get`, `register`, `names`)."""
-
-    def __init__(self) -> None:
-        self._constructors: dict[str, Constructor] = {}
-        self._aliases: dict[str, str] = {}
-
-    def register(self, name: str, constructor: Constructor | Controller, *, overwrite: bool = True) -> None:
-        if not isinstance(name, str) or not name:
-            raise ValueError("controller name must be a non-empty string")
-        if not overwrite and name in self._constructors:
-            raise ValueError(f"controller {name!r} is already registered")
-        if isinstance(constructor, Controller):
-            bundle = constructor
-            constructor = lambda spec, _b=bundle: _b  # noqa: E731 - a ready bundle ignores the spec
-        if not callable(constructor):
-            raise TypeError(f"controller constructor for {name!r} must be callable")
-        self._constructors[name] = constructor
-
-    def alias(self, name: str, target: str) -> None:
-        self._aliases[name] = target
-
-    def get(self, name: str) -> Constructor:
-        key = self._aliases.get(name, name)
-        if key not in self._constructors:
-            raise ValueError(f"unknown controller {name!r}; registered: {self.names()}")
-        return self._constructors[key]
-
-    def names(self) -> list[str]:
-        return sorted(self._constructors)
-
-
-def _build_ppo_lstm(spec: ControllerSpec) -> Controller:
-    from esper_fx.ppo_controller import build_ppo
-
-    return build_ppo(spec, recurrent=True)
-
-
-def _build_ppo_mlp(spec: ControllerSpec) -> Controller:
-    from esper_fx.ppo_controller import build_ppo
-
-    return build_ppo(spec, recurrent=False)
-
-
-def _build_heuristic(spec: ControllerSpec) -> Controller:
-    from esper_fx.heuristic_controller import build_heuristic
-
-    return build_heuristic(spec)
-
-
-REGISTRY = ControllerRegistry()
-REGISTRY.register("ppo_lstm", _build_ppo_lstm)
-REGISTRY.register("ppo_mlp", _build_ppo_mlp)
-REGISTRY.register("heuristic", _build_heuristic)
-REGISTRY.register("random", build_random)
-REGISTRY.register("wait", build_wait)
-REGISTRY.alias("ppo", "ppo_lstm")
 
 
 def get(name: str) -> Constructor:
@@ -210,6 +154,9 @@ def get(name: str) -> Constructor:
 
 def register(name: str, constructor: Constructor | Controller) -> None:
     """Register a constructor `spec -> Controller` (or a ready Controller bundle) under `name`."""
+    if isinstance(constructor, Controller):
+        bundle = constructor
+        constructor = lambda spec, _b=bundle: _b  # noqa: E731 - a ready bundle ignores the spec
     REGISTRY.register(name, constructor)
 
 

@@ -5,8 +5,9 @@ lists), draws into a Figure and returns it. Nothing here calls `plt.show()` or t
 figures are built with `matplotlib.figure.Figure`, so they render under any backend (Agg included),
 display once when returned as a Jupyter cell's value, and can be saved with `fig.savefig(...)`.
 
-Data formats (SPEC §7.7): a history entry is one dict per RL batch (accuracies, rewards, action and
-head counts, PPO metrics or None); an event is one dict per line of `events.jsonl`.
+Data formats (SPEC §7.7): a history entry is one `esper_fx.history.BatchSummary` per RL batch
+(accuracies, rewards, action and head counts, PPO metrics or None; its dict, as a checkpoint manifest
+stores it, is read too); an event is one dict per line of `events.jsonl`.
 
 Lifecycle time axis: integer x = e is the end of epoch e (after that epoch's action and step_epoch).
 A seed germinated in epoch g is drawn from x = g, each SEED_STAGE_CHANGED in epoch e starts the new
@@ -28,14 +29,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from esper_fx.contracts import BLEND_NAMES, LifecycleOp, SeedStage, SlotIdError, sort_slot_ids
+from esper_fx.contracts import BLEND_NAMES, SeedStage, SlotIdError, sort_slot_ids
+from esper_fx.history import OP_NAMES, BatchSummary, as_summaries
 
 __all__ = [
     "StageInterval", "STAGE_COLORS", "events_to_intervals", "load_events",
     "plot_runs", "plot_lifecycle", "plot_action_distribution", "plot_ppo_diagnostics",
 ]
 
-OP_NAMES: tuple[str, ...] = tuple(op.name for op in LifecycleOp)
 DRAWN_STAGES: tuple[str, ...] = ("GERMINATED", "TRAINING", "BLENDING", "PROBATIONARY", "FOSSILIZED")
 STAGE_COLORS: Mapping[str, str] = {
     "GERMINATED": "#b0b0b0",
@@ -78,12 +79,13 @@ _PPO_PANELS: tuple[tuple[str, str], ...] = (
 # ----------------------------------------------------------------------------------------------
 
 
-def _as_history(data: Any) -> list[dict[str, Any]]:
-    """History entries from a RunResult-like object (`.history`) or a plain sequence of dicts."""
+def _as_history(data: Any) -> list[BatchSummary]:
+    """History entries from a RunResult-like object (`.history`) or a plain sequence of BatchSummary rows
+    (or their dicts)."""
     history = getattr(data, "history", data)
     if history is None:
         return []
-    return [dict(entry) for entry in history]
+    return as_summaries(history)
 
 
 def load_events(path: str | Path) -> list[dict[str, Any]]:
@@ -124,10 +126,11 @@ def _number(value: Any) -> float:
         return math.nan
 
 
-def _lookup(entry: Mapping[str, Any], key: str) -> Any:
-    """entry[key], where a dotted key ("ppo.approx_kl") walks into nested dicts; None if absent."""
-    value: Any = entry
-    for part in key.split("."):
+def _lookup(entry: BatchSummary, key: str) -> Any:
+    """The entry's field `key`; a dotted key ("ppo.approx_kl") walks into the field's dict; None if absent."""
+    name, *rest = key.split(".")
+    value: Any = getattr(entry, name, None)
+    for part in rest:
         if not isinstance(value, Mapping) or part not in value:
             return None
         value = value[part]
@@ -146,25 +149,24 @@ def _new_figure(fig: Figure | None, figsize: tuple[float, float]) -> Figure:
 # ----------------------------------------------------------------------------------------------
 
 
-def _as_run_mapping(runs: Any) -> dict[str, list[dict[str, Any]]]:
+def _as_run_mapping(runs: Any) -> dict[str, list[BatchSummary]]:
     if isinstance(runs, Mapping):
         return {str(name): _as_history(run) for name, run in runs.items()}
     return {"run": _as_history(runs)}
 
 
-def _series(history: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
+def _series(history: Sequence[BatchSummary], key: str) -> np.ndarray:
     return np.array([_number(_lookup(entry, key)) for entry in history], dtype=float)
 
 
-def _x_values(history: Sequence[Mapping[str, Any]], x: str) -> np.ndarray:
+def _x_values(history: Sequence[BatchSummary], x: str) -> np.ndarray:
     values = _series(history, x)
     fallback = np.arange(len(history), dtype=float)
     return np.where(np.isnan(values), fallback, values)
 
 
-def _env_band(ax: Axes, xs: np.ndarray, history: Sequence[Mapping[str, Any]], color: str) -> None:
-    accs = [np.asarray([_number(a) for a in entry.get("env_accuracies") or []], dtype=float)
-            for entry in history]
+def _env_band(ax: Axes, xs: np.ndarray, history: Sequence[BatchSummary], color: str) -> None:
+    accs = [np.asarray([_number(a) for a in entry.env_accuracies], dtype=float) for entry in history]
     low = np.array([np.nanmin(a) if a.size and not np.all(np.isnan(a)) else np.nan for a in accs])
     high = np.array([np.nanmax(a) if a.size and not np.all(np.isnan(a)) else np.nan for a in accs])
     ax.fill_between(xs, low, high, color=color, alpha=0.15, linewidth=0)
@@ -282,7 +284,7 @@ def _apply_event(tracker: _LaneTracker, event: Mapping[str, Any]) -> None:
     if kind == "SEED_GERMINATED":
         tracker.switch(key, _stage_name(data.get("stage", "GERMINATED")), epoch)
     elif kind == "SEED_STAGE_CHANGED" and ("to" in data or "to_stage" in data):
-        target = _stage_name(data["to"] if "to" in data else data["to_stage"])  # hosts.env writes to_stage
+        target = _stage_name(data["to"] if "to" in data else data["to_stage"])  # the env pool writes to_stage
         tracker.switch(key, None if target in _ENDING_STAGES else target, epoch)
     elif kind == "SEED_FOSSILIZED" and tracker.stage_of(key) != "FOSSILIZED":
         tracker.switch(key, "FOSSILIZED", epoch)
@@ -302,7 +304,7 @@ def events_to_intervals(events: Any, batch: int, max_epochs: float | None = None
     """Stage intervals of every seed in one batch, derived from its events.
 
     A seed opens at its SEED_GERMINATED epoch (stage GERMINATED, or data["stage"]); each SEED_STAGE_CHANGED
-    starts data["to"] (or data["to_stage"], the key hosts.env writes) at its epoch; SEED_FOSSILIZED starts
+    starts data["to"] (or data["to_stage"], the key the env pool writes) at its epoch; SEED_FOSSILIZED starts
     FOSSILIZED; SEED_CULLED, a change to CULLED, or a GOVERNOR_ROLLBACK of the env (for every
     non-fossilized seed) closes it. Seeds still open at the end are closed at `max_epochs` (default: the
     largest epoch among the batch's events). Zero-length intervals (GERMINATED -> TRAINING within one
@@ -438,20 +440,20 @@ def plot_lifecycle(events: Any, batch: int, n_envs: int | None = None, slot_ids:
 # ----------------------------------------------------------------------------------------------
 
 
-def _select_batches(history: Sequence[Mapping[str, Any]], batches: Any) -> list[Mapping[str, Any]]:
+def _select_batches(history: Sequence[BatchSummary], batches: Any) -> list[BatchSummary]:
     if batches is None:
         return list(history)
     if isinstance(batches, (int, np.integer)):
         batches = [int(batches)]
     if isinstance(batches, slice):
-        wanted = set(range(*batches.indices(1 + max((int(e.get("batch", -1)) for e in history), default=-1))))
+        wanted = set(range(*batches.indices(1 + max((e.batch for e in history), default=-1))))
     else:
         wanted = {int(b) for b in batches}
-    return [entry for entry in history if entry.get("batch") in wanted]
+    return [entry for entry in history if entry.batch in wanted]
 
 
-def _sum_counts(entries: Sequence[Mapping[str, Any]], head: str) -> np.ndarray:
-    rows = [np.asarray((entry.get("head_counts") or {}).get(head) or [], dtype=float) for entry in entries]
+def _sum_counts(entries: Sequence[BatchSummary], head: str) -> np.ndarray:
+    rows = [np.asarray(entry.head_counts.get(head) or [], dtype=float) for entry in entries]
     size = max((r.size for r in rows), default=0)
     total = np.zeros(size)
     for row in rows:
@@ -459,22 +461,22 @@ def _sum_counts(entries: Sequence[Mapping[str, Any]], head: str) -> np.ndarray:
     return total
 
 
-def _head_labels(entries: Sequence[Mapping[str, Any]], head: str, size: int) -> list[str]:
-    last = entries[-1] if entries else {}
+def _head_labels(entries: Sequence[BatchSummary], head: str, size: int) -> list[str]:
+    last = entries[-1] if entries else None
     names: Sequence[str] = {
-        "slot": last.get("slot_ids") or (), "blueprint": last.get("menu") or (),
+        "slot": last.slot_ids if last else (), "blueprint": last.menu if last else (),
         "blend": BLEND_NAMES, "op": OP_NAMES,
     }[head]
     return [str(names[i]) if i < len(names) else f"{head} {i}" for i in range(size)]
 
 
-def _op_success_rates(entries: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def _op_success_rates(entries: Sequence[BatchSummary]) -> dict[str, float]:
     tried: dict[str, float] = defaultdict(float)
     ok: dict[str, float] = defaultdict(float)
     for entry in entries:
-        for name, n in (entry.get("action_counts") or {}).items():
+        for name, n in entry.action_counts.items():
             tried[name] += _number(n)
-        for name, n in (entry.get("successful_action_counts") or {}).items():
+        for name, n in entry.successful_action_counts.items():
             ok[name] += _number(n)
     return {name: ok[name] / tried[name] for name in tried if tried[name] > 0}
 
@@ -514,7 +516,7 @@ def plot_action_distribution(history: Any, batches: Any = None, *, fig: Figure |
         if counts.size == 0:
             counts = np.zeros(len(_head_labels(entries, head, 0)) or {"blend": 3, "op": 4}.get(head, 1))
         _draw_head(ax, head, counts, _head_labels(entries, head, counts.size), success)
-    chosen = [int(e["batch"]) for e in entries if e.get("batch") is not None]
+    chosen = [e.batch for e in entries]
     span = f"batches {min(chosen)}–{max(chosen)}" if chosen else "no batches"
     fig.suptitle(f"Action distribution per head ({span}, {len(entries)} batch(es))", fontsize=11)
     return fig
@@ -525,11 +527,11 @@ def plot_action_distribution(history: Any, batches: Any = None, *, fig: Figure |
 # ----------------------------------------------------------------------------------------------
 
 
-def _ppo_entries(history: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping], list[Mapping]]:
+def _ppo_entries(history: Sequence[BatchSummary]) -> tuple[list[BatchSummary], list[BatchSummary]]:
     """(entries with a real PPO update, entries whose update was skipped)."""
     updated, skipped = [], []
     for entry in history:
-        ppo = entry.get("ppo")
+        ppo = entry.ppo
         if isinstance(ppo, Mapping) and ppo.get("skipped"):
             skipped.append(entry)
         elif isinstance(ppo, Mapping) and ppo:
@@ -537,13 +539,13 @@ def _ppo_entries(history: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping], l
     return updated, skipped
 
 
-def _mark_skipped(ax: Axes, skipped: Sequence[Mapping[str, Any]]) -> None:
+def _mark_skipped(ax: Axes, skipped: Sequence[BatchSummary]) -> None:
     for entry in skipped:
-        b = _number(entry.get("batch"))
+        b = float(entry.batch)
         ax.axvspan(b - 0.5, b + 0.5, color="0.85", zorder=0, gid="skipped")
 
 
-def _draw_entropies(ax: Axes, updated: Sequence[Mapping[str, Any]], xs: np.ndarray) -> None:
+def _draw_entropies(ax: Axes, updated: Sequence[BatchSummary], xs: np.ndarray) -> None:
     for key, label in _PPO_ENTROPY_KEYS:
         values = _series(updated, f"ppo.{key}")
         if not np.all(np.isnan(values)):
@@ -553,7 +555,7 @@ def _draw_entropies(ax: Axes, updated: Sequence[Mapping[str, Any]], xs: np.ndarr
     ax.legend(fontsize=7, ncols=2)
 
 
-def _draw_panel(ax: Axes, updated: Sequence[Mapping[str, Any]], xs: np.ndarray, key: str, title: str) -> None:
+def _draw_panel(ax: Axes, updated: Sequence[BatchSummary], xs: np.ndarray, key: str, title: str) -> None:
     values = _series(updated, f"ppo.{key}") if key != "entropy_coef" else _series(updated, key)
     ax.plot(xs, values, marker=".", linewidth=1.2, label=title)
     if key == "approx_kl":
@@ -567,10 +569,10 @@ def _draw_panel(ax: Axes, updated: Sequence[Mapping[str, Any]], xs: np.ndarray, 
     ax.set_title(title, fontsize=10)
 
 
-def _no_ppo_figure(fig: Figure, n_entries: int, skipped: Sequence[Mapping[str, Any]]) -> Figure:
+def _no_ppo_figure(fig: Figure, n_entries: int, skipped: Sequence[BatchSummary]) -> Figure:
     ax = fig.add_subplot()
     ax.set_axis_off()
-    reasons = sorted({str((e.get("ppo") or {}).get("reason", "")) for e in skipped} - {""})
+    reasons = sorted({str((e.ppo or {}).get("reason", "")) for e in skipped} - {""})
     lines = ["No PPO updates in this history",
              f"{n_entries} batch(es): {len(skipped)} skipped, {n_entries - len(skipped)} without PPO "
              "(non-learning controller)"]

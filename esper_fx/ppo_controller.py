@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from esper_fx import contracts as C
 from esper_fx.controllers import Controller, ControllerSpec
 from rl import ppo
 from rl.distributions import Masks
 from rl.network import ActorCritic
 
 
-def signal_masks(signals) -> Masks:
-    return Masks(*(signals[f"mask_{head}"] for head in C.ACTION_HEADS))
-
-
 def build_ppo(spec: ControllerSpec, recurrent: bool = True) -> Controller:
-    cfg = ppo.PPOConfig.from_training_config(spec.config)
+    cfg = spec.config.ppo
     network = ActorCritic(num_slots=spec.num_slots, num_blueprints=spec.num_blueprints,
-                          recurrent=recurrent, hidden_dim=spec.config.lstm_hidden_dim)
+                          recurrent=recurrent, hidden_dim=cfg.lstm_hidden_dim)
 
     def init(key, _spec=None) -> ppo.TrainState:
         return ppo.init_train_state(key, network, spec.obs_dim, cfg)
@@ -25,15 +20,23 @@ def build_ppo(spec: ControllerSpec, recurrent: bool = True) -> Controller:
         return network.initial_carry(n_envs)
 
     def act(state, carry, signals, key):
-        out = ppo.act(state, signals["obs_norm"], signal_masks(signals), carry, key)
+        out = ppo.act(state, signals["obs_norm"], Masks.from_signals(signals), carry, key)
         return out.actions, {"log_probs": out.log_probs, "value": out.value, "ok": out.ok}, out.carry
 
     def value(state, carry, signals):
         return ppo.value(state, signals["obs_norm"], carry)
 
     def update(state, rollout, key):
-        return ppo.update(state, rollout, key, cfg)
+        return ppo.update(state, rollout, key, cfg, spec.n_envs)
 
     name = "ppo_lstm" if recurrent else "ppo_mlp"
     return Controller(name=name, act=act, init=init, initial_carry=initial_carry, value=value,
                       update=update, learns=True)
+
+
+def build_ppo_lstm(spec: ControllerSpec) -> Controller:
+    return build_ppo(spec, recurrent=True)
+
+
+def build_ppo_mlp(spec: ControllerSpec) -> Controller:
+    return build_ppo(spec, recurrent=False)

@@ -1,6 +1,8 @@
 """Run directory, event log, per-batch metrics and the progress display (SPEC §7.7, ARCHITECTURE §6).
 
-Logging never changes learning: everything here only reads values the loop already computed.
+Logging never changes learning: everything here only reads values the loop already computed. The event
+types are the contracts' (`esper_fx.contracts.EventType`, re-exported here); a batch's row is a
+`esper_fx.history.BatchSummary`.
 """
 
 from __future__ import annotations
@@ -16,23 +18,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Iterable, Mapping, TextIO
+from typing import Any, Iterable, Mapping, Sequence, TextIO
 
-
-class EventType(StrEnum):
-    SEED_GERMINATED = "SEED_GERMINATED"
-    SEED_STAGE_CHANGED = "SEED_STAGE_CHANGED"
-    SEED_FOSSILIZED = "SEED_FOSSILIZED"
-    SEED_CULLED = "SEED_CULLED"
-    GOVERNOR_PANIC = "GOVERNOR_PANIC"
-    GOVERNOR_SNAPSHOT = "GOVERNOR_SNAPSHOT"
-    GOVERNOR_ROLLBACK = "GOVERNOR_ROLLBACK"
-    TRAINING_STARTED = "TRAINING_STARTED"
-    BATCH_COMPLETED = "BATCH_COMPLETED"
-    PPO_UPDATE_COMPLETED = "PPO_UPDATE_COMPLETED"
-    CHECKPOINT_SAVED = "CHECKPOINT_SAVED"
-    CHECKPOINT_LOADED = "CHECKPOINT_LOADED"
-    REWARD_COMPUTED = "REWARD_COMPUTED"
+from esper_fx.contracts import EventType
+from esper_fx.history import BatchSummary
 
 
 def utc_now() -> str:
@@ -81,6 +70,25 @@ class Event:
         }
 
 
+def lifecycle_event(ev: Any, batch: int) -> Event:
+    """A host's seed or governor event (`hosts.env.LifecycleEvent`) as a logged Event of batch `batch`."""
+    warning = ev.event_type in (EventType.GOVERNOR_PANIC, EventType.GOVERNOR_ROLLBACK)
+    return Event(EventType(ev.event_type), message=ev.message, env_id=ev.env_id, seed_id=ev.seed_id or None,
+                 slot_id=ev.slot_id or None, epoch=ev.epoch, batch=batch, data=dict(ev.data),
+                 severity="warning" if warning else "info")
+
+
+def reward_events(reward: Sequence[float], components: Mapping[str, Sequence[float]],
+                  actions: Sequence[Sequence[int]], batch: int, epoch: int) -> list[Event]:
+    """One REWARD_COMPUTED event per env: its action, reward and reward components (debug level)."""
+    events = []
+    for i, action in enumerate(actions):
+        data = {"batch": batch, "epoch": epoch, "env_id": i, "action": list(action), "reward": float(reward[i]),
+                "components": {k: float(v[i]) for k, v in components.items()}}
+        events.append(Event(EventType.REWARD_COMPUTED, batch=batch, epoch=epoch, env_id=i, data=data))
+    return events
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -119,7 +127,7 @@ class RunDirectory:
             with open(self.events_path, "a", encoding="utf-8") as fh:
                 fh.write("\n".join(lines) + "\n")
 
-    def append_metrics(self, row: Mapping[str, Any]) -> None:
+    def append_metrics(self, row: BatchSummary) -> None:
         flat = flatten_metrics(row)
         if self._metric_columns is None:
             self._metric_columns = list(flat)
@@ -150,6 +158,34 @@ class RunDirectory:
             _atomic_write_text(self.events_path, "\n".join(kept) + ("\n" if kept else ""))
 
 
+class RunLog:
+    """Where a run's outputs go: events (kept in memory and appended to events.jsonl), metrics.csv rows,
+    config.json, summary.json and the console. `run_dir` None writes no file."""
+
+    def __init__(self, run_dir: str | None, console: "Console"):
+        self.dir = RunDirectory(run_dir) if run_dir else None
+        self.console = console
+        self.events: list[dict[str, Any]] = []
+
+    @property
+    def path(self) -> str | None:
+        return None if self.dir is None else str(self.dir.path)
+
+    def log(self, events: Sequence[Event]) -> None:
+        self.events.extend(e.to_dict() for e in events)
+        if self.dir is not None:
+            self.dir.append_events(events)
+
+    def batch_done(self, summary: BatchSummary, events: Sequence[Event], total_episodes: int) -> None:
+        """The console lines, the batch's events and its metrics.csv row."""
+        self.console.batch_done(summary)
+        for line in format_batch_lines(summary, total_episodes):
+            self.console.line(line)
+        self.log(events)
+        if self.dir is not None:
+            self.dir.append_metrics(summary)
+
+
 # Columns of metrics.csv, in order; PPO metrics are prefixed "ppo_".
 METRIC_SCALARS = (
     "batch", "episodes_completed", "avg_accuracy", "rolling_avg_accuracy", "avg_reward", "entropy_coef",
@@ -157,14 +193,14 @@ METRIC_SCALARS = (
 )
 
 
-def flatten_metrics(entry: Mapping[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {k: to_jsonable(entry.get(k)) for k in METRIC_SCALARS}
-    for i, acc in enumerate(entry.get("env_accuracies", [])):
+def flatten_metrics(entry: BatchSummary) -> dict[str, Any]:
+    row: dict[str, Any] = {k: to_jsonable(getattr(entry, k)) for k in METRIC_SCALARS}
+    for i, acc in enumerate(entry.env_accuracies):
         row[f"env{i}_accuracy"] = to_jsonable(acc)
     for kind in ("action_counts", "successful_action_counts"):
-        for op, count in (entry.get(kind) or {}).items():
+        for op, count in (getattr(entry, kind) or {}).items():
             row[f"{kind}_{op}"] = count
-    for key, value in sorted((entry.get("ppo") or {}).items()):
+    for key, value in sorted((entry.ppo or {}).items()):
         value = to_jsonable(value)
         if isinstance(value, list):
             value = json.dumps(value)
@@ -221,10 +257,10 @@ class Console:
         self._progress.update(self._task, advance=1, batch=batch + 1, epoch=epoch,
                               rate=f"{self._samples / elapsed:,.0f} samples/s")
 
-    def batch_done(self, entry: Mapping[str, Any]) -> None:
+    def batch_done(self, entry: BatchSummary) -> None:
         if self._progress is not None:
-            last = (f"acc {entry['avg_accuracy']:.1f}% reward {entry['avg_reward']:+.2f} "
-                    f"seeds +{entry['seeds_created']}/F{entry['seeds_fossilized']}/C{entry['seeds_culled']}")
+            last = (f"acc {entry.avg_accuracy:.1f}% reward {entry.avg_reward:+.2f} "
+                    f"seeds +{entry.seeds_created}/F{entry.seeds_fossilized}/C{entry.seeds_culled}")
             self._progress.update(self._task, last=last)
 
     def close(self) -> None:
@@ -233,15 +269,15 @@ class Console:
             self._progress = None
 
 
-def format_batch_lines(entry: Mapping[str, Any], total_episodes: int) -> list[str]:
-    accs = ", ".join(f"{a:.1f}" for a in entry["env_accuracies"])
+def format_batch_lines(entry: BatchSummary, total_episodes: int) -> list[str]:
+    accs = ", ".join(f"{a:.1f}" for a in entry.env_accuracies)
     lines = [
-        f"BATCH {entry['batch']} | Episodes {entry['episodes_completed']}/{total_episodes} | env acc [{accs}]",
-        f"  Avg {entry['avg_accuracy']:.2f}% (rolling {entry['rolling_avg_accuracy']:.2f}%), reward "
-        f"{entry['avg_reward']:+.3f} | seeds germinated {entry['seeds_created']}, fossilized "
-        f"{entry['seeds_fossilized']}, culled {entry['seeds_culled']}, rollbacks {entry['rollbacks']}",
+        f"BATCH {entry.batch} | Episodes {entry.episodes_completed}/{total_episodes} | env acc [{accs}]",
+        f"  Avg {entry.avg_accuracy:.2f}% (rolling {entry.rolling_avg_accuracy:.2f}%), reward "
+        f"{entry.avg_reward:+.3f} | seeds germinated {entry.seeds_created}, fossilized "
+        f"{entry.seeds_fossilized}, culled {entry.seeds_culled}, rollbacks {entry.rollbacks}",
     ]
-    ppo = entry.get("ppo")
+    ppo = entry.ppo
     if ppo is None:
         pass
     elif ppo.get("skipped"):
@@ -249,22 +285,22 @@ def format_batch_lines(entry: Mapping[str, Any], total_episodes: int) -> list[st
     else:
         lines.append(
             f"  PPO: policy {ppo['policy_loss']:+.4f} value {ppo['value_loss']:.4f} entropy "
-            f"{ppo['entropy']:.3f} (coef {entry['entropy_coef']:.4f}) approx_kl {ppo['approx_kl']:.2e} "
+            f"{ppo['entropy']:.3f} (coef {entry.entropy_coef:.4f}) approx_kl {ppo['approx_kl']:.2e} "
             f"EV {ppo['explained_variance']:+.3f}"
             + (f" early-stop {ppo['early_stop']}" if ppo.get("early_stopped") else "")
         )
     return lines
 
 
-def final_table(history: list[Mapping[str, Any]]) -> str:
+def final_table(history: Sequence[BatchSummary]) -> str:
     """A plain-text table of the run, one row per batch."""
     header = f"{'batch':>5} {'episodes':>8} {'avg acc %':>9} {'rolling %':>9} {'reward':>9} " \
              f"{'germ':>5} {'foss':>5} {'cull':>5} {'rollb':>5}"
     rows = [header, "-" * len(header)]
     for e in history:
         rows.append(
-            f"{e['batch']:>5} {e['episodes_completed']:>8} {e['avg_accuracy']:>9.2f} "
-            f"{e['rolling_avg_accuracy']:>9.2f} {e['avg_reward']:>+9.3f} {e['seeds_created']:>5} "
-            f"{e['seeds_fossilized']:>5} {e['seeds_culled']:>5} {e['rollbacks']:>5}"
+            f"{e.batch:>5} {e.episodes_completed:>8} {e.avg_accuracy:>9.2f} "
+            f"{e.rolling_avg_accuracy:>9.2f} {e.avg_reward:>+9.3f} {e.seeds_created:>5} "
+            f"{e.seeds_fossilized:>5} {e.seeds_culled:>5} {e.rollbacks:>5}"
         )
     return "\n".join(rows)

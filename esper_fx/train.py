@@ -1,5 +1,7 @@
 """`python -m esper_fx.train`: the command line a researcher runs (SPEC §14.4).
 
+This module parses the command line into a validated `TrainingConfig`; `esper_fx.cli_run` runs it.
+
 Configuration is layered: the preset (default `quickstart`), then `--config PATH` (replaces the
 preset, strict), then single-field flags. Any invalid configuration prints one line naming the
 problem to stderr and exits 2 before anything is written.
@@ -14,12 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from esper_fx.cli_run import EXIT_INTERRUPTED, config_summary, run_from_cli  # noqa: F401 (re-exported)
 from esper_fx.config import PRESET_NAMES, TrainingConfig
+from esper_fx.controller_registry import REGISTRY
 
 EXIT_CONFIG_ERROR = 2
-EXIT_INTERRUPTED = 130
-
-CONTROLLER_CHOICES = ("ppo_lstm", "ppo", "ppo_mlp", "heuristic", "random", "wait")
 
 
 class ConfigError(ValueError):
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None, help=f"base preset, one of {', '.join(PRESET_NAMES)} "
                    "(default: quickstart)")
     p.add_argument("--config", metavar="PATH", help="JSON config file; replaces the preset entirely")
-    p.add_argument("--controller", help=f"one of {', '.join(CONTROLLER_CHOICES)}")
+    p.add_argument("--controller", help=f"one of {', '.join(REGISTRY.choices())}")
     p.add_argument("--task", help="cifar10, cifar10_deep, tinystories, shapes10 or pytext")
     p.add_argument("--seed", type=int, help="run seed")
     p.add_argument("--episodes", type=int, dest="n_episodes", help="total number of episodes")
@@ -144,42 +145,12 @@ def _resume_config(args: argparse.Namespace) -> TrainingConfig:
         raise ConfigError(str(exc)) from None
 
 
-def config_summary(config: TrainingConfig) -> list[str]:
-    """The pre-training summary of §14.4 (at least 8 lines)."""
-    if config.entropy_anneal_episodes and (config.entropy_coef_start is not None
-                                           or config.entropy_coef_end is not None):
-        start = config.entropy_coef if config.entropy_coef_start is None else config.entropy_coef_start
-        end = config.entropy_coef if config.entropy_coef_end is None else config.entropy_coef_end
-        entropy = f"{start:g} -> {end:g} over {config.entropy_anneal_episodes} episodes"
-    else:
-        entropy = f"{config.entropy_coef:g}"
-    return [
-        f"esper_fx: task={config.task.value} ({config.topology}), controller={config.controller_name}, "
-        f"seed={config.seed}",
-        f"Episodes: {config.n_episodes}, envs: {config.n_envs}, max_epochs: {config.max_epochs}",
-        f"PPO: lr={config.lr:g}, gamma={config.gamma:g}, lambda={config.gae_lambda:g}, "
-        f"clip={config.clip_ratio:g}, value_coef={config.value_coef:g}, max_grad_norm={config.max_grad_norm:g}",
-        f"Entropy: {entropy} (min {config.entropy_coef_min:g})",
-        f"Update: epochs={config.update_epochs}, minibatches={config.num_minibatches}, "
-        f"amp={'on (' + config.amp_dtype.value + ')' if config.amp else 'off'}",
-        f"LSTM: hidden={config.lstm_hidden_dim}, chunk={config.chunk_length}",
-        f"Slots: {', '.join(config.enabled_slots)} of {config.num_slots}; reward: "
-        f"{config.reward_family.value}/{config.reward_mode.value}; menu: {', '.join(config.menu[1:])}",
-        f"Telemetry: {'enabled' if config.use_telemetry else 'disabled'} (level "
-        f"{config.telemetry_level.value}), obs dim {config.state_dim}",
-        f"Data: split={config.data_split.value}, path={config.data_path.value}, device={config.device}",
-        f"Run dir: {config.run_dir or '(none)'}",
-    ]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         config, args = resolve_config(argv)
     except ConfigError as exc:
         print(f"esper_fx.train: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    from esper_fx.cli_run import run_from_cli
-
     return run_from_cli(config, quiet=args.quiet)
 
 

@@ -1,18 +1,27 @@
-"""The PyTorch side of esper_fx: host networks, blueprints, seed slots, governor, data and envs.
+"""The PyTorch side of esper_fx: host networks, seeds, data, the signals and the env pool.
 
-Nothing under `hosts/` imports jax (the import rule; a test enforces it).
+Nothing under `hosts/` imports jax (the import rule; a test enforces it), and nothing from `esper_fx`
+but `esper_fx.contracts`.
+
+    models/    host networks, their injection points, MorphogeneticModel
+    seeds/     seed slots, lifecycle and gates, blending, blueprints, gradient ratio, governor
+    data/      task data, the data feed, batch plans, random streams, datasets
+    signals/   the signals pytree: observation, masks, tracker, per-slot fields, assembly
+    env/       the env pool: E envs in lock-step, one RL step per host epoch
+    tasks.py   the task table (host, batch size, learning rates)
 """
 
-from hosts import blueprints, gradients
-from hosts.blending import GatedBlend, LinearBlend, SigmoidBlend
-from hosts.cnn import CNNHost
-from hosts.governor import Governor, RollbackReport
-from hosts.injection import InjectionSpec
-from hosts.lifecycle import GateResult, SeedMetrics, SeedState, SeedTelemetry
-from hosts.model import MorphogeneticModel
-from hosts.reports import SlotReport
-from hosts.slot import SeedSlot
-from hosts.transformer import TransformerHost
+from hosts.models.cnn import CNNHost
+from hosts.models.injection import InjectionSpec
+from hosts.models.morphogenetic import MorphogeneticModel
+from hosts.models.transformer import TransformerHost
+from hosts.seeds import blueprints
+from hosts.seeds import gradient_ratio as gradients
+from hosts.seeds.blending import GatedBlend, LinearBlend, SigmoidBlend
+from hosts.seeds.governor import Governor, RollbackReport
+from hosts.seeds.lifecycle import GateResult, SeedMetrics, SeedState, SeedTelemetry
+from hosts.seeds.slot import SeedSlot
+from hosts.seeds.slot_report import SlotReport
 
 __all__ = [
     "CNNHost", "TransformerHost", "InjectionSpec", "MorphogeneticModel", "SeedSlot", "Governor",

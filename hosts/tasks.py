@@ -3,8 +3,9 @@
 A TaskSpec names the topology, the host preset (`build_host()` returns a fresh host), the loop's
 per-env batch, the task's own max_epochs (which sets dwell and the probation timeout; the spec
 itself is the `task_config` handed to SeedSlot / MorphogeneticModel, so it carries `max_epochs`
-and `blending_steps`), the learning rates, the default `max_train_batches`, the governor's
-random-guess loss and the LOSS-family reward constants.
+and `blending_steps`), the learning rates, the default `max_train_batches` and the governor's
+random-guess loss. The SGD settings of hosts and seeds live here too. (The LOSS-family reward constants
+of §6.1 are the reward's: `rl.rewards.LOSS_TASK_VALUES`.)
 
     >>> get_task("CIFAR10").batch_size
     512
@@ -19,8 +20,17 @@ from typing import Callable
 from torch import nn
 
 from esper_fx import contracts as C
-from hosts.cnn import CNNHost
-from hosts.transformer import TransformerHost
+from hosts.models.cnn import CNNHost
+from hosts.models.transformer import TransformerHost
+from hosts.seeds.blending import DEFAULT_BLENDING_TOTAL_STEPS
+
+# §1.6 host and seed training: SGD, one optimizer for the host and one per seed
+HOST_LR = 0.01
+HOST_MOMENTUM = 0.9
+HOST_WEIGHT_DECAY = 5e-4
+SEED_LR = 0.01
+SEED_MOMENTUM = 0.9
+SEED_WEIGHT_DECAY = 0.0
 
 
 @dataclass(frozen=True)
@@ -36,14 +46,9 @@ class TaskSpec:
     num_classes: int | None = None  # classification
     vocab_size: int | None = None  # lm
     block_size: int | None = None  # lm: tokens per item (x and y)
-    host_lr: float = C.HOST_LR
-    seed_lr: float = C.SEED_LR
-    blending_steps: int = C.DEFAULT_BLENDING_TOTAL_STEPS
-    # LOSS-family reward constants (§12.7)
-    typical_loss_delta_std: float = 0.05
-    baseline_loss: float = 2.3
-    target_loss: float = 0.3
-    compute_rent_weight: float = 0.05
+    host_lr: float = HOST_LR
+    seed_lr: float = SEED_LR
+    blending_steps: int = DEFAULT_BLENDING_TOTAL_STEPS
 
     def build_host(self) -> nn.Module:
         """A freshly initialised host (uses the global torch RNG, which the loop seeds per env)."""
@@ -77,10 +82,9 @@ def _pytext_host() -> nn.Module:
 
 _CNN_COMMON = dict(topology="cnn", kind="classification", max_epochs=25, max_train_batches=None,
                    random_guess_loss=math.log(10), num_classes=10)
-_LM_LOSS = dict(typical_loss_delta_std=0.15, compute_rent_weight=0.01)
 
 # pytext's host lr stays at the reference 0.01: the host alone reaches val loss 3.08 nats/byte after one
-# epoch and 2.30 after 25 (target <= 3.5, §6.7.6): `python -m hosts.measure pytext --seeds 0`.
+# epoch and 2.30 after 25 (target <= 3.5, §6.7.6): `python -m hosts.data.difficulty pytext --seeds 0`.
 PYTEXT_LR = 0.01
 
 _TASKS: dict[str, TaskSpec] = {
@@ -90,13 +94,12 @@ _TASKS: dict[str, TaskSpec] = {
     "tinystories": TaskSpec(
         name="tinystories", topology="transformer", kind="lm", host_factory=_tinystories_host,
         batch_size=32, max_epochs=50, max_train_batches=None, random_guess_loss=math.log(50257),
-        vocab_size=50257, block_size=256, baseline_loss=10.8, target_loss=3.5, **_LM_LOSS,
+        vocab_size=50257, block_size=256,
     ),
     "pytext": TaskSpec(
         name="pytext", topology="transformer", kind="lm", host_factory=_pytext_host,
         batch_size=16, max_epochs=25, max_train_batches=32, random_guess_loss=math.log(256),
         vocab_size=256, block_size=128, host_lr=PYTEXT_LR, seed_lr=PYTEXT_LR,
-        baseline_loss=5.5, target_loss=1.5, **_LM_LOSS,
     ),
 }
 

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from esper_fx import contracts as C
+from rl.config import MASKED_LOGIT
 
-MASKED_LOGIT = C.MASKED_LOGIT  # −1e4
 ENTROPY_LOG_FLOOR = 1e-8
 
 
@@ -35,6 +35,11 @@ class Masks(NamedTuple):
     blueprint: jax.Array
     blend: jax.Array
     op: jax.Array
+
+    @classmethod
+    def from_signals(cls, signals) -> "Masks":
+        """The four `mask_*` fields of a signals pytree."""
+        return cls(*(signals[f"mask_{head}"] for head in C.ACTION_HEADS))
 
 
 # ------------------------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 `decide(state, signals, params) -> (actions [E, 4] int32, new_state)` reads the signals pytree
 (`esper_fx.contracts.SIGNAL_FIELDS`) and keeps one decision state per env. `params` is static
-(hashable): build it with `HeuristicParams.from_config` or `HeuristicParams.from_training_config`,
-and jit with `jax.jit(decide, static_argnums=2)`.
+(hashable): build it with `HeuristicParams.from_config` or `HeuristicParams.from_training_config` from
+the settings of `rl.config.HeuristicConfig`, and jit with `jax.jit(decide, static_argnums=2)`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from esper_fx import contracts as C
+from rl.config import check_rotation, default_rotation
 
 Signals = Mapping[str, jax.Array]
 
@@ -37,34 +38,29 @@ _FOSSILIZED = int(C.SeedStage.FOSSILIZED)
 
 
 class HeuristicParams(NamedTuple):
-    """Static heuristic settings: the §13.1 config resolved against the blueprint menu."""
+    """Static heuristic settings: a `HeuristicConfig` resolved against the blueprint menu."""
 
     rotation: tuple[int, ...]  # blueprint-menu indices, in rotation order
     blend_index: int  # index of heuristic.blend in ("linear", "sigmoid", "gated")
     num_blueprints: int  # B = len(menu)
-    plateau_epochs_to_germinate: int = 3
-    min_epochs_before_germinate: int = 5
-    cull_after_epochs_without_improvement: int = 5
-    cull_if_accuracy_drops_by: float = 2.0
-    min_improvement_to_fossilize: float = 0.0
-    embargo_epochs_after_cull: int = 5
-    blueprint_penalty_on_cull: float = 2.0
-    blueprint_penalty_decay: float = 0.5
-    blueprint_penalty_threshold: float = 3.0
-    ransomware_contribution_threshold: float = 0.1
-    ransomware_improvement_threshold: float = 0.0
+    plateau_epochs_to_germinate: int
+    min_epochs_before_germinate: int
+    cull_after_epochs_without_improvement: int
+    cull_if_accuracy_drops_by: float
+    min_improvement_to_fossilize: float
+    embargo_epochs_after_cull: int
+    blueprint_penalty_on_cull: float
+    blueprint_penalty_decay: float
+    blueprint_penalty_threshold: float
+    ransomware_contribution_threshold: float
+    ransomware_improvement_threshold: float
 
     @classmethod
     def from_config(cls, heuristic: Any, menu: Sequence[str], topology: str) -> "HeuristicParams":
         """Resolve a `HeuristicConfig` against a blueprint menu; the rotation must lie in the menu."""
         menu = tuple(menu)
-        rotation = heuristic.blueprint_rotation or C.HEURISTIC_ROTATIONS[topology]
-        bad = [name for name in rotation if name == "noop" or name not in menu]
-        if not rotation or bad:
-            raise ValueError(
-                f"heuristic.blueprint_rotation must be non-empty, drawn from the blueprint menu {list(menu[1:])} "
-                f"and never 'noop' (rotation {list(rotation)}; bad entries: {bad or 'empty'})"
-            )
+        rotation = heuristic.blueprint_rotation or default_rotation(topology)
+        check_rotation(rotation, menu)
         return cls(
             rotation=tuple(menu.index(name) for name in rotation),
             blend_index=C.BLEND_NAMES.index(heuristic.blend),

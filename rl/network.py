@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from esper_fx import contracts as C
 from rl import distributions as dist
+from rl.config import FEATURE_DIM, HEAD_HIDDEN, LAYER_NORM_EPS, LSTM_FORGET_BIAS, PPOConfig
 
 SQRT2 = math.sqrt(2.0)
 POLICY_OUT_GAIN = 0.01
@@ -45,7 +46,7 @@ def _orthogonal(gain: float):
 def _forget_bias_init(hidden_dim: int):
     def init(key, shape, dtype=jnp.float32):
         del key
-        return jnp.zeros(shape, dtype).at[hidden_dim:2 * hidden_dim].set(C.LSTM_FORGET_BIAS)
+        return jnp.zeros(shape, dtype).at[hidden_dim:2 * hidden_dim].set(LSTM_FORGET_BIAS)
 
     return init
 
@@ -105,19 +106,19 @@ class ActorCritic(nn.Module):
     num_slots: int
     num_blueprints: int = C.DEFAULT_NUM_BLUEPRINTS
     recurrent: bool = True
-    hidden_dim: int = C.LSTM_HIDDEN
-    feature_dim: int = C.FEATURE_DIM
-    head_hidden: int = C.HEAD_HIDDEN
+    hidden_dim: int = PPOConfig.lstm_hidden_dim
+    feature_dim: int = FEATURE_DIM
+    head_hidden: int = HEAD_HIDDEN
 
     def setup(self) -> None:
         zeros = nn.initializers.zeros
         self.feature = nn.Dense(self.feature_dim, kernel_init=_orthogonal(SQRT2), bias_init=zeros)
-        self.feature_norm = nn.LayerNorm(epsilon=C.LAYER_NORM_EPS)
+        self.feature_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPS)
         if self.recurrent:
             self.lstm = LSTM(self.hidden_dim)
         else:
             self.mlp = nn.Dense(self.hidden_dim, kernel_init=_orthogonal(SQRT2), bias_init=zeros)
-        self.core_norm = nn.LayerNorm(epsilon=C.LAYER_NORM_EPS)
+        self.core_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPS)
         sizes = C.head_sizes(self.num_slots, self.num_blueprints)
         self.slot_head = Head(sizes[0], self.head_hidden, POLICY_OUT_GAIN)
         self.blueprint_head = Head(sizes[1], self.head_hidden, POLICY_OUT_GAIN)

@@ -20,9 +20,12 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts as C
-
 OBS_INIT_COUNT = 1e-4
+OBS_NORM_MOMENTUM = 0.99  # the loop's EMA mode
+OBS_NORM_EPS = 1e-4
+OBS_NORM_CLIP = 10.0
+REWARD_NORM_CLIP = 10.0
+REWARD_NORM_EPS = 1e-8
 
 
 @flax.struct.dataclass
@@ -33,7 +36,7 @@ class RunningMeanStd:
     var: jax.Array
     count: jax.Array
     momentum: float | None = flax.struct.field(pytree_node=False, default=None)
-    eps: float = flax.struct.field(pytree_node=False, default=C.OBS_NORM_EPS)
+    eps: float = flax.struct.field(pytree_node=False, default=OBS_NORM_EPS)
 
     @classmethod
     def init(cls, shape: int | Sequence[int], momentum: float | None = None) -> "RunningMeanStd":
@@ -73,7 +76,7 @@ class RunningMeanStd:
         var = (self.var * self.count + var_b * n + delta**2 * self.count * n / tot) / tot
         return self.replace(mean=mean, var=var, count=tot)
 
-    def normalize(self, x: jax.Array, clip: float = C.OBS_NORM_CLIP) -> jax.Array:
+    def normalize(self, x: jax.Array, clip: float = OBS_NORM_CLIP) -> jax.Array:
         """clip((x − mean)/√(var + eps), −clip, clip)."""
         z = (jnp.asarray(x, jnp.float32) - self.mean) / jnp.sqrt(self.var + self.eps)
         return jnp.clip(z, -clip, clip)
@@ -86,15 +89,15 @@ class RewardNormalizer:
     count: jax.Array
     mean: jax.Array
     m2: jax.Array
-    clip: float = flax.struct.field(pytree_node=False, default=C.REWARD_NORM_CLIP)
-    eps: float = flax.struct.field(pytree_node=False, default=C.REWARD_NORM_EPS)
+    clip: float = flax.struct.field(pytree_node=False, default=REWARD_NORM_CLIP)
+    eps: float = flax.struct.field(pytree_node=False, default=REWARD_NORM_EPS)
 
     @classmethod
-    def init(cls, clip: float = C.REWARD_NORM_CLIP) -> "RewardNormalizer":
+    def init(cls, clip: float = REWARD_NORM_CLIP) -> "RewardNormalizer":
         return cls.from_stats(0.0, 0.0, 0.0, clip=clip)
 
     @classmethod
-    def from_stats(cls, count: float, mean: float, m2: float, clip: float = C.REWARD_NORM_CLIP) -> "RewardNormalizer":
+    def from_stats(cls, count: float, mean: float, m2: float, clip: float = REWARD_NORM_CLIP) -> "RewardNormalizer":
         """Rebuild a state from its (count, mean, M2) triple (checkpoint round trip)."""
         f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
         return cls(count=f32(count), mean=f32(mean), m2=f32(m2), clip=clip)

@@ -1,11 +1,12 @@
 """PPO for the factored actor-critic (SPEC §11), as pure jitted functions over explicit pytrees.
 
-- `PPOConfig`: every hyperparameter of §11.1 (static, hashable), built from a TrainingConfig.
+- `PPOConfig` (`rl.config`): every hyperparameter of §11.1 (static, hashable); `n_envs` (the run's env
+  count, static) sets the entropy anneal's length in updates.
 - `TrainState`: params, Optax state (over the raveled parameter vector), train_steps, the network (static).
 - `act` / `value` / `evaluate`: one policy step, the bootstrap value, a full-sequence re-run (§10.2).
 - Losses (§11.6–11.7): per-head clipped surrogate with causal masks summed over heads, clipped value
   loss (0.5 factor) or plain MSE, normalised-entropy bonus, the KL3 approx_kl and op-head ratio stats.
-- `update(train_state, rollout, key, cfg)` (§11.5), one jitted call: GAE per env, explained variance,
+- `update(train_state, rollout, key, cfg, n_envs)` (§11.5), one jitted call: GAE per env, explained variance,
   global advantage normalisation, then update_epochs × num_minibatches steps over permuted env groups
   (array-split semantics). approx_kl is checked before every gradient step (stop above 1.5·target_kl,
   ending the whole update); a non-finite loss or gradient skips the step and ends the update.
@@ -14,8 +15,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -28,6 +27,8 @@ from jax.flatten_util import ravel_pytree
 
 from esper_fx import contracts as C
 from rl import distributions as dist
+from rl.config import ADAM_B1, ADAM_B2, PPOConfig
+from rl.config import entropy_coefficient as entropy_schedule
 from rl.gae import gae
 from rl.network import HEAD_MODULES, VALUE_MODULE, ActorCritic, Carry, init_params
 from rl.rollout import Rollout
@@ -40,49 +41,6 @@ METRIC_HEADS = C.ACTION_HEADS + ("value",)
 # ------------------------------------------------------------------------------------------
 # configuration and state
 # ------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class PPOConfig:
-    """Every PPO hyperparameter of §11.1 (frozen and hashable: a static jit argument)."""
-
-    lr: float = C.PPO_LR
-    gamma: float = C.PPO_GAMMA
-    gae_lambda: float = C.PPO_GAE_LAMBDA
-    clip_ratio: float = C.PPO_CLIP_RATIO
-    clip_value: bool = True
-    value_clip: float = C.PPO_VALUE_CLIP
-    value_coef: float = C.PPO_VALUE_COEF
-    max_grad_norm: float = C.PPO_MAX_GRAD_NORM
-    target_kl: float | None = C.PPO_TARGET_KL
-    kl_stop_factor: float = C.PPO_KL_STOP_FACTOR
-    update_epochs: int = 1
-    num_minibatches: int = 1
-    adam_eps: float = C.PPO_ADAM_EPS
-    adam_b1: float = 0.9
-    adam_b2: float = 0.999
-    weight_decay: float = 0.0
-    entropy_coef: float = C.PPO_ENTROPY_COEF
-    entropy_coef_start: float | None = None
-    entropy_coef_end: float | None = None
-    entropy_coef_min: float = C.PPO_ENTROPY_COEF_MIN
-    entropy_anneal_episodes: int = 0
-    n_envs: int = C.DEFAULT_N_ENVS
-
-    @classmethod
-    def from_training_config(cls, cfg) -> "PPOConfig":
-        """The PPO fields of an `esper_fx.config.TrainingConfig`."""
-        names = [f.name for f in dataclasses.fields(cls) if hasattr(cfg, f.name)]
-        return cls(**{name: getattr(cfg, name) for name in names})
-
-    @property
-    def anneal_steps(self) -> int:
-        """ceil(entropy_anneal_episodes / n_envs): the anneal length in updates (§11.8)."""
-        return math.ceil(self.entropy_anneal_episodes / self.n_envs)
-
-    @property
-    def kl_stop(self) -> float | None:
-        return None if self.target_kl is None else self.kl_stop_factor * self.target_kl
 
 
 @flax.struct.dataclass
@@ -135,12 +93,12 @@ def make_optimizer(cfg: PPOConfig, decay_mask=None) -> optax.GradientTransformat
     """
     clip = optax.clip_by_global_norm(cfg.max_grad_norm)
     if cfg.weight_decay <= 0:
-        return optax.chain(clip, optax.adam(cfg.lr, b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps))
+        return optax.chain(clip, optax.adam(cfg.lr, b1=ADAM_B1, b2=ADAM_B2, eps=cfg.adam_eps))
     decay = (optax.add_decayed_weights(cfg.weight_decay, mask=_value_head_mask) if decay_mask is None
              else _decay_on_flat_mask(cfg.weight_decay, decay_mask))
     return optax.chain(
         clip,
-        optax.scale_by_adam(b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps),
+        optax.scale_by_adam(b1=ADAM_B1, b2=ADAM_B2, eps=cfg.adam_eps),
         decay,
         optax.scale_by_learning_rate(cfg.lr),
     )
@@ -153,14 +111,10 @@ def init_train_state(key: jax.Array, network: ActorCritic, obs_dim: int, cfg: PP
     return TrainState(params, opt_state, jnp.zeros((), jnp.int32), network)
 
 
-def entropy_coefficient(cfg: PPOConfig, train_steps: jax.Array) -> jax.Array:
-    """β for the given number of completed updates (§11.8), as a jnp scalar."""
-    if cfg.anneal_steps == 0:
-        return jnp.asarray(max(cfg.entropy_coef, cfg.entropy_coef_min), jnp.float32)
-    start = cfg.entropy_coef if cfg.entropy_coef_start is None else cfg.entropy_coef_start
-    end = cfg.entropy_coef if cfg.entropy_coef_end is None else cfg.entropy_coef_end
-    p = jnp.minimum(1.0, jnp.asarray(train_steps, jnp.float32) / cfg.anneal_steps)
-    return jnp.maximum(start + p * (end - start), cfg.entropy_coef_min)
+def entropy_coefficient(cfg: PPOConfig, n_envs: int, train_steps: jax.Array) -> jax.Array:
+    """β for the given number of completed updates (§11.8, `rl.config.entropy_coefficient`), a jnp scalar."""
+    steps = jnp.asarray(train_steps, jnp.float32)
+    return jnp.asarray(entropy_schedule(cfg, n_envs, steps, jnp.minimum, jnp.maximum), jnp.float32)
 
 
 # ------------------------------------------------------------------------------------------
@@ -284,7 +238,8 @@ def policy_loss(log_ratio: jax.Array, adv: jax.Array, m: jax.Array, clip_ratio: 
     return jnp.sum(per_head), per_head
 
 
-def value_loss(values, old_values, returns, valid, clip_value: bool = True, value_clip: float = C.PPO_VALUE_CLIP):
+def value_loss(values, old_values, returns, valid, clip_value: bool = PPOConfig.clip_value,
+               value_clip: float = PPOConfig.value_clip):
     """0.5·mean max((v−R)², (v_c−R)²) with v_c = v_old + clip(v − v_old, ±clip); or mean (v−R)²."""
     n = jnp.maximum(jnp.sum(valid), 1)
     sq = (values - returns) ** 2
@@ -516,8 +471,9 @@ def _finish_metrics(loop: _LoopState, stats: dict, beta, skipped) -> dict:
     }
 
 
-@partial(jax.jit, static_argnames=("cfg",))
-def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig) -> tuple[TrainState, dict]:
+@partial(jax.jit, static_argnames=("cfg", "n_envs"))
+def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
+           n_envs: int) -> tuple[TrainState, dict]:
     """One PPO update over the whole rollout (§11.5). Returns (new state, metrics of jnp values).
 
     Metrics, averaged over the executed gradient steps (or from the last KL check if none ran):
@@ -526,34 +482,14 @@ def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig) 
     (op head), grad_norm and grad_norm_{slot,blueprint,blend,op,value} (before clipping). Also
     explained_variance, n_transitions, entropy_coef (β), early_stop (int32 [2]: (u, group), or (−1, −1)),
     early_stopped, nonfinite_skipped, n_steps_taken and skipped (no valid transition: nothing changed).
-    `metrics_to_python` turns them into Python values ({} when skipped).
+    `esper_fx.history.metrics_to_python` turns them into Python values.
     """
     data, stats = build_training_data(rollout, cfg)
     skipped = stats["n_transitions"] == 0
-    beta = entropy_coefficient(cfg, state.train_steps)
+    beta = entropy_coefficient(cfg, n_envs, state.train_steps)
     params, loop = _run_epochs(state, data, key, beta, cfg)
     new_state = state.replace(
         params=params, opt_state=loop.opt_state,
         train_steps=state.train_steps + jnp.where(skipped, 0, 1).astype(jnp.int32),
     )
     return new_state, _finish_metrics(loop, stats, beta, skipped)
-
-
-def metrics_to_python(metrics: dict) -> dict:
-    """Concrete metrics as Python values: {} when the update was skipped; early_stop a tuple or None."""
-    if bool(metrics["skipped"]):
-        return {}
-    out = {}
-    for name, v in metrics.items():
-        if name in ("skipped", "early_stopped"):
-            continue
-        if name == "early_stop":
-            u, g = (int(x) for x in jax.device_get(v))
-            out[name] = (u, g) if u >= 0 else None
-        elif name in ("n_steps_taken", "n_transitions"):
-            out[name] = int(v)
-        elif name == "nonfinite_skipped":
-            out[name] = bool(v)
-        else:
-            out[name] = float(v)
-    return out

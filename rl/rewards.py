@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from esper_fx import contracts as C
+from rl.config import PPOConfig, RewardSettings, reward_fn_name
 
 Signals = Mapping[str, jax.Array]
 RewardFn = Callable[..., tuple[jax.Array, dict[str, jax.Array], "RewardState"]]
@@ -94,7 +95,7 @@ class RewardConfig(NamedTuple):
     attribution_sigmoid_steepness: float = 10.0
     terminal_acc_weight: float = 0.05
     fossilize_terminal_scale: float = 3.0
-    gamma: float = C.PPO_GAMMA
+    gamma: float = PPOConfig.gamma
     # (1) attribution details: ρ applies when c > 1.0; ρ ≤ 0.3 in size; P unknown -> a = 0.5·c
     ratio_penalty_min_contribution: float = 1.0
     ratio_penalty_max: float = 0.3
@@ -129,9 +130,9 @@ class RewardConfig(NamedTuple):
     cull_good_seed_scale: float = 0.05
     cull_max_penalty: float = -0.9
     # §12.6 sparse and minimal
-    sparse_reward_scale: float = 1.0
-    param_penalty_weight: float = 0.1
-    param_budget: float = 500000.0
+    sparse_reward_scale: float = RewardSettings.sparse_reward_scale
+    param_penalty_weight: float = RewardSettings.param_penalty_weight
+    param_budget: float = float(RewardSettings.param_budget)
     early_cull_penalty: float = -0.1
     early_cull_age: float = 5.0
     # §12.7 loss family (task values: cifar10)
@@ -147,7 +148,7 @@ class RewardConfig(NamedTuple):
     target_loss: float = _CIFAR_LOSS.target_loss
     terminal_loss_weight: float = 1.0
     # §12.8 loop-level terms
-    governor_punishment: float = C.GOVERNOR_PUNISHMENT
+    governor_punishment: float = -C.GOVERNOR_DEATH_PENALTY
 
     @classmethod
     def from_training_config(cls, config: Any, **overrides: float) -> "RewardConfig":
@@ -155,10 +156,10 @@ class RewardConfig(NamedTuple):
         task = str(getattr(config.task, "value", config.task))
         values = loss_task_values(task)
         fields = dict(
-            gamma=float(config.gamma),
-            sparse_reward_scale=float(config.sparse_reward_scale),
-            param_penalty_weight=float(config.param_penalty_weight),
-            param_budget=float(config.param_budget),
+            gamma=float(config.ppo.gamma),
+            sparse_reward_scale=float(config.reward.sparse_reward_scale),
+            param_penalty_weight=float(config.reward.param_penalty_weight),
+            param_budget=float(config.reward.param_budget),
             **{k: float(v) for k, v in values._asdict().items()},
         )
         fields.update(overrides)
@@ -181,10 +182,6 @@ class RewardState(NamedTuple):
     @staticmethod
     def init(n_envs: int, n_slots: int) -> "RewardState":
         return RewardState(phi_prev=jnp.zeros((n_envs, n_slots), jnp.float32))
-
-
-def init_reward_state(n_envs: int, n_slots: int) -> RewardState:
-    return RewardState.init(n_envs, n_slots)
 
 
 # ------------------------------------------------------------------------------------------
@@ -527,31 +524,19 @@ def get_reward_fn(name: str) -> RewardFn:
 
 
 def dispatch(config_or_family: Any, mode: str | None = None) -> RewardFn:
-    """§12.1: contribution + shaped/sparse/minimal -> that mode; loss (shaped only) -> loss.
+    """§12.1 (`rl.config.reward_fn_name`): the reward function of a family and a mode.
 
-    Accepts a TrainingConfig (its reward_family / reward_mode) or a family name plus a mode.
+    Accepts a TrainingConfig (its reward settings), a `RewardSettings`, or a family name plus a mode.
     """
-    if hasattr(config_or_family, "reward_family"):
-        family, mode = config_or_family.reward_family, config_or_family.reward_mode
-    else:
-        family = config_or_family
-    family = str(getattr(family, "value", family)).lower()
-    mode = "shaped" if mode is None else str(getattr(mode, "value", mode)).lower()
-    if family == "loss":
-        if mode != "shaped":
-            raise ValueError(f"reward_mode applies only to contribution rewards (reward_family='loss' with "
-                             f"reward_mode={mode!r})")
-        return loss
-    if family != "contribution":
-        raise ValueError(f"reward_family must be one of ['contribution', 'loss'] (got {family!r})")
-    if mode not in ("shaped", "sparse", "minimal"):
-        raise ValueError(f"reward_mode must be one of ['shaped', 'sparse', 'minimal'] (got {mode!r})")
-    return REWARD_FNS[mode]
+    settings = getattr(config_or_family, "reward", config_or_family)
+    if isinstance(settings, RewardSettings):
+        return REWARD_FNS[settings.reward_fn_name]
+    return REWARD_FNS[reward_fn_name(config_or_family, "shaped" if mode is None else mode)]
 
 
 __all__ = [
     "LOSS_TASK_VALUES", "LossTaskValues", "REWARD_FNS", "RewardConfig", "RewardState", "STAGE_POTENTIALS",
     "Target", "action_shaping", "attribution", "cull_shaping", "dispatch", "fossilize_shaping",
-    "get_reward_fn", "init_reward_state", "loss", "loss_task_values", "minimal", "potential", "rent",
+    "get_reward_fn", "loss", "loss_task_values", "minimal", "potential", "rent",
     "shaped", "sparse", "stage_potential", "target_view",
 ]

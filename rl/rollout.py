@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from esper_fx import contracts as C
+from rl.config import PPOConfig
 from rl.distributions import Masks
 from rl.gae import valid_mask
 
@@ -82,7 +83,7 @@ def init(
     obs_dim: int,
     num_slots: int,
     num_blueprints: int = C.DEFAULT_NUM_BLUEPRINTS,
-    hidden_dim: int | None = C.LSTM_HIDDEN,
+    hidden_dim: int | None = PPOConfig.lstm_hidden_dim,
 ) -> Rollout:
     """An empty rollout; `hidden_dim=None` gives the empty carry of the MLP variant."""
     e, t = n_envs, max_steps

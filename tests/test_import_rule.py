@@ -1,5 +1,6 @@
 """The import rule (ARCHITECTURE §1): `hosts` never imports jax, `rl` never imports torch, and
-`esper_fx.contracts` / `esper_fx.config` import neither.
+`esper_fx.contracts` / `esper_fx.config` import neither. From `esper_fx`, `hosts` and `rl` import only
+`esper_fx.contracts`: the one module both sides share.
 
 Each package is imported in a fresh interpreter (`sys.executable -I`) where a meta-path finder makes the
 forbidden frameworks raise ImportError, and every module under it is found with pkgutil.walk_packages, so
@@ -78,9 +79,11 @@ _CHILD = textwrap.dedent(
                 _load(info.name)
     for name in singles:
         _load(name)
-    print(json.dumps({"imported": imported, "violations": violations}))
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] == "esper_fx")
+    print(json.dumps({"imported": imported, "violations": violations, "esper_fx_modules": loaded}))
     """
 )
+SHARED = "esper_fx.contracts"  # the only esper_fx module `hosts` and `rl` may import
 
 
 def run_import_check(root: Path, blocked, walk=(), singles=()) -> dict:
@@ -105,22 +108,34 @@ def modules_on_disk(root: Path, package: str) -> set[str]:
     return names
 
 
+def source_imports(root: Path, package: str):
+    """(file, line, module, imported names) of every absolute import anywhere in the package's source,
+    function bodies included; the names are () for `import module`."""
+    for path in sorted((root / package).rglob("*.py")):
+        where = path.relative_to(root)
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield where, node.lineno, alias.name, ()
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                yield where, node.lineno, node.module, tuple(alias.name for alias in node.names)
+
+
+def project_imports(root: Path, package: str, project: str, allowed: str) -> list[str]:
+    """Every import of a `project` module other than `allowed` anywhere in the package's source
+    (`from project import a` imports the module project.a)."""
+    found = []
+    for where, line, module, names in source_imports(root, package):
+        modules = [f"{module}.{n}" for n in names] if module == project else [module]
+        found += [f"{where}:{line} imports {m}" for m in modules if m.split(".")[0] == project and m != allowed]
+    return found
+
+
 def static_violations(root: Path, package: str, blocked) -> list[str]:
     """Every `import X` / `from X import ...` of a blocked framework anywhere in the package's source,
     function bodies included."""
-    found = []
-    for path in sorted((root / package).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                if name.split(".")[0] in blocked:
-                    found.append(f"{path.relative_to(root)}:{node.lineno} imports {name}")
-    return found
+    return [f"{where}:{line} imports {module}" for where, line, module, _ in source_imports(root, package)
+            if module.split(".")[0] in blocked]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -142,6 +157,14 @@ def test_every_module_of_the_package_imports_with_the_other_framework_blocked(pa
 )
 def test_no_source_file_of_the_package_names_the_other_framework(package, blocked):
     assert static_violations(ROOT, package, blocked) == []
+
+
+@pytest.mark.parametrize("package", ["hosts", "rl"])
+def test_the_package_imports_nothing_from_esper_fx_but_the_contracts(package):
+    assert project_imports(ROOT, package, "esper_fx", SHARED) == []
+    blocked = JAX_SIDE if package == "hosts" else TORCH_SIDE
+    report = run_import_check(ROOT, blocked, walk=[package])
+    assert set(report["esper_fx_modules"]) <= {"esper_fx", SHARED}
 
 
 def test_contracts_and_config_import_neither_framework():
@@ -243,3 +266,26 @@ def test_static_scan_finds_imports_inside_functions(tmp_path):
         "fakehosts/lazy.py:3 imports flax.linen",
         "fakehosts/lazy.py:4 imports chex",
     ]
+
+
+def test_project_scan_finds_every_import_of_another_module_of_the_project(tmp_path):
+    _make_package(
+        tmp_path,
+        {
+            "fakehosts/__init__.py": "from shared import contracts\n",
+            "fakehosts/ok.py": "import shared.contracts\nfrom shared.contracts import X\n",
+            "fakehosts/bad.py": """
+                from shared.config import TrainingConfig
+                from shared import loop, contracts
+
+                def later():
+                    import shared.telemetry
+            """,
+        },
+    )
+    assert project_imports(tmp_path, "fakehosts", "shared", "shared.contracts") == [
+        "fakehosts/bad.py:2 imports shared.config",
+        "fakehosts/bad.py:3 imports shared.loop",
+        "fakehosts/bad.py:6 imports shared.telemetry",
+    ]
+

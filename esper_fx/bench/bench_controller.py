@@ -145,7 +145,7 @@ def _update_case(settings: BenchSettings, pair: F.ControllerPair, n_envs: int) -
     last = {}
 
     def jax_update():
-        last["jax"] = ppo.update(pair.state, rollout_j, key, pair.cfg)
+        last["jax"] = ppo.update(pair.state, rollout_j, key, pair.cfg, pair.n_envs)
         return last["jax"]
 
     def torch_update():

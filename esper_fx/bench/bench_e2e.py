@@ -1,15 +1,16 @@
 """`e2e`: the share of an epoch's wall time spent in the controller and the bridge, in a real run.
 
 A real `esper_fx.run` on shapes10 (small synthetic split, no run directory). The run's env pool is
-wrapped in `TimedPool`, which only reads the clock around the pool's own calls, so every epoch gives:
-- env: `pool.run_epoch()` (train, validate, signals) + `pool.apply()` (actions, step_epoch);
-- controller + bridge: the gap between them, i.e. `to_jax(signals)`, the jitted controller step (normalise,
-  act, reward, append) up to `block_until_ready`, `to_torch(actions)` and the read-back of the actions;
-- epoch: from `run_epoch()` to the end of `apply()`.
+wrapped in `TimedPool`, which only reads the clock around the pool's own calls (`begin` and `step`: the
+loop's interface), so every epoch gives:
+- env: the pool's own work for the epoch (train, validate, signals; then actions, step_epoch);
+- controller + bridge: the gap between two pool calls, i.e. `to_jax(signals)`, the jitted controller step
+  (normalise, act, reward, append) up to `block_until_ready`, `to_torch(actions)`;
+- epoch: from the epoch's signals being asked for to the end of its actions.
 The share is the median over epochs of controller+bridge / epoch (target < 2%). Medians over epochs keep the
 few epochs in which JAX compiles out of the figure, and the first batch (a warm-up) is left out entirely.
 
-The loop's own per-batch sums (`history[b]["timing"]` = env_s, bridge_s, controller_s) are reported for
+The loop's own per-batch sums (`history[b].timing` = env_s, bridge_s, controller_s) are reported for
 every batch, with the wall time outside the epochs (`pool.reset`, the observation-normaliser update, the
 PPO update, bookkeeping). From the last batch (which compiles nothing) come the controller and bridge
 shares of the batch's wall time, and the share counting the time outside the epochs as controller time
@@ -50,35 +51,40 @@ class EpochTiming:
 
 
 class TimedPool:
-    """Forwards everything to an EnvPool and records the clock around `run_epoch` and `apply`."""
+    """Forwards everything to an EnvPool and records the clock around `begin` and `step`.
+
+    `step` is the epoch's actions followed by the next epoch's training: the pool's own clock splits it
+    with `run_epoch`, which it calls inside `step` (and `begin`)."""
 
     def __init__(self, pool: Any):
         self._pool = pool
         self.epochs: list[EpochTiming] = []
         self._batch = -1
-        self._marks: tuple[float, float] = (0.0, 0.0)
+        self._marks: tuple[float, float] = (0.0, 0.0)  # this epoch's run_epoch: start, end
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._pool, name)
 
-    def reset(self, batch_index: int, *args, **kwargs):
+    def begin(self, batch_index: int, *args, **kwargs):
         self._batch = int(batch_index)
-        return self._pool.reset(batch_index, *args, **kwargs)
+        self._pool.reset(batch_index, *args, **kwargs)
+        return self._run_epoch()
 
-    def run_epoch(self):
+    def step(self, actions, bootstrap: bool = True):
+        start, signals_ready = self._marks
+        applying = time.perf_counter()
+        last = self._pool.epoch >= self._pool.max_epochs
+        result = self._pool.apply(actions, bootstrap=last and bootstrap)
+        end = time.perf_counter()
+        self.epochs.append(EpochTiming(self._batch, (signals_ready - start) + (end - applying),
+                                       applying - signals_ready, end - start))
+        return result, None if last else self._run_epoch()
+
+    def _run_epoch(self):
         start = time.perf_counter()
         signals = self._pool.run_epoch()
         self._marks = (start, time.perf_counter())
         return signals
-
-    def apply(self, actions, *args, **kwargs):
-        start, signals_ready = self._marks
-        applying = time.perf_counter()
-        result = self._pool.apply(actions, *args, **kwargs)
-        end = time.perf_counter()
-        self.epochs.append(EpochTiming(self._batch, (signals_ready - start) + (end - applying),
-                                       applying - signals_ready, end - start))
-        return result
 
 
 def _config(settings: BenchSettings, size: dict) -> TrainingConfig:
@@ -91,16 +97,16 @@ def _config(settings: BenchSettings, size: dict) -> TrainingConfig:
     )
 
 
-def _batch_rows(history: list[dict]) -> list[dict]:
+def _batch_rows(history: list) -> list[dict]:
     """The loop's per-batch timing sums, and the wall time outside the epochs."""
     rows = []
     for entry in history:
-        timing = entry.get("timing")
-        if timing is None or any(k not in timing for k in TIMING_KEYS):
-            raise RuntimeError(f"history entries carry no timing {TIMING_KEYS} (got {sorted(entry)})")
+        timing = entry.timing
+        if any(k not in timing for k in TIMING_KEYS):
+            raise RuntimeError(f"history entries carry no timing {TIMING_KEYS} (got {sorted(timing)})")
         in_epochs = sum(timing[k] for k in TIMING_KEYS)
-        rows.append({"batch": entry["batch"], **{k: timing[k] for k in TIMING_KEYS},
-                     "wall_time_s": entry["wall_time_s"], "outside_epochs_s": entry["wall_time_s"] - in_epochs})
+        rows.append({"batch": entry.batch, **{k: timing[k] for k in TIMING_KEYS},
+                     "wall_time_s": entry.wall_time_s, "outside_epochs_s": entry.wall_time_s - in_epochs})
     return rows
 
 
@@ -140,7 +146,7 @@ def run(settings: BenchSettings) -> dict:
     return {
         "what": f"a real esper_fx.run on {TASK} ({size['controller']}, E={size['n_envs']}, T={size['max_epochs']}, "
                 f"{size['batches']} batches, {size['train']} training samples, batch {size['bpe']})",
-        "measured": "controller + bridge per epoch (the gap between pool.run_epoch and pool.apply)",
+        "measured": "controller + bridge per epoch (the gap between the pool's run_epoch and apply)",
         "reference": "the epoch's wall time (run_epoch start to apply end)",
         "ratio_definition": "median over epochs of controller+bridge / epoch wall time (a share)",
         "columns": {"case": "n_envs", "measured": "controller_bridge", "reference": "epoch"},

@@ -4,7 +4,7 @@ Measured: one training epoch of E envs through `hosts.env.EnvPool.train_epoch()`
 interleaved across envs, per-env RNG streams, device accumulators, the gradient statistics of the last
 step, the slot lifecycle checks). Reference: the plain PyTorch loop a single-model script would run over
 the *same* data and model: for each env in turn, its own model (the very module and SGD optimiser the pool
-just built), the same batches (`hosts.data.train_batch` under the same epoch plan, so the same gather and
+just built), the same batches (`hosts.data.task_data.train_batch` under the same epoch plan, so the same gather and
 augmentation), forward, cross-entropy, backward, step, and loss / correct-count sums kept on the device.
 
 Both epochs start from freshly built models (`pool.reset`, untimed) and train E·K·Bpe samples.
@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from esper_fx.bench.settings import BenchSettings, Reps
 from esper_fx.bench.timing import Candidate, measure_interleaved, ratio
 from esper_fx.config import TrainingConfig
-from hosts.data import train_batch
+from hosts.data.task_data import train_batch
 from hosts.env import EnvPool
-from hosts.feed import DataFeed
+from hosts.data.feed import DataFeed
 from hosts.tasks import get_task
 
 TASK = "shapes10"

@@ -91,7 +91,8 @@ def update_differences(pair: F.ControllerPair, seed: int, n_envs: int = 4) -> di
     """One PPO update on both sides from the same rollout: loss terms, steps taken, parameter drift."""
     data = F.collect_rollout(pair, n_envs, seed)
     device = next(pair.torch_net.parameters()).device
-    new_state, metrics = ppo.update(pair.state, F.jax_rollout(data), jax.random.PRNGKey(seed), pair.cfg)
+    new_state, metrics = ppo.update(pair.state, F.jax_rollout(data), jax.random.PRNGKey(seed), pair.cfg,
+                                      pair.n_envs)
     reference = T.TorchPPO(copy.deepcopy(pair.torch_net), F.torch_config(pair.cfg))
     t_metrics = reference.update(F.torch_rollout(data, device), torch.Generator().manual_seed(seed))
     out = {f"{term}_jax": float(metrics[term]) for term in LOSS_TERMS}

@@ -20,41 +20,43 @@ import numpy as np
 import torch
 
 from esper_fx import contracts as C
+from esper_fx.config import TrainingConfig
 from esper_fx.bench import torch_reference as T
 from rl import distributions as dist
 from rl import ppo
 from rl import rollout as rollout_lib
+from rl.config import PPOConfig
 from rl.network import ActorCritic
 
 TASK = "cifar10"  # S = 3, B = 5, D = 80: the default controller shape (shapes10 has the same)
 NUM_SLOTS = C.TASK_NUM_SLOTS[TASK]
 NUM_BLUEPRINTS = C.DEFAULT_NUM_BLUEPRINTS
 OBS_DIM = C.obs_dim(NUM_SLOTS, telemetry=True, num_blueprints=NUM_BLUEPRINTS)
-EPISODE_LENGTH = C.DEFAULT_MAX_EPOCHS
+EPISODE_LENGTH = TrainingConfig().max_epochs
 
 
 @dataclasses.dataclass
 class ControllerPair:
     network: ActorCritic
     state: ppo.TrainState
-    cfg: ppo.PPOConfig
+    cfg: PPOConfig
     torch_net: T.TorchActorCritic
+    n_envs: int  # the run's env count: the entropy anneal's unit
 
 
-def make_pair(seed: int, device: torch.device, n_envs: int = C.DEFAULT_N_ENVS) -> ControllerPair:
+def make_pair(seed: int, device: torch.device, n_envs: int = TrainingConfig().n_envs) -> ControllerPair:
     """The JAX controller from `seed` and the torch reference with its parameters copied in."""
     network = ActorCritic(num_slots=NUM_SLOTS, num_blueprints=NUM_BLUEPRINTS)
-    cfg = ppo.PPOConfig(n_envs=n_envs)
+    cfg = PPOConfig()
     state = ppo.init_train_state(jax.random.PRNGKey(seed), network, OBS_DIM, cfg)
     torch_net = T.TorchActorCritic(OBS_DIM, NUM_SLOTS, NUM_BLUEPRINTS)
     T.load_flax_params(torch_net, jax.device_get(state.params))
-    return ControllerPair(network, state, cfg, torch_net.to(device))
+    return ControllerPair(network, state, cfg, torch_net.to(device), n_envs)
 
 
-def torch_config(cfg: ppo.PPOConfig) -> T.TorchPPOConfig:
+def torch_config(cfg: PPOConfig) -> T.TorchPPOConfig:
     """The reference's hyperparameters, field by field from the JAX PPOConfig."""
-    names = [f.name for f in dataclasses.fields(T.TorchPPOConfig)]
-    return T.TorchPPOConfig(**{name: getattr(cfg, name) for name in names})
+    return T.TorchPPOConfig.from_ppo_config(cfg)
 
 
 def default_masks(n_envs: int, lead_shape: tuple[int, ...] = ()) -> tuple[np.ndarray, ...]:
@@ -121,7 +123,7 @@ def collect_rollout(pair: ControllerPair, n_envs: int, seed: int, n_steps: int =
     }
 
 
-def jax_rollout(data: dict, hidden_dim: int = C.LSTM_HIDDEN) -> rollout_lib.Rollout:
+def jax_rollout(data: dict, hidden_dim: int = PPOConfig.lstm_hidden_dim) -> rollout_lib.Rollout:
     """The numpy episode batch as a full `rl.rollout.Rollout` (every step valid, zero initial carry)."""
     n_envs, n_steps = data["rewards"].shape
     empty = rollout_lib.init(n_envs, n_steps, OBS_DIM, NUM_SLOTS, NUM_BLUEPRINTS, hidden_dim)

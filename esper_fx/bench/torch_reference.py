@@ -17,7 +17,7 @@ against it in the same run. It computes the same function as `rl`:
   update_epochs × num_minibatches gradient steps over env groups (§11.5).
 
 The code is idiomatic eager PyTorch: no torch.compile, no CUDA graphs, no hand fusion. Only torch,
-numpy and `esper_fx.contracts` are imported; `load_flax_params` takes the JAX parameter pytree as
+numpy, `esper_fx.contracts` and the framework-free `rl.config` are imported; `load_flax_params` takes the JAX parameter pytree as
 anything `numpy.asarray` accepts.
 """
 
@@ -33,6 +33,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from esper_fx import contracts as C
+from rl.config import (
+    ADAM_B1,
+    ADAM_B2,
+    FEATURE_DIM,
+    HEAD_HIDDEN,
+    KL_STOP_FACTOR,
+    LAYER_NORM_EPS,
+    LSTM_FORGET_BIAS,
+    MASKED_LOGIT,
+    PPOConfig,
+)
 
 SQRT2 = math.sqrt(2.0)
 POLICY_OUT_GAIN = 0.01
@@ -59,7 +70,7 @@ def _orthogonal_linear(layer: nn.Linear, gain: float) -> nn.Linear:
 class TorchHead(nn.Module):
     """Linear(→64) → ReLU → Linear(→n); orthogonal √2 then `out_gain`, zero biases."""
 
-    def __init__(self, in_dim: int, n: int, out_gain: float, hidden: int = C.HEAD_HIDDEN):
+    def __init__(self, in_dim: int, n: int, out_gain: float, hidden: int = HEAD_HIDDEN):
         super().__init__()
         self.hidden = _orthogonal_linear(nn.Linear(in_dim, hidden), SQRT2)
         self.out = _orthogonal_linear(nn.Linear(hidden, n), out_gain)
@@ -76,14 +87,14 @@ class TorchActorCritic(nn.Module):
         obs_dim: int,
         num_slots: int,
         num_blueprints: int = C.DEFAULT_NUM_BLUEPRINTS,
-        hidden_dim: int = C.LSTM_HIDDEN,
+        hidden_dim: int = PPOConfig.lstm_hidden_dim,
     ):
         super().__init__()
         self.hidden_dim = hidden_dim
-        self.feature = _orthogonal_linear(nn.Linear(obs_dim, C.FEATURE_DIM), SQRT2)
-        self.feature_norm = nn.LayerNorm(C.FEATURE_DIM, eps=C.LAYER_NORM_EPS)
-        self.lstm = nn.LSTM(C.FEATURE_DIM, hidden_dim, num_layers=1, batch_first=True)
-        self.core_norm = nn.LayerNorm(hidden_dim, eps=C.LAYER_NORM_EPS)
+        self.feature = _orthogonal_linear(nn.Linear(obs_dim, FEATURE_DIM), SQRT2)
+        self.feature_norm = nn.LayerNorm(FEATURE_DIM, eps=LAYER_NORM_EPS)
+        self.lstm = nn.LSTM(FEATURE_DIM, hidden_dim, num_layers=1, batch_first=True)
+        self.core_norm = nn.LayerNorm(hidden_dim, eps=LAYER_NORM_EPS)
         sizes = C.head_sizes(num_slots, num_blueprints)
         self.policy_heads = nn.ModuleList(TorchHead(hidden_dim, n, POLICY_OUT_GAIN) for n in sizes)
         self.value_head = TorchHead(hidden_dim, 1, VALUE_OUT_GAIN)
@@ -95,7 +106,7 @@ class TorchActorCritic(nn.Module):
         nn.init.orthogonal_(self.lstm.weight_hh_l0, gain=1.0)
         with torch.no_grad():
             self.lstm.bias_ih_l0.zero_()
-            self.lstm.bias_ih_l0[hd:2 * hd] = C.LSTM_FORGET_BIAS
+            self.lstm.bias_ih_l0[hd:2 * hd] = LSTM_FORGET_BIAS
             self.lstm.bias_hh_l0.zero_()
         self.lstm.bias_hh_l0.requires_grad_(False)  # one fused bias, as in the SPEC
 
@@ -182,7 +193,7 @@ def load_flax_params(net: TorchActorCritic, params: Mapping[str, Any]) -> None:
 
 
 def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return logits.masked_fill(~mask, C.MASKED_LOGIT)
+    return logits.masked_fill(~mask, MASKED_LOGIT)
 
 
 def sample_heads(logits: Sequence[torch.Tensor], generator: torch.Generator | None = None):
@@ -292,22 +303,27 @@ def explained_variance(returns, values, valid) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class TorchPPOConfig:
-    """The §11.1 hyperparameters the reference uses (defaults from the contracts)."""
+    """The §11.1 hyperparameters the reference uses; built from the JAX side's `rl.config.PPOConfig`."""
 
-    lr: float = C.PPO_LR
-    gamma: float = C.PPO_GAMMA
-    gae_lambda: float = C.PPO_GAE_LAMBDA
-    clip_ratio: float = C.PPO_CLIP_RATIO
-    value_clip: float = C.PPO_VALUE_CLIP
-    value_coef: float = C.PPO_VALUE_COEF
-    max_grad_norm: float = C.PPO_MAX_GRAD_NORM
-    target_kl: float | None = C.PPO_TARGET_KL
-    kl_stop_factor: float = C.PPO_KL_STOP_FACTOR
-    update_epochs: int = 1
-    num_minibatches: int = 1
-    adam_eps: float = C.PPO_ADAM_EPS
-    entropy_coef: float = C.PPO_ENTROPY_COEF
-    entropy_coef_min: float = C.PPO_ENTROPY_COEF_MIN
+    lr: float
+    gamma: float
+    gae_lambda: float
+    clip_ratio: float
+    value_clip: float
+    value_coef: float
+    max_grad_norm: float
+    target_kl: float | None
+    update_epochs: int
+    num_minibatches: int
+    adam_eps: float
+    entropy_coef: float
+    entropy_coef_min: float
+    kl_stop_factor: float = KL_STOP_FACTOR
+
+    @classmethod
+    def from_ppo_config(cls, cfg: PPOConfig) -> "TorchPPOConfig":
+        names = [f.name for f in dataclasses.fields(cls) if hasattr(cfg, f.name)]
+        return cls(**{name: getattr(cfg, name) for name in names})
 
     @property
     def beta(self) -> float:
@@ -393,11 +409,11 @@ def _head_grad_norms(net: TorchActorCritic) -> dict[str, torch.Tensor]:
 class TorchPPO:
     """The network, its Adam optimiser (eps 1e-5) and the §11.5 update, in eager PyTorch."""
 
-    def __init__(self, net: TorchActorCritic, cfg: TorchPPOConfig = TorchPPOConfig()):
+    def __init__(self, net: TorchActorCritic, cfg: TorchPPOConfig):
         self.net = net
         self.cfg = cfg
         self.params = net.trainable_parameters()
-        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, betas=(0.9, 0.999), eps=cfg.adam_eps)
+        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, betas=(ADAM_B1, ADAM_B2), eps=cfg.adam_eps)
 
     def _groups(self, valid: torch.Tensor, generator: torch.Generator | None) -> list[torch.Tensor]:
         envs = torch.nonzero(valid.any(dim=1)).squeeze(-1)

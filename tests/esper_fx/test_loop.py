@@ -38,7 +38,7 @@ def _params_equal(a, b) -> bool:
 
 
 def _strip_times(history):
-    return [{k: v for k, v in h.items() if k not in ("wall_time_s", "timing")} for h in history]
+    return [{k: v for k, v in h.to_dict().items() if k not in ("wall_time_s", "timing")} for h in history]
 
 
 @pytest.mark.parametrize("controller", ["ppo_lstm", "ppo_mlp", "heuristic", "random", "wait"])
@@ -46,16 +46,16 @@ def test_every_registered_controller_runs_end_to_end(controller, tmp_path):
     result = esper_fx.run(tiny(controller=controller), run_dir=tmp_path / controller)
     assert len(result.history) == 2
     for entry in result.history:
-        assert len(entry["env_accuracies"]) == 2
-        assert all(np.isfinite(entry["env_accuracies"]))
-        assert np.isfinite(entry["avg_reward"])
-        assert sum(entry["action_counts"].values()) == 2 * 3  # E·T decisions per batch
+        assert len(entry.env_accuracies) == 2
+        assert all(np.isfinite(entry.env_accuracies))
+        assert np.isfinite(entry.avg_reward)
+        assert sum(entry.action_counts.values()) == 2 * 3  # E·T decisions per batch
         if controller.startswith("ppo"):
-            assert entry["ppo"] is not None and np.isfinite(entry["ppo"]["policy_loss"])
+            assert entry.ppo is not None and np.isfinite(entry.ppo["policy_loss"])
         else:
-            assert entry["ppo"] is None
+            assert entry.ppo is None
     if controller == "wait":
-        assert all(h["action_counts"]["WAIT"] == 6 for h in result.history)
+        assert all(h.action_counts["WAIT"] == 6 for h in result.history)
     run_dir = Path(result.run_dir)
     for name in ("config.json", "events.jsonl", "metrics.csv", "summary.json"):
         assert (run_dir / name).exists(), name
@@ -102,13 +102,13 @@ def test_forced_nan_loss_triggers_rollback_and_the_run_continues():
     spy = ctl.Controller(name="spy", act=bundle.act, init=bundle.init, initial_carry=bundle.initial_carry,
                          value=bundle.value, update=spying_update, learns=True)
     result = esper_fx.run(config, controller=spy, pool=pool)
-    assert result.history[0]["rollbacks"] == 1
+    assert result.history[0].rollbacks == 1
     kinds = [e["event_type"] for e in result.events if e["env_id"] == 1]
     assert "GOVERNOR_ROLLBACK" in kinds
     rollout = captured["rollout"]
     assert int(rollout.step_count[1]) == 3  # the rolled-back env keeps its transitions [fix]
     assert float(rollout.raw_rewards[1, 1]) <= -10.0 + 1.0  # the panicking step carries the -10
-    assert np.isfinite(result.history[0]["ppo"]["policy_loss"])
+    assert np.isfinite(result.history[0].ppo["policy_loss"])
 
 
 def test_discard_rolled_back_envs_drops_their_rows():
@@ -116,8 +116,8 @@ def test_discard_rolled_back_envs_drops_their_rows():
     pool = loop.build_pool(config)
     pool.inject_nan(env=1, epoch=2)
     result = esper_fx.run(config, pool=pool)
-    assert result.history[0]["rollbacks"] == 1
-    assert np.isfinite(result.history[0]["ppo"]["policy_loss"])
+    assert result.history[0].rollbacks == 1
+    assert np.isfinite(result.history[0].ppo["policy_loss"])
 
 
 def test_resume_is_exact(tmp_path):
@@ -177,7 +177,7 @@ def test_sigint_leaves_a_loadable_checkpoint(tmp_path):
     manifest = ckpt.read_manifest(tmp_path / "r")
     assert manifest["next_batch_idx"] == 1
     resumed = esper_fx.run(config.replace(n_episodes=4, resume_path=str(tmp_path / "r")), run_dir=tmp_path / "r")
-    assert [h["batch"] for h in resumed.history] == [0, 1]
+    assert [h.batch for h in resumed.history] == [0, 1]
 
 
 def test_custom_two_function_controller_registers_and_runs():
@@ -190,7 +190,7 @@ def test_custom_two_function_controller_registers_and_runs():
     ctl.register("always_wait_custom", ctl.make_controller(act, init=init, name="always_wait_custom"))
     assert "always_wait_custom" in ctl.names()
     result = esper_fx.run(tiny(n_episodes=2), controller="always_wait_custom")
-    assert result.history[0]["action_counts"]["WAIT"] == 6
+    assert result.history[0].action_counts["WAIT"] == 6
 
 
 def test_history_records_the_seed_params_held_at_the_last_epoch():
@@ -203,19 +203,19 @@ def test_history_records_the_seed_params_held_at_the_last_epoch():
 
     result = esper_fx.run(tiny(n_episodes=2), controller=ctl.make_controller(act, name="germinate_once"))
     entry = result.history[0]
-    assert entry["seeds_created"] == 2
-    assert len(entry["env_seed_params"]) == 2 and all(p > 0 for p in entry["env_seed_params"])
+    assert entry.seeds_created == 2
+    assert len(entry.env_seed_params) == 2 and all(p > 0 for p in entry.env_seed_params)
     table = esper_fx.compare({"g": ctl.make_controller(act, name="germinate_once")}, tiny(n_episodes=2),
                              seeds=[3], run_fn=lambda cfg, **kw: result, progress=None)
-    assert table.rows[0]["params_added_mean"] == pytest.approx(np.mean(entry["env_seed_params"]))
+    assert table.rows[0]["params_added_mean"] == pytest.approx(np.mean(entry.env_seed_params))
     assert repr(table) == table.to_text()  # a short table, not a dump of every run's events
 
 
 def test_reward_fn_is_swappable_by_name_and_function():
     sparse = esper_fx.run(tiny(n_episodes=2, controller="wait"), reward_fn="sparse")
     # sparse pays only at t = T: 1.0 · clip(host_max_acc/100 − 0.1·0/500000, −1, 1) with no seeds
-    expected = np.mean(sparse.history[0]["host_max_accuracies"]) / 100.0
-    assert sparse.history[0]["avg_reward"] == pytest.approx(expected, abs=1e-5)
+    expected = np.mean(sparse.history[0].host_max_accuracies) / 100.0
+    assert sparse.history[0].avg_reward == pytest.approx(expected, abs=1e-5)
 
 
 def test_cli_tiny_run_in_a_subprocess(tmp_path):
@@ -256,4 +256,4 @@ def test_python_api_accepts_a_relative_run_dir(tmp_path, monkeypatch):
     assert Path(result.run_dir) == tmp_path / "rel"
     assert (tmp_path / "rel" / "checkpoints" / "final" / "manifest.json").exists()
     resumed = esper_fx.run(tiny(n_episodes=4, resume_path="rel"), run_dir="rel")
-    assert [h["batch"] for h in resumed.history] == [0, 1]
+    assert [h.batch for h in resumed.history] == [0, 1]

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from esper_fx import plots  # noqa: E402
+from esper_fx.history import BatchSummary  # noqa: E402
 from esper_fx.plots import StageInterval, events_to_intervals  # noqa: E402
 from esper_fx.telemetry import Event, EventType, RunDirectory  # noqa: E402
 
@@ -98,16 +99,17 @@ def make_entry(b, run_offset=0.0, ppo=True, skipped_at=(2,)):
         ppo_field = {"skipped": True, "reason": "no transitions after discarding rolled-back envs"}
     else:
         ppo_field = ppo_metrics(b)
-    return {
-        "batch": b, "episodes_completed": 4 * (b + 1), "env_accuracies": [60.0 + b, 62.0 + b, 58.0 + b, 61.0 + b],
-        "avg_accuracy": 60.25 + b + run_offset, "rolling_avg_accuracy": 60.0 + 0.8 * b + run_offset,
-        "avg_reward": 1.0 + 0.5 * b - run_offset, "env_rewards": [1.0, 2.0, 0.5, 1.5],
-        "action_counts": dict(zip(OPS, head_counts["op"])),
-        "successful_action_counts": dict(zip(OPS, [60 + b, 6, 1, 1])),
-        "head_counts": head_counts, "menu": MENU, "slot_ids": SLOTS, "entropy_coef": 0.05 - 0.001 * b,
-        "seeds_created": 8, "seeds_fossilized": 1, "seeds_culled": 3, "rollbacks": int(b == 1),
-        "wall_time_s": 10.0 * (b + 1), "ppo": ppo_field,
-    }
+    return BatchSummary(
+        batch=b, episodes_completed=4 * (b + 1), env_accuracies=[60.0 + b, 62.0 + b, 58.0 + b, 61.0 + b],
+        avg_accuracy=60.25 + b + run_offset, rolling_avg_accuracy=60.0 + 0.8 * b + run_offset,
+        avg_reward=1.0 + 0.5 * b - run_offset, env_rewards=[1.0, 2.0, 0.5, 1.5],
+        host_max_accuracies=[61.0 + b, 63.0 + b, 59.0 + b, 62.0 + b], env_seed_params=[0.0, 120.0, 0.0, 80.0],
+        action_counts=dict(zip(OPS, head_counts["op"])),
+        successful_action_counts=dict(zip(OPS, [60 + b, 6, 1, 1])),
+        head_counts=head_counts, menu=MENU, slot_ids=SLOTS, entropy_coef=0.05 - 0.001 * b,
+        seeds_created=8, seeds_fossilized=1, contributing_fossilized=1, seeds_culled=3, rollbacks=int(b == 1),
+        wall_time_s=10.0 * (b + 1), ppo=ppo_field,
+    )
 
 
 def make_history(n=5, run_offset=0.0, ppo=True):
@@ -248,7 +250,7 @@ def test_plot_runs_draws_one_subplot_per_metric_and_one_line_per_run(tmp_path):
     assert [ln.get_linestyle() for ln in lines_of(acc_ax)] == ["-", "--", "-", "--"]
     assert len(lines_of(reward_ax)) == 2
     np.testing.assert_allclose(lines_of(reward_ax)[1].get_ydata(),
-                               [e["avg_reward"] for e in make_history(run_offset=2.0)])
+                               [e.avg_reward for e in make_history(run_offset=2.0)])
     np.testing.assert_allclose(lines_of(acc_ax)[0].get_xdata(), range(5))
     legend = [t.get_text() for t in acc_ax.get_legend().get_texts()]
     assert legend == ["ppo", "heuristic", "per batch", "rolling mean"]
@@ -345,11 +347,11 @@ def test_action_distribution_has_four_heads_with_fractions_summing_to_one(tmp_pa
 def test_action_distribution_sums_only_the_chosen_batches():
     history = make_history()
     fig = plots.plot_action_distribution(history, batches=[1, 3])
-    op_counts = np.array(history[1]["head_counts"]["op"]) + np.array(history[3]["head_counts"]["op"])
+    op_counts = np.array(history[1].head_counts["op"]) + np.array(history[3].head_counts["op"])
     np.testing.assert_allclose([b.get_height() for b in head_bars(fig.axes[3])], op_counts / op_counts.sum())
     assert "batches 1–3, 2 batch(es)" in fig.get_suptitle()
     single = plots.plot_action_distribution(history, batches=4)
-    slot = np.array(history[4]["head_counts"]["slot"], dtype=float)
+    slot = np.array(history[4].head_counts["slot"], dtype=float)
     np.testing.assert_allclose([b.get_height() for b in head_bars(single.axes[0])], slot / slot.sum())
     sliced = plots.plot_action_distribution(history, batches=slice(3, None))
     assert "2 batch(es)" in sliced.get_suptitle()

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
+from esper_fx.history import SKIPPED_UPDATE, metrics_to_python
 from rl import distributions as dist
 from rl import ppo
 from rl import rollout as R
@@ -99,10 +100,11 @@ def fresh():
 
 def test_config_from_training_config_copies_every_ppo_field_and_is_hashable():
     tc = TrainingConfig(lr=1e-4, update_epochs=3, num_minibatches=2, target_kl=None, clip_value=False)
-    cfg = ppo.PPOConfig.from_training_config(tc)
+    cfg = tc.ppo
     assert (cfg.lr, cfg.update_epochs, cfg.num_minibatches, cfg.target_kl, cfg.clip_value) == (1e-4, 3, 2, None, False)
-    assert ppo.PPOConfig.from_training_config(TrainingConfig()) == ppo.PPOConfig()
-    assert hash(cfg) == hash(ppo.PPOConfig.from_training_config(tc))
+    assert TrainingConfig().ppo == ppo.PPOConfig()
+    assert hash(cfg) == hash(TrainingConfig(lr=1e-4, update_epochs=3, num_minibatches=2, target_kl=None,
+                                            clip_value=False).ppo)
     assert ppo.PPOConfig().kl_stop == pytest.approx(0.0225)
 
 
@@ -115,8 +117,7 @@ def test_config_from_training_config_copies_every_ppo_field_and_is_hashable():
 )
 def test_entropy_coefficient_schedule_matches_the_spec(overrides, steps, expected):
     tc = TrainingConfig.preset("tinystories", n_envs=4, **overrides)
-    cfg = ppo.PPOConfig.from_training_config(tc)
-    got = [float(ppo.entropy_coefficient(cfg, jnp.int32(s))) for s in steps]
+    got = [float(ppo.entropy_coefficient(tc.ppo, tc.n_envs, jnp.int32(s))) for s in steps]
     np.testing.assert_allclose(got, expected, atol=1e-6)
     np.testing.assert_allclose(got, [tc.entropy_coefficient(s) for s in steps], atol=1e-6)
 
@@ -319,7 +320,7 @@ def test_update_gives_no_gradient_to_the_blueprint_and_blend_heads_without_germi
     state, ro = fresh
     ops = ro.actions[..., 3]
     no_germinate = ro.replace(actions=ro.actions.at[..., 3].set(jnp.where(ops == 1, 0, ops)))
-    _, metrics = ppo.update(state, no_germinate, jax.random.PRNGKey(2), CFG)
+    _, metrics = ppo.update(state, no_germinate, jax.random.PRNGKey(2), CFG, E)
     assert float(metrics["grad_norm_blueprint"]) == 0.0 and float(metrics["grad_norm_blend"]) == 0.0
     assert float(metrics["grad_norm_op"]) > 0.0 and float(metrics["grad_norm_slot"]) > 0.0
 
@@ -364,8 +365,8 @@ def test_act_flags_rows_with_non_finite_logits_or_no_valid_action(fresh):
 
 def test_default_update_on_a_fresh_rollout_is_one_step_at_ratio_one(fresh):
     state, ro = fresh
-    new, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG)
-    m = ppo.metrics_to_python(metrics)
+    new, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG, E)
+    m = metrics_to_python(metrics)
     assert m["n_steps_taken"] == 1 and adam_count(new.opt_state) == 1 and int(new.train_steps) == 1
     assert abs(m["ratio_max"] - 1) <= 1e-5 and abs(m["ratio_min"] - 1) <= 1e-5 and abs(m["ratio_mean"] - 1) <= 1e-5
     assert m["clip_fraction"] == 0.0 and m["approx_kl"] < 1e-6
@@ -380,7 +381,7 @@ def test_default_update_on_a_fresh_rollout_is_one_step_at_ratio_one(fresh):
 
 def test_reported_gradient_norms_are_measured_before_clipping(fresh):
     state, ro = fresh
-    _, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG)
+    _, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG, E)
     total = float(metrics["grad_norm"])
     heads = [float(metrics[f"grad_norm_{h}"]) for h in ("slot", "blueprint", "blend", "op", "value")]
     assert total > CFG.max_grad_norm  # a clipped norm could not exceed 0.5
@@ -390,25 +391,25 @@ def test_reported_gradient_norms_are_measured_before_clipping(fresh):
 def test_kl_early_stop_example_keeps_params_and_reports_the_first_group(fresh):
     state, ro = fresh
     stale = ro.replace(log_probs=jnp.full_like(ro.log_probs, -10.0))
-    new, metrics = ppo.update(state, stale, jax.random.PRNGKey(2), CFG)
-    m = ppo.metrics_to_python(metrics)
-    assert m["early_stop"] == (1, 0) and m["n_steps_taken"] == 0 and m["approx_kl"] > 0.0225
+    new, metrics = ppo.update(state, stale, jax.random.PRNGKey(2), CFG, E)
+    m = metrics_to_python(metrics)
+    assert m["early_stop"] == [1, 0] and m["n_steps_taken"] == 0 and m["approx_kl"] > 0.0225
     assert tree_equal(new.params, state.params) and tree_equal(new.opt_state, state.opt_state)
     assert int(new.train_steps) == int(state.train_steps) + 1
 
 
 def test_an_update_with_no_valid_transition_is_skipped_and_changes_nothing(fresh):
     state, ro = fresh
-    new, metrics = ppo.update(state, R.discard_envs(ro, jnp.zeros(E, bool)), jax.random.PRNGKey(2), CFG)
-    assert ppo.metrics_to_python(metrics) == {} and bool(metrics["skipped"])
+    new, metrics = ppo.update(state, R.discard_envs(ro, jnp.zeros(E, bool)), jax.random.PRNGKey(2), CFG, E)
+    assert metrics_to_python(metrics) == SKIPPED_UPDATE and bool(metrics["skipped"])
     assert tree_equal(new.params, state.params) and int(new.train_steps) == int(state.train_steps)
 
 
 def test_a_single_valid_transition_gives_zero_advantage_and_a_finite_step(fresh):
     state, ro = fresh
     one = ro.replace(step_count=jnp.array([0, 1, 0, 0], jnp.int32))
-    new, metrics = ppo.update(state, one, jax.random.PRNGKey(2), CFG)
-    m = ppo.metrics_to_python(metrics)
+    new, metrics = ppo.update(state, one, jax.random.PRNGKey(2), CFG, E)
+    m = metrics_to_python(metrics)
     assert m["n_transitions"] == 1 and m["n_steps_taken"] == 1 and m["policy_loss"] == 0.0
     assert all(np.isfinite(v) for k, v in m.items() if isinstance(v, float))
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(new.params))
@@ -417,8 +418,8 @@ def test_a_single_valid_transition_gives_zero_advantage_and_a_finite_step(fresh)
 def test_a_non_finite_loss_skips_the_step_and_keeps_params(fresh):
     state, ro = fresh
     poisoned = ro.replace(rewards=ro.rewards.at[1, 3].set(jnp.nan))
-    new, metrics = ppo.update(state, poisoned, jax.random.PRNGKey(2), CFG)
-    m = ppo.metrics_to_python(metrics)
+    new, metrics = ppo.update(state, poisoned, jax.random.PRNGKey(2), CFG, E)
+    m = metrics_to_python(metrics)
     assert m["nonfinite_skipped"] is True and m["n_steps_taken"] == 0 and m["early_stop"] is None
     assert tree_equal(new.params, state.params) and tree_equal(new.opt_state, state.opt_state)
     assert int(new.train_steps) == int(state.train_steps) + 1
@@ -436,8 +437,8 @@ def test_whatever_is_stored_at_invalid_steps_never_reaches_the_update(fresh):
     dirty = short.replace(obs=poison(short.obs), log_probs=poison(short.log_probs), values=poison(short.values),
                           rewards=poison(short.rewards), bootstrap=poison(short.bootstrap),
                           actions=poison(short.actions), masks=dist.Masks(*(poison(m) for m in short.masks)))
-    clean_state, clean = ppo.update(state, short, jax.random.PRNGKey(2), CFG)
-    dirty_state, dirty_m = ppo.update(state, dirty, jax.random.PRNGKey(2), CFG)
+    clean_state, clean = ppo.update(state, short, jax.random.PRNGKey(2), CFG, E)
+    dirty_state, dirty_m = ppo.update(state, dirty, jax.random.PRNGKey(2), CFG, E)
     assert not bool(dirty_m["nonfinite_skipped"]) and int(dirty_m["n_transitions"]) == 60
     chex.assert_trees_all_close(dirty_state.params, clean_state.params, rtol=1e-6, atol=1e-7)
     assert float(dirty_m["policy_loss"]) == pytest.approx(float(clean["policy_loss"]), rel=1e-5)
@@ -465,7 +466,7 @@ def test_env_groups_follow_array_split_and_cover_each_valid_env_once(n_groups, n
 # ------------------------------------------------------------------------------------------
 
 BANDIT_CFG = ppo.PPOConfig(lr=3e-3, update_epochs=2, num_minibatches=2, target_kl=None, entropy_coef=0.01,
-                           gamma=0.9, n_envs=E)
+                           gamma=0.9)
 
 
 def bandit_obs(rng, n):
@@ -490,7 +491,7 @@ def test_two_epochs_of_two_minibatches_on_four_envs_take_four_steps_and_learning
         key, k_roll, k_upd = jax.random.split(key, 3)
         ro = collect(state, k_roll, bandit_obs, bandit_reward, terminal_each_step=True, seed=i)
         mean_rewards.append(float(ro.raw_rewards.mean()))
-        state, metrics = ppo.update(state, ro, k_upd, BANDIT_CFG)
+        state, metrics = ppo.update(state, ro, k_upd, BANDIT_CFG, E)
         assert int(metrics["n_steps_taken"]) == 4 and int(state.train_steps) == i + 1
     assert adam_count(state.opt_state) == 4 * 15
     assert mean_rewards[0] < 0.6 and np.mean(mean_rewards[-3:]) > 0.8, mean_rewards
@@ -501,6 +502,6 @@ def test_the_mlp_variant_updates_with_an_empty_carry():
     state = ppo.init_train_state(jax.random.PRNGKey(0), net, D, CFG)
     ro = collect(state, jax.random.PRNGKey(1), gaussian_obs, gaussian_reward, n_envs=2, steps=3)
     assert ro.carry0 == ()
-    new, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG)
+    new, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG, E)
     assert int(metrics["n_steps_taken"]) == 1 and abs(float(metrics["ratio_max"]) - 1) < 1e-5
     assert not tree_equal(new.params, state.params)

@@ -524,6 +524,21 @@ def test_dispatch_maps_family_and_mode():
         R.get_reward_fn("dense")
 
 
+@pytest.mark.parametrize(
+    "name, values",
+    [
+        ("cifar10", (0.05, 2.3, 0.3, 0.05)),
+        ("cifar10_deep", (0.05, 2.3, 0.3, 0.05)),
+        ("shapes10", (0.05, 2.3, 0.3, 0.05)),
+        ("tinystories", (0.15, 10.8, 3.5, 0.01)),
+        ("pytext", (0.15, 5.5, 1.5, 0.01)),
+    ],
+)
+def test_loss_family_constants(name, values):
+    got = R.loss_task_values(name)
+    assert (got.typical_loss_delta_std, got.baseline_loss, got.target_loss, got.compute_rent_weight) == values
+
+
 def test_reward_config_from_training_config_takes_task_and_config_values():
     cfg = R.RewardConfig.from_training_config(
         TrainingConfig(task="tinystories", gamma=0.99, param_budget=1000, sparse_reward_scale=0.5))

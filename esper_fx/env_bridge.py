@@ -1,0 +1,83 @@
+"""The env pool as the loop sees it: JAX signals out, JAX actions in (ARCHITECTURE §2, §4, §7).
+
+`BridgedPool` wraps a `hosts.env.EnvPool` (or anything with its `begin` / `step` / `episode_results`)
+and does every torch <-> jax conversion of an epoch through the DLPack bridge, so the loop never holds
+a torch tensor:
+
+    signals = pool.reset(b, n_active)           # fresh envs for batch b, epoch 1: jax signals
+    result = pool.step(actions)                 # actions [E, 4] int32 jax -> EpochResult
+
+The bridge's lifetime rule (keep the torch tensors alive until the JAX computation that reads them has
+finished) is kept here: a handoff lives until the next `step` (the loop blocks on the actions first) or,
+for the bootstrap signals, until the next `reset`. `timing` sums the seconds spent in the pool and in
+the bridge since the last `reset`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+from bridge import Handoff, to_jax, to_torch
+
+
+class EpochResult(NamedTuple):
+    """What one `step` did and what comes next (every value plain python or jax)."""
+
+    actions: tuple[tuple[int, int, int, int], ...]  # [E] rows as the pool executed them
+    events: tuple[Any, ...]  # hosts.env.LifecycleEvent of this epoch, envs in index order
+    signals: dict | None  # the next epoch's signals; None after the last epoch
+    bootstrap: dict | None  # the last epoch's post-action signals (asked for with bootstrap=True)
+
+
+class BridgedPool:
+    def __init__(self, pool: Any):
+        self.pool = pool
+        self.timing = {"env_s": 0.0, "bridge_s": 0.0}
+        self._signals: Handoff | None = None
+        self._bootstrap: Handoff | None = None
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.pool.steps_per_epoch
+
+    def reset(self, batch_idx: int, n_active: int) -> dict:
+        """Fresh envs for batch `batch_idx`; returns epoch 1's signals as jax arrays."""
+        self.timing = {"env_s": 0.0, "bridge_s": 0.0}
+        self._bootstrap = None
+        started = time.perf_counter()
+        signals = self.pool.begin(batch_idx, n_active)
+        self._lap("env_s", started)
+        self._signals = self._to_jax(signals, "signals")
+        return self._signals.tree
+
+    def step(self, actions: Any, bootstrap: bool = False) -> EpochResult:
+        """Execute the epoch's actions [E, 4]; returns the next epoch's signals, or after the last epoch
+        (when `bootstrap`) the post-action bootstrap signals."""
+        started = time.perf_counter()
+        actions_t = to_torch(actions, name="actions")
+        self._lap("bridge_s", started)
+        started = time.perf_counter()
+        applied, signals = self.pool.step(actions_t, bootstrap=bootstrap)
+        self._lap("env_s", started)
+        self._signals = None if signals is None else self._to_jax(signals, "signals")
+        if applied.bootstrap_signals is not None:
+            self._bootstrap = self._to_jax(applied.bootstrap_signals, "bootstrap_signals")
+        return EpochResult(applied.actions, applied.events, _tree(self._signals if signals is not None else None),
+                           _tree(self._bootstrap if applied.bootstrap_signals is not None else None))
+
+    def episode_results(self) -> list:
+        return self.pool.episode_results()
+
+    def _to_jax(self, tree: dict, name: str) -> Handoff:
+        started = time.perf_counter()
+        handoff = to_jax(tree, name=name)
+        self._lap("bridge_s", started)
+        return handoff
+
+    def _lap(self, key: str, started: float) -> None:
+        self.timing[key] += time.perf_counter() - started
+
+
+def _tree(handoff: Handoff | None) -> dict | None:
+    return None if handoff is None else handoff.tree

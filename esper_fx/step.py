@@ -1,0 +1,123 @@
+"""The jitted controller step of one epoch, and the random streams of a run (SPEC §7.3 step 9, §7.5).
+
+Everything one episode batch carries from epoch to epoch is one pytree, `EpisodeState`: the
+controller's carry, the reward normaliser, the reward state, the rollout and the running reward sum.
+`make_step` builds the one jitted function of an epoch:
+
+    episode, out = step(episode, controller_state, obs_rms, signals, key, t, is_last)
+
+normalise the observation with the frozen statistics -> act -> reward -> normalise the reward ->
+append to the rollout (learning controllers only). `make_bootstrap` values the post-action signals
+of the last epoch. Every random stream of batch b derives from (root key, b), so a resumed run
+repeats the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from rl import rollout as rollout_lib
+from rl.distributions import Masks
+from rl.normalize import RewardNormalizer, RunningMeanStd
+from rl.rewards import RewardState
+
+INIT_STREAM = 0x5EED  # the controller's init key: fold_in(root key, INIT_STREAM)
+UPDATE_STREAM = 1_000_003  # batch b's update key: fold_in(fold_in(root key, UPDATE_STREAM), b)
+
+
+def init_key(root_key: jax.Array) -> jax.Array:
+    return jax.random.fold_in(root_key, INIT_STREAM)
+
+
+def act_key(root_key: jax.Array, batch_idx: int, epoch: int) -> jax.Array:
+    return jax.random.fold_in(jax.random.fold_in(root_key, batch_idx), epoch)
+
+
+def update_key(root_key: jax.Array, batch_idx: int) -> jax.Array:
+    return jax.random.fold_in(jax.random.fold_in(root_key, UPDATE_STREAM), batch_idx)
+
+
+class EpisodeState(NamedTuple):
+    """What one episode batch carries from epoch to epoch (E envs)."""
+
+    carry: Any  # the controller's carry: (h, c) for the LSTM, heuristic state, or ()
+    reward_norm: RewardNormalizer  # persists across batches: the loop takes it back after the batch
+    reward_state: RewardState  # PBRS memory [E, S]
+    rollout: Any  # rl.rollout.Rollout [E, T, ...] for a learning controller, else ()
+    reward_sum: jax.Array  # [E] raw reward summed over the epochs so far
+
+
+class StepOut(NamedTuple):
+    """What one epoch's step produced besides the new episode state."""
+
+    actions: jax.Array  # [E, 4] int32
+    reward: jax.Array  # [E] raw
+    components: dict  # reward term -> [E]
+    ok: jax.Array  # [E] bool: the policy had a valid action and finite logits for every head
+
+
+def new_episode(controller: Any, spec: Any, reward_norm: RewardNormalizer, n_envs: int) -> EpisodeState:
+    """A fresh episode batch of `n_envs` envs; the reward normaliser carries over from the last batch."""
+    carry = controller.initial_carry(n_envs)
+    rollout = _new_rollout(spec, carry, n_envs) if controller.learns else ()
+    return EpisodeState(carry, reward_norm, RewardState.init(n_envs, spec.num_slots), rollout,
+                        jnp.zeros((n_envs,), jnp.float32))
+
+
+def _new_rollout(spec: Any, carry: Any, n_envs: int) -> rollout_lib.Rollout:
+    leaves = jax.tree_util.tree_leaves(carry)
+    hidden = leaves[0].shape[-1] if leaves else None
+    return rollout_lib.init(n_envs, spec.max_epochs, spec.obs_dim, spec.num_slots, spec.num_blueprints,
+                            hidden_dim=hidden)
+
+
+def make_step(controller: Any, reward_fn: Callable, reward_config: Any) -> Callable:
+    """normalise -> act -> reward -> normalise the reward -> append; one jitted function per run."""
+
+    def step(episode: EpisodeState, cstate: Any, obs_rms: RunningMeanStd, signals: dict, key: jax.Array,
+             t: jax.Array, is_last: jax.Array) -> tuple[EpisodeState, StepOut]:
+        obs_norm = obs_rms.normalize(signals["obs"])
+        actions, aux, carry = controller.act(cstate, episode.carry, {**signals, "obs_norm": obs_norm}, key)
+        actions = actions.astype(jnp.int32)
+        reward, components, reward_state = reward_fn(signals, actions, episode.reward_state, reward_config)
+        reward_norm, rollout = episode.reward_norm, episode.rollout
+        if controller.learns:
+            reward_norm, reward_n = reward_norm.update_and_normalize(reward)
+            transition = _transition(signals, obs_norm, actions, aux, reward, reward_n, episode.carry, is_last)
+            rollout = rollout_lib.append(rollout, t, transition)
+        ok = aux.get("ok", jnp.ones(actions.shape[:1], bool)) if isinstance(aux, dict) else \
+            jnp.ones(actions.shape[:1], bool)
+        new = EpisodeState(carry, reward_norm, reward_state, rollout, episode.reward_sum + reward)
+        return new, StepOut(actions, reward, components, ok)
+
+    return jax.jit(step)
+
+
+def _transition(signals: dict, obs_norm: jax.Array, actions: jax.Array, aux: dict, reward: jax.Array,
+                reward_n: jax.Array, carry: Any, is_last: jax.Array) -> rollout_lib.StepData:
+    """One epoch's row of the rollout; the last epoch is done and truncated, its bootstrap set later."""
+    flags = jnp.full(reward.shape, is_last)
+    return rollout_lib.StepData(
+        obs=obs_norm, raw_obs=signals["obs"], actions=actions, log_probs=aux["log_probs"], values=aux["value"],
+        rewards=reward_n, raw_rewards=reward, dones=flags, truncated=flags, bootstrap=jnp.zeros_like(reward),
+        masks=Masks.from_signals(signals), carry=carry,
+    )
+
+
+def make_bootstrap(controller: Any) -> Callable:
+    """V(post-action signals of the last epoch) `[E]`, from the carry after the last step."""
+
+    def bootstrap(cstate: Any, carry: Any, obs_rms: RunningMeanStd, signals: dict) -> jax.Array:
+        return controller.value(cstate, carry, {**signals, "obs_norm": obs_rms.normalize(signals["obs"])})
+
+    return jax.jit(bootstrap)
+
+
+def with_bootstrap(episode: EpisodeState, values: jax.Array) -> EpisodeState:
+    """The rollout's bootstrap at the last step set to `values` (the truncation of §7.5)."""
+    rollout = episode.rollout
+    last = rollout.max_steps - 1
+    return episode._replace(rollout=rollout.replace(bootstrap=rollout.bootstrap.at[:, last].set(values)))

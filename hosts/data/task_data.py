@@ -1,0 +1,138 @@
+"""Device-resident task data and the per-epoch batch streams of both data paths (SPEC §6.2–§6.4).
+
+- `TaskData`: the train/test tensors of a task on one device. Images are normalised float32
+  [N,3,32,32] with int64 labels; LM data are int32 token blocks [N, T+1] (x = block[:, :T],
+  y = block[:, 1:], with no separate label tensor).
+- `load_task_data(task, device, ...)` builds it (shapes10 is generated on the device itself).
+- `train_batch(data, plan, env, step)` -> (x, y) of one env's training step under an epoch plan
+  (hosts.data.batching), augmented on the device; `val_batches(...)` iterates the fixed validation set.
+  Targets are always int64 (labels, or LM next tokens); LM inputs stay int32.
+- `DataFeed`: one run's data for every env on both paths ("device" and "loader").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from hosts.data import external, pytext, shapes10
+from hosts.data.batching import EpochPlan, augment_batch
+from hosts.tasks import TaskSpec
+
+SHAPES10_PAD = 0.0  # shapes10 is normalised to zero mean: its black padding is 0.0 (§6.6.4)
+
+
+@dataclass(frozen=True)
+class TaskData:
+    kind: str  # "classification" | "lm"
+    x_train: torch.Tensor
+    y_train: torch.Tensor | None
+    x_test: torch.Tensor
+    y_test: torch.Tensor | None
+    pad_value: torch.Tensor | None = None  # [C] float32 on the device; None for LM
+
+    @property
+    def device(self) -> torch.device:
+        return self.x_train.device
+
+    @property
+    def augment(self) -> bool:
+        return self.kind == "classification"
+
+    @property
+    def n_train(self) -> int:
+        return self.x_train.shape[0]
+
+    @property
+    def n_test(self) -> int:
+        return self.x_test.shape[0]
+
+    def to(self, device: torch.device | str) -> "TaskData":
+        device = torch.device(device)
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return replace(self, x_train=move(self.x_train), y_train=move(self.y_train), x_test=move(self.x_test),
+                       y_test=move(self.y_test), pad_value=move(self.pad_value))
+
+
+# ------------------------------------------------------------------------------------------
+# building
+# ------------------------------------------------------------------------------------------
+
+
+def _classification(device, x_train, y_train, x_test, y_test, pad_value) -> TaskData:
+    return TaskData("classification", x_train, y_train.to(device), x_test, y_test.to(device),
+                    pad_value.to(device=device, dtype=torch.float32))
+
+
+def _lm(device, train_blocks: torch.Tensor, val_blocks: torch.Tensor) -> TaskData:
+    return TaskData("lm", train_blocks.to(device), None, val_blocks.to(device), None)
+
+
+def load_task_data(
+    task: TaskSpec,
+    device: torch.device | str,
+    *,
+    data_root: str | Path = "./data",
+    data_seed: int = 0,
+    synthetic_train_samples: int = 50_000,
+    synthetic_test_samples: int = 10_000,
+    download: bool = True,
+    max_samples: int | None = None,
+) -> TaskData:
+    """The task's data on `device`. Raises external.DatasetUnavailableError for a missing dataset."""
+    device = torch.device(device)
+    if task.name == "shapes10":
+        x_tr, y_tr, x_te, y_te = shapes10.generate(synthetic_train_samples, synthetic_test_samples, data_seed, device)
+        return _classification(device, x_tr, y_tr, x_te, y_te, torch.full((3,), SHAPES10_PAD))
+    if task.name in ("cifar10", "cifar10_deep"):
+        x_tr, y_tr, x_te, y_te = external.load_cifar10(data_root, download=download)
+        return _classification(device, external.normalize_images(x_tr, device), y_tr,
+                               external.normalize_images(x_te, device), y_te, external.normalized_black())
+    if task.name == "pytext":
+        return _lm(device, *pytext.build_pytext())
+    if task.name == "tinystories":
+        return _lm(device, *external.load_tinystories(data_root, max_samples))
+    raise ValueError(f"no data loader for task {task.name!r}")
+
+
+# ------------------------------------------------------------------------------------------
+# batches
+# ------------------------------------------------------------------------------------------
+
+
+def _split_item(data: TaskData, x: torch.Tensor, y: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    if data.kind == "lm":
+        return x[:, :-1], x[:, 1:].long()
+    return x, y
+
+
+def train_batch(data: TaskData, plan: EpochPlan, env: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Env `env`'s batch at training step `step` (plan on data's device); augmented images or LM x/y."""
+    idx = plan.indices[env, step]
+    if data.kind == "lm":
+        return _split_item(data, data.x_train[idx], None)
+    x = data.x_train[idx]
+    if plan.crops is not None:
+        x = augment_batch(x, plan.crops[env, step], plan.flips[env, step], data.pad_value)
+    return x, data.y_train[idx]
+
+
+def val_size(data: TaskData, val_samples: int | None) -> int:
+    """The fixed validation set's size: the whole test split, or its first val_samples samples."""
+    return data.n_test if val_samples is None else min(val_samples, data.n_test)
+
+
+def val_batches(
+    data: TaskData, val_samples: int | None, batch_size: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The fixed validation set in order, in chunks of batch_size (the last partial chunk kept)."""
+    if batch_size < 1:
+        raise ValueError(f"val_batch_size must be >= 1 (got {batch_size})")
+    n = val_size(data, val_samples)
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        y = None if data.y_test is None else data.y_test[start:stop]
+        yield _split_item(data, data.x_test[start:stop], y)

@@ -1,0 +1,461 @@
+"""`EnvPool`: E environments advancing in lock-step, one RL step per host epoch (SPEC §7.2–§7.5).
+
+Per episode every env gets a fresh model, host optimizer, governor, tracker, counters, RNG stream, and
+on CUDA its own stream (and, for fp16 AMP, its own GradScaler).
+
+The pool's interface to the loop is two calls (ARCHITECTURE §7):
+
+    signals = pool.begin(b, n_active)        # fresh envs for batch b, then epoch 1: its signals
+    result, signals = pool.step(actions)      # the epoch's actions [E, 4] int32 -> ApplyResult, and the
+                                              #   next epoch's signals (None after the last epoch, when
+                                              #   result.bootstrap_signals holds the post-action signals)
+
+Underneath, an epoch runs in phases, each public so tests and benchmarks can drive them one by one:
+
+    pool.reset(b)                    # fresh envs; the epoch counter back to 0
+    pool.train_epoch()               # §7.3 phase 1: training steps interleaved across envs
+    pool.validate()                  # phases 2–7: fused validation + counterfactual pass, the one
+                                     #   host sync, governor (rollback now), record_accuracy,
+                                     #   contributions, ratio EMA + telemetry, tracker.update
+    signals = pool.signals()         # phase 8: the SIGNAL_FIELDS dict (post-rollback, pre-action)
+    result = pool.apply(actions, bootstrap=(t == T))   # step 10: actions, then step_epoch
+
+`apply` is `execute_actions` + (optionally) `peek_signals` + `finish_epoch`; `peek_signals()` called
+between the first and the last gives the same post-action bootstrap signals as `apply(..., bootstrap=True)`
+(§7.5). `episode_results()` gives the per-env totals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from typing import Any, Iterable
+
+import torch
+
+from esper_fx.contracts import EventType
+from hosts.env.actions import decode_actions, execute_action, step_slots
+from hosts.env.config import PoolConfig
+from hosts.env.epoch_compute import (
+    EpochReadback,
+    EpochWork,
+    amp_settings,
+    counterfactual_slots,
+    train_step,
+    unpack_readback,
+    validate_batch,
+)
+from hosts.env.pool_data import PoolData, build_pool_data
+from hosts.env.state import ApplyResult, EnvRng, EnvState, EpisodeResult, EpochMetrics
+from hosts.models.morphogenetic import MorphogeneticModel
+from hosts.seeds.governor import GOVERNOR_SNAPSHOT_EVERY, Governor
+from hosts.seeds.gradient_ratio import ratio_ema
+from hosts.signals.assembly import EnvView, SignalLayout, assemble_signals
+from hosts.signals.occupancy import count_available_slots, count_seeds
+from hosts.signals.tracker import SignalTracker
+from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, get_task
+
+BATCH_SEED_STRIDE = 10000  # base_seed = seed + 10000·b (§7.2.2)
+ENV_SEED_STRIDE = 1000  # env i seeds its RNGs with base_seed + 1000·i
+
+# The epoch's phases, in order; each public call checks it runs in the right one.
+_RESET, _TRAINED, _VALIDATED, _EXECUTED, _STEPPED = "reset", "trained", "validated", "executed", "stepped"
+
+
+# ------------------------------------------------------------------------------------------
+# configuration and devices
+# ------------------------------------------------------------------------------------------
+
+
+def resolve_device(name: str | torch.device) -> torch.device:
+    """"auto" -> cuda:0 if available, else cpu; a CUDA device needs an explicit, existing index (§7.1.2)."""
+    if str(name) == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device {name!r} requested but CUDA is not available")
+        if device.index is None:
+            raise ValueError(f"CUDA device {name!r} needs an explicit index, e.g. 'cuda:0'")
+        if device.index >= torch.cuda.device_count():
+            raise ValueError(f"CUDA device {name!r} does not exist ({torch.cuda.device_count()} visible)")
+    return device
+
+
+# ------------------------------------------------------------------------------------------
+# the pool
+# ------------------------------------------------------------------------------------------
+
+
+class EnvPool:
+    """E envs of one task: build once per run, `begin(b)` (or `reset(b)`) once per episode batch.
+
+    Every option comes from `config`: a `PoolConfig`, or any object with its fields (an esper_fx
+    TrainingConfig). `data` is the run's pre-built `hosts.data.feed.DataFeed` (or a
+    `hosts.data.task_data.TaskData`, wrapped in a feed with the config's settings; None builds a feed
+    from the config), so datasets are built once per run. `nan_faults` lists (env, epoch) pairs at which
+    the env's host is poisoned with NaN after training (fault injection: the governor then panics
+    and rolls back); `inject_nan` adds one. `use_streams=False` runs every CUDA env on the default
+    stream (for comparisons; streams are the default on CUDA).
+    """
+
+    def __init__(
+        self,
+        config: PoolConfig | Any,
+        *,
+        data=None,
+        nan_faults: Iterable[tuple[int, int]] = (),
+        use_streams: bool = True,
+    ) -> None:
+        self.config = cfg = PoolConfig.from_config(config)
+        self.task = get_task(cfg.task)
+        self.slot_ids: tuple[str, ...] = tuple(cfg.slot_ids)
+        self.enabled: tuple[str, ...] = tuple(cfg.enabled_slots)
+        self.menu: tuple[str, ...] = tuple(cfg.menu)
+        self.max_epochs = cfg.max_epochs
+        self.policy_device = resolve_device(cfg.device)
+        listed = [resolve_device(d) for d in (cfg.env_devices or (cfg.device,))]
+        self._env_devices = [listed[i % len(listed)] for i in range(cfg.n_envs)]  # env i -> device
+        self._amp = {d: amp_settings(cfg.amp, cfg.amp_dtype, d) for d in dict.fromkeys(self._env_devices)}
+        self.data: PoolData = build_pool_data(cfg, self.task, self._env_devices, data)
+        self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, cfg.max_epochs, cfg.max_seeds,
+                                   cfg.use_telemetry)
+        self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
+        self.use_streams = bool(use_streams)
+        self.envs: list[EnvState] = []
+        self.batch_index: int | None = None
+        self.epoch = 0
+        self._phase: str | None = None
+        self._last_actions: tuple[tuple[int, int, int, int], ...] = ()
+
+    # ---------------------------------------------------------------- simple views
+    @property
+    def n_envs(self) -> int:
+        return self.config.n_envs
+
+    @property
+    def n_active(self) -> int:
+        return len(self.envs)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.data.steps_per_epoch
+
+    def env_device(self, i: int) -> torch.device:
+        return self._env_devices[i]
+
+    def inject_nan(self, env: int, epoch: int) -> None:
+        """Poison env `env`'s host with NaN after the training phase of `epoch` (every batch)."""
+        self._nan_faults.add((int(env), int(epoch)))
+
+    # ---------------------------------------------------------------- §7.2 batch setup
+    def reset(self, batch_index: int, n_active: int | None = None) -> None:
+        """Fresh envs 0..n_active−1 for episode batch `batch_index`; the epoch counter goes back to 0."""
+        n = self.n_envs if n_active is None else int(n_active)
+        if not 1 <= n <= self.n_envs:
+            raise ValueError(f"n_active must be in [1, n_envs={self.n_envs}] (got {n_active})")
+        base_seed = self.config.seed + BATCH_SEED_STRIDE * int(batch_index)
+        self.envs = [self._build_env(i, base_seed + ENV_SEED_STRIDE * i) for i in range(n)]
+        self.batch_index = int(batch_index)
+        self.epoch = 0
+        self._phase = _RESET
+
+    def _build_env(self, i: int, env_seed: int) -> EnvState:
+        device = self.env_device(i)
+        torch.manual_seed(env_seed)
+        random.seed(env_seed)
+        model = MorphogeneticModel(self.task.build_host(), self.enabled, self.task.topology,
+                                   task_config=self.task).to(device)
+        for slot_id in self.enabled:
+            model.slot(slot_id).isolate_gradients = True
+        host_opt = torch.optim.SGD(model.host_parameters(), lr=self.task.host_lr, momentum=HOST_MOMENTUM,
+                                   weight_decay=HOST_WEIGHT_DECAY)
+        amp = self._amp[device]
+        return EnvState(
+            index=i, device=device, model=model, host_optimizer=host_opt,
+            governor=Governor(model, random_guess_loss=self.task.random_guess_loss),
+            tracker=SignalTracker(), rng=EnvRng(device), seed_lr=self.task.seed_lr,
+            scaler=torch.amp.GradScaler("cuda") if amp.use_scaler else None,
+            stream=torch.cuda.Stream(device) if device.type == "cuda" and self.use_streams else None,
+        )
+
+    # ---------------------------------------------------------------- phase checks
+    def _expect(self, allowed: tuple[str, ...], what: str) -> None:
+        if self._phase not in allowed:
+            raise RuntimeError(f"EnvPool.{what} called out of order (phase {self._phase!r}; "
+                               f"expected one of {list(allowed)}); call reset(b) first")
+
+    # ---------------------------------------------------------------- §7.3 phase 1
+    def train_epoch(self) -> None:
+        """One epoch of training steps, step k of env 0, 1, … before step k+1; no host sync."""
+        self._expect((_RESET, _STEPPED), "train_epoch")
+        if self.epoch >= self.max_epochs:
+            raise RuntimeError(f"the episode already ran its {self.max_epochs} epochs; call reset(b)")
+        self.epoch += 1
+        t = self.epoch
+        self.data.begin_epoch(self.batch_index, t, self.n_active)
+        steps = self.data.steps_per_epoch
+        for env in self.envs:
+            _wait_for_default_stream(env)
+            with env.stream_context():
+                env.epoch_work = EpochWork.start(env.device)
+        for k in range(steps):
+            self.data.fetch_step(k)
+            for env in self.envs:
+                with env.stream_context():
+                    x, y = self._consume(env, self.data.train_batch(env.index, k))
+                    with env.rng.activate():  # outside it the data path may draw (the loader's base seed)
+                        train_step(env, x, y, slot_ids=self.enabled, amp=self._amp[env.device],
+                                   measure=k == steps - 1, epoch=t)
+        for env in self.envs:
+            if (env.index, t) in self._nan_faults:
+                with env.stream_context():
+                    _poison_host(env)
+        self._phase = _TRAINED
+
+    def _consume(self, env: EnvState, batch):
+        """Loader-path batches come from the default stream: the env stream waits and records them."""
+        if env.stream is not None and self.data.on_default_stream:
+            _wait_for_default_stream(env)
+            for tensor in batch:
+                tensor.record_stream(env.stream)
+        return batch
+
+    # ---------------------------------------------------------------- §7.3 phases 2–7
+    def validate(self) -> None:
+        """Fused validation + counterfactual pass, the epoch's one host sync, then phases 3–7 per env."""
+        self._expect((_TRAINED,), "validate")
+        for env in self.envs:
+            env.model.eval()
+            with env.stream_context():
+                env.epoch_work.begin_validation(counterfactual_slots(env, self.enabled))
+        iterators = [self.data.val_batches(env.index) for env in self.envs]
+        for _ in range(self.data.num_val_batches):
+            for env, batches in zip(self.envs, iterators):
+                with env.stream_context():
+                    x, y = self._consume(env, next(batches))
+                    validate_batch(env, x, y, amp=self._amp[env.device])
+        for env, readback in zip(self.envs, self._readback()):
+            self._after_validation(env, readback)
+        self._phase = _VALIDATED
+
+    def _readback(self) -> list[EpochReadback]:
+        """Every env's accumulators to the host: one copy (and one synchronisation) per device."""
+        by_device: dict[torch.device, list[tuple[EnvState, torch.Tensor]]] = {}
+        for env in self.envs:
+            with env.stream_context():
+                vec = env.epoch_work.readback_tensor()
+            _hand_to_default_stream(env, vec)
+            by_device.setdefault(env.device, []).append((env, vec))
+        out: dict[int, EpochReadback] = {}
+        for items in by_device.values():
+            values = torch.cat([vec for _, vec in items]).cpu().tolist()
+            start = 0
+            for env, vec in items:
+                out[env.index] = unpack_readback(env.epoch_work, values[start : start + vec.numel()])
+                start += vec.numel()
+        return [out[env.index] for env in self.envs]
+
+    def _after_validation(self, env: EnvState, rb: EpochReadback) -> None:
+        t, counters = self.epoch, env.counters
+        counters.host_max_acc = max(counters.host_max_acc, rb.val_acc)
+        panic = self._governor_phase(env, rb.val_loss)
+        for slot_id in self.enabled:
+            if env.holds_seed(slot_id):
+                env.slot(slot_id).record_accuracy(rb.val_acc)
+        contributions = self._record_contributions(env, rb)
+        self._update_gradient_ratios(env, rb)
+        reports = env.model.slot_reports()
+        active, _ = count_seeds(reports, self.enabled)
+        tracker = env.tracker.update(t, t * self.steps_per_epoch, rb.train_loss, rb.train_acc, rb.val_loss,
+                                     rb.val_acc, active, count_available_slots(reports, self.enabled))
+        env.metrics = EpochMetrics(t, self.steps_per_epoch, rb.train_loss, rb.train_acc, rb.val_loss, rb.val_acc,
+                                   dict(rb.baseline_acc), env.epoch_work.cf_slots, contributions, panic, tracker)
+        env.epoch_work = None
+
+    def _record_contributions(self, env: EnvState, rb: EpochReadback) -> dict[str, tuple[str, float]]:
+        """§7.3 phase 6: c = val_acc − baseline_acc[s] for each cf slot that still holds a seed."""
+        contributions = {}
+        for slot_id in env.epoch_work.cf_slots:
+            if env.holds_seed(slot_id):
+                c = rb.val_acc - rb.baseline_acc[slot_id]
+                env.slot(slot_id).set_contribution(c)
+                contributions[slot_id] = (env.seed_id(slot_id), c)
+        return contributions
+
+    def _governor_phase(self, env: EnvState, val_loss: float) -> bool:
+        """§7.3 phase 4: check; on a panic roll back now; else snapshot after a passing check at t % 5 == 0."""
+        t = self.epoch
+        panic = bool(env.governor.check(val_loss))
+        if panic:
+            self._rollback(env, val_loss)
+        elif env.governor.passed_last_check and t % GOVERNOR_SNAPSHOT_EVERY == 0:
+            env.governor.snapshot()
+            env.event(EventType.GOVERNOR_SNAPSHOT, t, message="snapshot after a passing check")
+        return panic
+
+    def _rollback(self, env: EnvState, val_loss: float) -> None:
+        t = self.epoch
+        seeded = {s: env.seed_id(s) for s in self.enabled if env.holds_seed(s)}
+        env.event(EventType.GOVERNOR_PANIC, t, message=f"governor panic at val_loss {val_loss}", loss=val_loss)
+        report = env.governor.rollback(optimizer=env.host_optimizer)
+        env.counters.rollbacks += 1
+        for slot_id in env.forget_emptied(self.enabled):
+            if slot_id in seeded:
+                env.event(EventType.SEED_CULLED, t, slot_id, seeded[slot_id], "culled by the governor rollback",
+                          reason="governor_rollback", auto=False)
+        env.event(EventType.GOVERNOR_ROLLBACK, t, message="rolled back to the last snapshot", loss=val_loss,
+                  report=_report_dict(report))
+
+    def _update_gradient_ratios(self, env: EnvState, rb: EpochReadback) -> None:
+        """§2.13 steps 2–4 for the slots measured this epoch that still hold the same seed."""
+        ema_table = env.counters.ratio_ema
+        for slot_id, (seed_id, ratio, norm) in rb.seeds.items():
+            if env.seed_id(slot_id) != seed_id:
+                continue  # emptied by a rollback
+            if not (math.isfinite(ratio) and math.isfinite(norm)):
+                continue  # an overflowed fp16 step (skipped by the scaler) measures nothing
+            ema_table[slot_id] = ema = ratio_ema(ema_table.get(slot_id), ratio)
+            slot = env.slot(slot_id)
+            slot.set_gradient_ratio(ema)
+            slot.record_gradient_norm(norm)
+
+    # ---------------------------------------------------------------- §7.3 phase 8
+    def signals(self) -> dict[str, torch.Tensor]:
+        """The SIGNAL_FIELDS dict of the current state (after validate: post-rollback, pre-action)."""
+        self._expect((_VALIDATED, _EXECUTED, _STEPPED), "signals")
+        return assemble_signals([self._view(env, peek=False) for env in self.envs], self.layout,
+                                self.policy_device)
+
+    def peek_signals(self) -> dict[str, torch.Tensor]:
+        """Signals of the current slot states with tracker.peek over this epoch's metrics (no mutation).
+
+        Between `execute_actions` and `finish_epoch` these are the post-action bootstrap signals of §7.5.
+        """
+        self._expect((_VALIDATED, _EXECUTED, _STEPPED), "peek_signals")
+        return assemble_signals([self._view(env, peek=True) for env in self.envs], self.layout,
+                                self.policy_device)
+
+    def _view(self, env: EnvState, *, peek: bool) -> EnvView:
+        m = env.metrics
+        reports = env.model.slot_reports()
+        tracker = m.tracker
+        if peek:
+            active, _ = count_seeds(reports, self.enabled)
+            tracker = env.tracker.peek(m.epoch, m.epoch * m.steps, m.train_loss, m.train_acc, m.val_loss,
+                                       m.val_acc, active, count_available_slots(reports, self.enabled))
+        counters = env.counters
+        return EnvView(
+            tracker=tracker, reports=reports, host_params=env.model.host_param_count(),
+            host_max_acc=counters.host_max_acc, contributing_fossilized=counters.contributing_fossilized,
+            panic=m.panic, pending_penalty=counters.pending_auto_cull_penalty,
+            contributions={s: c for s, (sid, c) in m.contributions.items() if env.seed_id(s) == sid},
+            acc_at_germination=dict(counters.acc_at_germination),
+        )
+
+    # ---------------------------------------------------------------- §7.3 step 10, §7.4
+    def execute_actions(self, actions) -> tuple[bool, ...]:
+        """Run each env's action (index order); the pending auto-cull penalty counts as consumed."""
+        self._expect((_VALIDATED,), "execute_actions")
+        rows = _action_rows(actions)
+        decoded = decode_actions(rows, self.n_active, len(self.slot_ids), len(self.menu))
+        success = []
+        for env, action in zip(self.envs, decoded):
+            env.counters.pending_auto_cull_penalty = 0.0  # paid into this step's reward by the loop
+            success.append(execute_action(env, action, slot_ids=self.slot_ids, enabled=self.enabled,
+                                          menu=self.menu, val_acc=env.metrics.val_acc, epoch=self.epoch))
+        self._last_actions = tuple(tuple(a) for a in decoded)
+        self._phase = _EXECUTED
+        return tuple(success)
+
+    def finish_epoch(self) -> None:
+        """step_epoch on every enabled slot of every env; auto-culls charge −0.2 to the next step."""
+        self._expect((_EXECUTED,), "finish_epoch")
+        for env in self.envs:
+            step_slots(env, self.enabled, self.epoch)
+        self._phase = _STEPPED
+
+    def apply(self, actions, bootstrap: bool = False) -> ApplyResult:
+        """Execute the actions, build the post-action bootstrap signals if asked, then step_epoch."""
+        success = self.execute_actions(actions)
+        boot = self.peek_signals() if bootstrap else None
+        self.finish_epoch()
+        events = []
+        for env in self.envs:
+            events.extend(env.events)
+            env.events.clear()
+        return ApplyResult(self._last_actions, success, tuple(events), boot)
+
+    def run_epoch(self) -> dict[str, torch.Tensor]:
+        """train_epoch + validate + signals."""
+        self.train_epoch()
+        self.validate()
+        return self.signals()
+
+    # ---------------------------------------------------------------- the loop's interface (ARCHITECTURE §7)
+    def begin(self, batch_index: int, n_active: int | None = None) -> dict[str, torch.Tensor]:
+        """reset(b), then the first epoch; returns its signals."""
+        self.reset(batch_index, n_active)
+        return self.run_epoch()
+
+    def step(self, actions, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
+        """apply(actions), with the post-action bootstrap signals at t == T if `bootstrap`, then the next
+        epoch's signals (None at T)."""
+        last = self.epoch >= self.max_epochs
+        result = self.apply(actions, bootstrap=last and bootstrap)
+        return result, None if last else self.run_epoch()
+
+    # ---------------------------------------------------------------- §7.6 inputs
+    def episode_results(self) -> list[EpisodeResult]:
+        """Per-env totals of the episode so far (final = the latest validated epoch)."""
+        out = []
+        for env in self.envs:
+            c, m = env.counters, env.metrics
+            out.append(EpisodeResult(
+                env_id=env.index, epochs=0 if m is None else m.epoch,
+                final_val_acc=float("nan") if m is None else m.val_acc,
+                final_val_loss=float("nan") if m is None else m.val_loss,
+                host_max_acc=c.host_max_acc, seeds_created=c.seeds_created, seeds_fossilized=c.seeds_fossilized,
+                contributing_fossilized=c.contributing_fossilized, rollbacks=c.rollbacks,
+                action_counts=tuple(c.action_counts), successful_action_counts=tuple(c.successful_action_counts),
+            ))
+        return out
+
+
+# ------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------
+
+
+def _action_rows(actions) -> list[list[int]]:
+    """An [E, 4] int tensor / array / nested list -> python rows (the only readback of the actions)."""
+    if isinstance(actions, torch.Tensor):
+        return actions.detach().to("cpu").tolist()
+    return torch.as_tensor(actions).tolist()
+
+
+def _report_dict(report) -> dict:
+    """A RollbackReport as plain values for the event's data."""
+    return dataclasses.asdict(report) if dataclasses.is_dataclass(report) else {}
+
+
+def _wait_for_default_stream(env: EnvState) -> None:
+    """The env stream waits for work queued on the default stream (data plan, rollback, germinate)."""
+    if env.stream is not None:
+        env.stream.wait_stream(torch.cuda.current_stream(env.device))
+
+
+def _hand_to_default_stream(env: EnvState, tensor: torch.Tensor) -> None:
+    """The default stream waits for the env stream, and the tensor is marked as used there."""
+    if env.stream is not None:
+        default = torch.cuda.current_stream(env.device)
+        default.wait_stream(env.stream)
+        tensor.record_stream(default)
+
+
+@torch.no_grad()
+def _poison_host(env: EnvState) -> None:
+    """Fault injection: fill the host's first parameter with NaN (the next validation loss is NaN)."""
+    first = next(iter(env.model.host_parameters()))
+    first.fill_(float("nan"))

@@ -1,0 +1,7 @@
+"""Host networks and the model that routes them through seed slots (SPEC §3).
+
+    cnn.py            CNNHost: the image host, its injection points between blocks
+    transformer.py    TransformerHost: the language-model host, injection points between layers
+    injection.py      InjectionSpec: one injection point (slot id, width, position)
+    morphogenetic.py  MorphogeneticModel: a host plus its SeedSlots, routed in position order
+"""

@@ -1,0 +1,78 @@
+"""CNNHost: the small convolutional host of the CIFAR-type tasks (SPEC §3.1)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from esper_fx.contracts import format_slot_id
+from hosts.models.injection import InjectionSpec, segment_index
+
+
+class ConvBlock(nn.Sequential):
+    """Conv3x3 (no bias) -> BatchNorm2d -> ReLU, PyTorch default init."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__(
+            nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False),
+            nn.BatchNorm2d(out_channels),
+            nn.ReLU(),
+        )
+
+
+class CNNHost(nn.Module):
+    """n_blocks ConvBlocks (channels base·2^i), a MaxPool after block i iff i < pool_layers, GAP + Linear.
+
+    Injection point `r0c{i}` sits after block i and its pool.
+    """
+
+    def __init__(
+        self, num_classes: int = 10, base_channels: int = 8, n_blocks: int = 3, pool_layers: int | None = None
+    ) -> None:
+        super().__init__()
+        if n_blocks < 2:
+            raise ValueError(f"CNNHost needs n_blocks >= 2 (got {n_blocks})")
+        self.n_blocks = n_blocks
+        self.pool_layers = n_blocks if pool_layers is None else pool_layers
+        widths = [base_channels * 2**i for i in range(n_blocks)]
+        self.blocks = nn.ModuleList(ConvBlock(c_in, c_out) for c_in, c_out in zip([3] + widths[:-1], widths))
+        self.pools = nn.ModuleList(
+            nn.MaxPool2d(2, 2) if i < self.pool_layers else nn.Identity() for i in range(n_blocks)
+        )
+        self.classifier = nn.Linear(widths[-1], num_classes)
+        self.channels = tuple(widths)
+        self.segment_ids = [format_slot_id(0, i) for i in range(n_blocks)]
+
+    @classmethod
+    def cifar10(cls, num_classes: int = 10) -> "CNNHost":
+        return cls(num_classes=num_classes, base_channels=8, n_blocks=3)
+
+    @classmethod
+    def cifar10_deep(cls, num_classes: int = 10) -> "CNNHost":
+        return cls(num_classes=num_classes, base_channels=8, n_blocks=5, pool_layers=5)
+
+    def injection_specs(self) -> list[InjectionSpec]:
+        return [
+            InjectionSpec(seg, self.channels[i], (i + 1) / self.n_blocks, (i, i + 1))
+            for i, seg in enumerate(self.segment_ids)
+        ]
+
+    def _run_blocks(self, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        for i in range(start, stop):
+            x = self.pools[i](self.blocks[i](x))
+        return x
+
+    def _head(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(x.mean(dim=(2, 3)), 1))
+
+    def forward_to_segment(self, seg: str, x: torch.Tensor, from_seg: str | None = None) -> torch.Tensor:
+        """Blocks after `from_seg` (or from the input) up to and including block `seg`, each with its pool."""
+        start = 0 if from_seg is None else segment_index(self.segment_ids, from_seg) + 1
+        return self._run_blocks(x, start, segment_index(self.segment_ids, seg) + 1)
+
+    def forward_from_segment(self, seg: str, x: torch.Tensor) -> torch.Tensor:
+        """The blocks after `seg`, then global average pool and the classifier."""
+        return self._head(self._run_blocks(x, segment_index(self.segment_ids, seg) + 1, self.n_blocks))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._head(self._run_blocks(x, 0, self.n_blocks))

@@ -1,0 +1,138 @@
+"""Assembling the signals pytree of E envs (`esper_fx.contracts.SIGNAL_FIELDS`, SPEC §7.3 step 8).
+
+The pool gathers one `EnvView` per env (python values only: the tracker's signals, the slot
+reports and the env's counters) and `assemble_signals` turns them into the contract's dict of
+fresh, contiguous float32 / int32 / bool tensors on one device: the raw observation
+(`hosts.signals.observation`), the four masks (`hosts.signals.masks`), the per-slot fields (`hosts.signals.slot_fields`), and
+here the per-env scalars, the epoch's contributions and the germination accuracies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+
+from esper_fx.contracts import SIGNAL_FIELDS
+
+from hosts.signals.masks import build_masks, stack_masks
+from hosts.signals.observation import build_observation, stack_observations
+from hosts.seeds.slot_report import SlotReport
+from hosts.signals.slot_fields import build_slot_fields
+from hosts.signals.occupancy import active_seed_params, count_seeds, seeded_slots
+from hosts.signals.tracker import TrackerSignals
+from hosts.signals.device_upload import upload_planes
+
+ENV_INT_FIELDS = (
+    "epoch", "max_epochs", "plateau_epochs", "host_stabilized", "num_contributing_fossilized", "total_seeds",
+)
+ENV_FLOAT_FIELDS = (
+    "val_acc", "val_loss", "train_acc", "train_loss", "acc_delta", "loss_delta", "host_max_acc",
+    "host_params", "seed_params", "pending_penalty",
+)
+ENV_BOOL_FIELDS = ("panic",)
+SLOT_VALUE_FIELDS = ("slot_contribution", "slot_acc_at_germination")
+SLOT_VALID_FIELDS = ("slot_contribution_valid", "slot_acc_at_germination_valid")
+
+
+@dataclass(frozen=True)
+class SignalLayout:
+    """The run-constant shape of the signals: slot head, enabled slots, menu, T, max_seeds, telemetry."""
+
+    slot_ids: tuple[str, ...]
+    enabled: tuple[str, ...]
+    menu: tuple[str, ...]
+    max_epochs: int
+    max_seeds: int | None
+    use_telemetry: bool
+
+
+@dataclass(frozen=True)
+class EnvView:
+    """One env's inputs to the signals, all python values."""
+
+    tracker: TrackerSignals
+    reports: Mapping[str, SlotReport]
+    host_params: int
+    host_max_acc: float
+    contributing_fossilized: int
+    panic: bool
+    pending_penalty: float
+    contributions: Mapping[str, float]  # c of this epoch, only for cf slots still holding the same seed
+    acc_at_germination: Mapping[str, float]
+
+
+def _env_rows(view: EnvView, layout: SignalLayout) -> tuple[list[int], list[float], list[bool]]:
+    t = view.tracker
+    active, fossilized = count_seeds(view.reports, layout.enabled)
+    ints = [t.epoch, layout.max_epochs, t.plateau_epochs, t.host_stabilized, view.contributing_fossilized,
+            active + fossilized]
+    floats = [t.val_acc, t.val_loss, t.train_acc, t.train_loss, t.accuracy_delta, t.loss_delta,
+              view.host_max_acc, view.host_params, active_seed_params(view.reports, layout.enabled),
+              view.pending_penalty]
+    return ints, floats, [bool(view.panic)]
+
+
+def _per_env_fields(views: Sequence[EnvView], layout: SignalLayout, device) -> dict[str, torch.Tensor]:
+    rows = [_env_rows(v, layout) for v in views]
+    out: dict[str, torch.Tensor] = {}
+    for group, (names, dtype) in enumerate(
+        ((ENV_INT_FIELDS, torch.int32), (ENV_FLOAT_FIELDS, torch.float32), (ENV_BOOL_FIELDS, torch.bool))
+    ):
+        packed = torch.tensor([r[group] for r in rows], dtype=dtype).t().contiguous()  # [fields, E]
+        out.update(zip(names, upload_planes(packed, device)))
+    return out
+
+
+def _slot_values(view: EnvView, layout: SignalLayout) -> tuple[list[list[float]], list[list[bool]]]:
+    seeds = seeded_slots(view.reports, layout.enabled)
+    values, valid = [], []
+    for table in (view.contributions, view.acc_at_germination):
+        present = [sid in seeds and sid in table for sid in layout.slot_ids]
+        valid.append(present)
+        values.append([float(table[sid]) if ok else 0.0 for sid, ok in zip(layout.slot_ids, present)])
+    return values, valid
+
+
+def _per_slot_extras(views: Sequence[EnvView], layout: SignalLayout, device) -> dict[str, torch.Tensor]:
+    pairs = [_slot_values(v, layout) for v in views]
+    values = torch.tensor([p[0] for p in pairs], dtype=torch.float32).permute(1, 0, 2).contiguous()
+    valid = torch.tensor([p[1] for p in pairs], dtype=torch.bool).permute(1, 0, 2).contiguous()
+    out = dict(zip(SLOT_VALUE_FIELDS, upload_planes(values, device)))
+    out.update(zip(SLOT_VALID_FIELDS, upload_planes(valid, device)))
+    return out
+
+
+def _observations(views: Sequence[EnvView], layout: SignalLayout, device) -> torch.Tensor:
+    rows = [
+        build_observation(v.tracker, layout.max_epochs, v.host_params, v.reports, layout.enabled,
+                          layout.slot_ids, layout.menu, layout.max_seeds, layout.use_telemetry)
+        for v in views
+    ]
+    return stack_observations(rows, device)
+
+
+def _masks(views: Sequence[EnvView], layout: SignalLayout, device) -> dict[str, torch.Tensor]:
+    masks = [
+        build_masks(v.reports, layout.enabled, layout.slot_ids, len(layout.menu), layout.max_seeds,
+                    sum(count_seeds(v.reports, layout.enabled)))
+        for v in views
+    ]
+    return stack_masks(masks, device)
+
+
+def assemble_signals(views: Sequence[EnvView], layout: SignalLayout, device: torch.device) -> dict[str, torch.Tensor]:
+    """The SIGNAL_FIELDS dict for E envs, in contract order, every tensor fresh and contiguous on `device`."""
+    if not views:
+        raise ValueError("assemble_signals needs at least one env")
+    fields = {"obs": _observations(views, layout, device)}
+    fields.update(_masks(views, layout, device))
+    fields.update(_per_env_fields(views, layout, device))
+    fields.update(build_slot_fields([v.reports for v in views], layout.enabled, layout.slot_ids, layout.menu,
+                                    device))
+    fields.update(_per_slot_extras(views, layout, device))
+    missing = set(SIGNAL_FIELDS) ^ set(fields)
+    if missing:
+        raise AssertionError(f"signals do not match SIGNAL_FIELDS: {sorted(missing)}")
+    return {name: fields[name] for name in SIGNAL_FIELDS}

@@ -1,0 +1,174 @@
+"""The raw (un-normalised) observation of one env, SPEC §8.1–§8.4.
+
+Layout: 23 base features, then one (4 + B)-block per slot in canonical order (every host injection
+point, enabled or not), then, with telemetry, one 10-block per slot in canonical order. A slot that
+is not enabled, has no report, or whose report is DORMANT gives zero blocks.
+
+`build_observation` returns a list of python floats of length D; `stack_observations` turns E of
+them into one fresh contiguous float32 [E, D] tensor on a device with a single host→device copy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Sequence
+
+import torch
+
+from esper_fx.contracts import (
+    NUM_BASE_FEATURES,
+    TELEMETRY_BLOCK,
+    SeedStage,
+    obs_dim,
+    slot_block_size,
+)
+
+from hosts.seeds.slot_report import SlotReport
+from hosts.signals.occupancy import active_seed_params, check_slot_ids, count_seeds, seeded_slots
+from hosts.signals.tracker import HISTORY_FEATURES, TrackerSignals
+from hosts.signals.device_upload import upload_rows
+
+SAFE_CLIP = 100.0  # safe(v, d) clips to [-100, 100] (§8.1)
+# safe(v, d) defaults of §8.2
+LOSS_DEFAULT = 10.0
+DELTA_DEFAULT = 0.0
+HISTORY_PAD = 0.0
+
+# Telemetry constants of §8.4
+GRAD_NORM_CAP = 10.0
+GRAD_HEALTH = 1.0
+VANISHING_GRAD = 1e-7
+EXPLODING_GRAD = 100.0
+EIS_CAP = 50.0
+ACCURACY_SCALE = 100.0
+STAGE_IMPROVEMENT_SCALE = 10.0
+STAGE_SPAN = 6.0
+
+
+def safe(value: float | None, default: float) -> float:
+    """None, NaN or ±inf -> `default`; then clip to [−100, 100] (§8.1)."""
+    if value is None or not math.isfinite(value):
+        value = default
+    return min(max(float(value), -SAFE_CLIP), SAFE_CLIP)
+
+
+def _left_pad(history: Sequence[float], size: int = HISTORY_FEATURES) -> list[float]:
+    """The last `size` entries, oldest first, left-padded with 0.0."""
+    values = [float(v) for v in history][-size:]
+    return [HISTORY_PAD] * (size - len(values)) + values
+
+
+def seed_utilization(total_seeds: int, max_seeds: int | None) -> float:
+    """total_seeds / max_seeds if max_seeds > 0, else 0 (None = unlimited)."""
+    if max_seeds is None or max_seeds <= 0:
+        return 0.0
+    return total_seeds / max_seeds
+
+
+def base_features(signals: TrackerSignals, total_params: int, utilization: float) -> list[float]:
+    """Features 0..22 (§8.2)."""
+    features = [
+        float(signals.epoch),
+        float(signals.global_step),
+        safe(signals.train_loss, LOSS_DEFAULT),
+        safe(signals.val_loss, LOSS_DEFAULT),
+        safe(signals.loss_delta, DELTA_DEFAULT),
+        float(signals.train_acc),
+        float(signals.val_acc),
+        safe(signals.accuracy_delta, DELTA_DEFAULT),
+        float(signals.plateau_epochs),
+        float(signals.best_val_accuracy),
+        safe(signals.best_val_loss, LOSS_DEFAULT),
+        *(safe(v, LOSS_DEFAULT) for v in _left_pad(signals.loss_history_5)),
+        *_left_pad(signals.accuracy_history_5),
+        float(total_params),
+        float(utilization),
+    ]
+    assert len(features) == NUM_BASE_FEATURES
+    return features
+
+
+def blueprint_one_hot(blueprint_id: str, menu: Sequence[str]) -> list[float]:
+    """One-hot over the menu; all zeros if the blueprint is not in the menu."""
+    return [1.0 if name == blueprint_id else 0.0 for name in menu]
+
+
+def slot_improvement(report: SlotReport) -> float:
+    """c if a contribution was ever measured, else improvement_since_stage_start (raw pp)."""
+    if report.contribution is not None:
+        return float(report.contribution)
+    return float(report.improvement_since_stage_start)
+
+
+def slot_block(report: SlotReport | None, menu: Sequence[str]) -> list[float]:
+    """§8.3: is_active, stage, alpha, improvement, blueprint one-hot; zeros for an empty slot."""
+    if report is None:
+        return [0.0] * slot_block_size(len(menu))
+    return [
+        1.0,
+        float(int(report.stage)),
+        float(report.alpha),
+        slot_improvement(report),
+        *blueprint_one_hot(report.blueprint_id, menu),
+    ]
+
+
+def stage_feature(stage: SeedStage) -> float:
+    """min((stage − 1)/6, 1): TRAINING 1/3, BLENDING 0.5, PROBATIONARY 5/6, FOSSILIZED 1."""
+    return min((int(stage) - 1) / STAGE_SPAN, 1.0)
+
+
+def telemetry_block(report: SlotReport | None, epoch: int, max_epochs: int) -> list[float]:
+    """§8.4: the 10 per-seed telemetry features; zeros for an empty slot."""
+    if report is None:
+        return [0.0] * TELEMETRY_BLOCK
+    grad = float(report.gradient_norm)
+    return [
+        min(grad, GRAD_NORM_CAP) / GRAD_NORM_CAP,
+        GRAD_HEALTH,
+        1.0 if report.gradient_measured and grad < VANISHING_GRAD else 0.0,
+        1.0 if grad > EXPLODING_GRAD else 0.0,
+        min(report.epochs_in_stage, EIS_CAP) / EIS_CAP,
+        float(report.current_val_accuracy) / ACCURACY_SCALE,
+        min(max(float(report.improvement_since_stage_start) / STAGE_IMPROVEMENT_SCALE, -1.0), 1.0),
+        stage_feature(report.stage),
+        float(report.alpha),
+        epoch / max(max_epochs, 1),
+    ]
+
+
+def build_observation(
+    signals: TrackerSignals,
+    max_epochs: int,
+    host_params: int,
+    reports: Mapping[str, SlotReport],
+    enabled_slot_ids: Iterable[str],
+    slot_ids: Sequence[str],
+    menu: Sequence[str],
+    max_seeds: int | None,
+    use_telemetry: bool,
+) -> list[float]:
+    """The raw observation of one env, a list of D floats (§8.1)."""
+    enabled = tuple(enabled_slot_ids)
+    check_slot_ids(slot_ids, enabled, reports)
+    if not menu:
+        raise ValueError("the blueprint menu is empty")
+    seeds = seeded_slots(reports, enabled)
+    total_params = host_params + active_seed_params(reports, enabled)
+    utilization = seed_utilization(sum(count_seeds(reports, enabled)), max_seeds)
+    obs = base_features(signals, total_params, utilization)
+    for sid in slot_ids:
+        obs.extend(slot_block(seeds.get(sid), menu))
+    if use_telemetry:
+        for sid in slot_ids:
+            obs.extend(telemetry_block(seeds.get(sid), signals.epoch, max_epochs))
+    assert len(obs) == obs_dim(len(slot_ids), use_telemetry, len(menu))
+    return obs
+
+
+def stack_observations(rows: Sequence[Sequence[float]], device: torch.device | str) -> torch.Tensor:
+    """E observations -> one fresh contiguous float32 [E, D] tensor on `device` (one copy)."""
+    widths = {len(row) for row in rows}
+    if len(widths) > 1:
+        raise ValueError(f"observations of different sizes cannot be stacked: {sorted(widths)}")
+    return upload_rows(rows, torch.float32, device)

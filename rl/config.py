@@ -1,0 +1,234 @@
+"""The controller side's settings, each default written once: PPO, the reward, the heuristic.
+
+Three frozen dataclasses with no jax in sight, so a configuration is checked before jax loads:
+
+- `PPOConfig` (SPEC §11.1): the PPO/LSTM controller's hyperparameters, and `entropy_coefficient`, the one
+  entropy schedule (§11.8) that both the jitted update and the run's history use; with them the
+  network's fixed sizes (§10.1);
+- `RewardSettings` (§12.1, §12.6): which reward family and mode, and the sparse reward's constants;
+  `reward_fn_name` is the one place that maps a family and a mode to a reward function;
+- `HeuristicConfig` (§13.1): the rule-based controller's thresholds, and the blueprint rotation check.
+
+`esper_fx.config.TrainingConfig` nests them as `config.ppo`, `config.reward` and `config.heuristic`; the
+field names of the first two are the run's flat JSON keys and command-line fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any, Callable, Mapping, Sequence
+
+from esper_fx.contracts import BLEND_NAMES, BLUEPRINT_MENUS
+from rl import validate as check
+
+# ------------------------------------------------------------------------------------------
+# PPO (§11.1, §11.8)
+# ------------------------------------------------------------------------------------------
+
+KL_STOP_FACTOR = 1.5  # an update stops above 1.5·target_kl
+ADAM_B1 = 0.9
+ADAM_B2 = 0.999
+
+# The network's fixed architecture (§10.1) and the masked logit (§9.2); here, without jax, because the
+# PyTorch reference controller of the benchmarks builds the same network.
+FEATURE_DIM = 128
+HEAD_HIDDEN = 64
+LAYER_NORM_EPS = 1e-5
+LSTM_FORGET_BIAS = 2.0
+MASKED_LOGIT = -1e4  # finite in fp16 and bf16; exp() underflows to exactly 0
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Every settable PPO hyperparameter (frozen and hashable: a static jit argument)."""
+
+    lstm_hidden_dim: int = 128  # width of the policy's LSTM (or of the MLP core)
+    lr: float = 3e-4
+    gamma: float = 0.995
+    gae_lambda: float = 0.97
+    clip_ratio: float = 0.2
+    clip_value: bool = True
+    value_clip: float = 10.0
+    value_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    target_kl: float | None = 0.015
+    update_epochs: int = 1
+    num_minibatches: int = 1
+    adam_eps: float = 1e-5
+    weight_decay: float = 0.0  # decoupled, value head only
+    entropy_coef: float = 0.05
+    entropy_coef_start: float | None = None  # None: entropy_coef
+    entropy_coef_end: float | None = None  # None: entropy_coef
+    entropy_coef_min: float = 0.01
+    entropy_anneal_episodes: int = 0  # 0: no anneal
+
+    def __post_init__(self) -> None:
+        check.boolean("clip_value", self.clip_value)
+        for name in ("update_epochs", "num_minibatches", "lstm_hidden_dim"):
+            check.at_least_one(name, getattr(self, name))
+        check.in_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
+        check.in_range("clip_ratio", self.clip_ratio, 0.0, 1.0, low_open=True)
+        check.in_range("gae_lambda", self.gae_lambda, 0.0, 1.0, low_open=False)
+        for name in ("lr", "adam_eps", "value_clip", "max_grad_norm"):
+            check.positive(name, getattr(self, name))
+        for name in ("entropy_coef", "entropy_coef_min", "value_coef", "weight_decay", "entropy_anneal_episodes"):
+            check.non_negative(name, getattr(self, name))
+        for name in ("entropy_coef_start", "entropy_coef_end"):
+            if getattr(self, name) is not None:
+                check.non_negative(name, getattr(self, name))
+        if self.target_kl is not None:
+            check.positive("target_kl", self.target_kl)
+
+    @property
+    def kl_stop(self) -> float | None:
+        return None if self.target_kl is None else KL_STOP_FACTOR * self.target_kl
+
+    @property
+    def entropy_endpoints(self) -> tuple[float, float]:
+        """(start, end) of the entropy anneal; each defaults to entropy_coef."""
+        start = self.entropy_coef if self.entropy_coef_start is None else self.entropy_coef_start
+        end = self.entropy_coef if self.entropy_coef_end is None else self.entropy_coef_end
+        return start, end
+
+    def anneal_updates(self, n_envs: int) -> int:
+        """ceil(entropy_anneal_episodes / n_envs): the anneal length in updates (§11.8)."""
+        return math.ceil(self.entropy_anneal_episodes / n_envs)
+
+
+def entropy_coefficient(cfg: PPOConfig, n_envs: int, train_steps: Any, minimum: Callable = min,
+                        maximum: Callable = max) -> Any:
+    """β after `train_steps` completed updates (§11.8): linear from start to end over the anneal, floored
+    at entropy_coef_min. Python numbers by default; pass jnp.minimum / jnp.maximum for traced steps."""
+    steps = cfg.anneal_updates(n_envs)
+    if steps == 0:
+        return max(cfg.entropy_coef, cfg.entropy_coef_min)
+    start, end = cfg.entropy_endpoints
+    p = minimum(1.0, train_steps / steps)
+    return maximum(start + p * (end - start), cfg.entropy_coef_min)
+
+
+# ------------------------------------------------------------------------------------------
+# Rewards (§12.1, §12.6)
+# ------------------------------------------------------------------------------------------
+
+
+class RewardFamily(StrEnum):
+    CONTRIBUTION = "contribution"
+    LOSS = "loss"
+
+
+class RewardMode(StrEnum):
+    SHAPED = "shaped"
+    SPARSE = "sparse"
+    MINIMAL = "minimal"
+
+
+def reward_fn_name(family: Any, mode: Any = RewardMode.SHAPED) -> str:
+    """§12.1: contribution + shaped / sparse / minimal -> that mode; loss (shaped only) -> "loss"."""
+    family = check.enum("reward_family", RewardFamily, str(getattr(family, "value", family)).lower())
+    mode = check.enum("reward_mode", RewardMode, str(getattr(mode, "value", mode)).lower())
+    if family == RewardFamily.LOSS:
+        if mode != RewardMode.SHAPED:
+            raise ValueError(f"reward_mode applies only to contribution rewards (reward_family='loss' with "
+                             f"reward_mode={mode.value!r})")
+        return "loss"
+    return mode.value
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """Which reward a run pays, and the settable constants of the sparse reward (§12.6)."""
+
+    reward_family: RewardFamily = RewardFamily.CONTRIBUTION
+    reward_mode: RewardMode = RewardMode.SHAPED
+    param_budget: int = 500000
+    param_penalty_weight: float = 0.1
+    sparse_reward_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reward_family", check.enum("reward_family", RewardFamily, self.reward_family))
+        object.__setattr__(self, "reward_mode", check.enum("reward_mode", RewardMode, self.reward_mode))
+        check.positive("param_budget", self.param_budget)
+        check.positive("sparse_reward_scale", self.sparse_reward_scale)
+        check.non_negative("param_penalty_weight", self.param_penalty_weight)
+        reward_fn_name(self.reward_family, self.reward_mode)
+
+    @property
+    def reward_fn_name(self) -> str:
+        return reward_fn_name(self.reward_family, self.reward_mode)
+
+
+# ------------------------------------------------------------------------------------------
+# The heuristic (§13.1)
+# ------------------------------------------------------------------------------------------
+
+
+def default_rotation(topology: str) -> tuple[str, ...]:
+    """The heuristic's default blueprint rotation: the topology's default menu without noop."""
+    return tuple(BLUEPRINT_MENUS[topology][1:])
+
+
+def check_rotation(rotation: Sequence[str], menu: Sequence[str]) -> None:
+    """A rotation must be non-empty, drawn from the blueprint menu, and never name noop."""
+    bad = [name for name in rotation if name == "noop" or name not in menu]
+    if not rotation or bad:
+        raise ValueError(
+            f"heuristic.blueprint_rotation must be non-empty, drawn from the blueprint menu {list(menu[1:])} "
+            f"and never 'noop' (rotation {list(rotation)}; bad entries: {bad or 'empty'})"
+        )
+
+
+@dataclass(frozen=True)
+class HeuristicConfig:
+    plateau_epochs_to_germinate: int = 3
+    min_epochs_before_germinate: int = 5
+    cull_after_epochs_without_improvement: int = 5
+    cull_if_accuracy_drops_by: float = 2.0  # pp
+    min_improvement_to_fossilize: float = 0.0  # pp
+    embargo_epochs_after_cull: int = 5
+    blueprint_penalty_on_cull: float = 2.0
+    blueprint_penalty_decay: float = 0.5  # multiplier per epoch; entries < 0.1 are deleted
+    blueprint_penalty_threshold: float = 3.0
+    blend: str = "sigmoid"
+    ransomware_contribution_threshold: float = 0.1  # pp
+    ransomware_improvement_threshold: float = 0.0  # pp
+    blueprint_rotation: tuple[str, ...] | None = None  # None -> the topology's default rotation
+
+    def __post_init__(self) -> None:
+        if self.blueprint_rotation is not None:
+            if isinstance(self.blueprint_rotation, str):
+                raise ValueError("heuristic.blueprint_rotation must be a list of blueprint names")
+            object.__setattr__(self, "blueprint_rotation", tuple(self.blueprint_rotation))
+        if self.blend not in BLEND_NAMES:
+            raise ValueError(f"heuristic.blend must be one of {list(BLEND_NAMES)} (got {self.blend!r})")
+        for name in ("plateau_epochs_to_germinate", "min_epochs_before_germinate",
+                     "cull_after_epochs_without_improvement", "embargo_epochs_after_cull"):
+            if not check.integer(f"heuristic.{name}", getattr(self, name)) >= 0:
+                raise ValueError(f"heuristic.{name} must be >= 0 (got {getattr(self, name)})")
+        for name in ("blueprint_penalty_on_cull", "blueprint_penalty_threshold", "blueprint_penalty_decay"):
+            check.non_negative(f"heuristic.{name}", getattr(self, name))
+
+    def rotation(self, topology: str) -> tuple[str, ...]:
+        return self.blueprint_rotation or default_rotation(topology)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        if d["blueprint_rotation"] is not None:
+            d["blueprint_rotation"] = list(d["blueprint_rotation"])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HeuristicConfig":
+        if not isinstance(d, Mapping):
+            raise ValueError(f"heuristic must be a JSON object (got {type(d).__name__})")
+        unknown = sorted(f"heuristic.{k}" for k in d if k not in field_names(cls))
+        if unknown:
+            raise ValueError(f"Unknown config keys: {unknown}")
+        return cls(**d)
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))

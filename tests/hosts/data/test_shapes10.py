@@ -1,0 +1,205 @@
+"""shapes10 (SPEC §6.6, §15.60): a pure, balanced, normalised, augmentation-invariant offline dataset."""
+
+import hashlib
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hosts.data import shapes10 as S
+from hosts.data.task_data import load_task_data
+from hosts.data.random_streams import make_generator
+from hosts.tasks import get_task
+
+SMALL = dict(n_train=600, n_test=200)
+
+
+def _digest(*tensors: torch.Tensor) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def small():
+    return S.generate(**SMALL, data_seed=0)
+
+
+def test_shapes_dtypes_and_label_range(small):
+    x_tr, y_tr, x_te, y_te = small
+    assert x_tr.shape == (600, 3, 32, 32) and x_te.shape == (200, 3, 32, 32)
+    assert x_tr.dtype == x_te.dtype == torch.float32
+    assert y_tr.dtype == y_te.dtype == torch.int64
+    assert int(y_tr.min()) >= 0 and int(y_tr.max()) < 10
+
+
+def test_classes_are_exactly_balanced_and_shuffled(small):
+    _, y_tr, _, y_te = small
+    assert torch.bincount(y_tr, minlength=10).tolist() == [60] * 10
+    assert torch.bincount(y_te, minlength=10).tolist() == [20] * 10
+    assert not torch.equal(y_tr, torch.sort(y_tr).values)
+    assert not torch.equal(y_tr[:10], torch.arange(10))
+
+
+def test_training_split_is_normalised_per_channel(small):
+    x_tr = small[0]
+    mean = x_tr.mean(dim=(0, 2, 3))
+    std = x_tr.std(dim=(0, 2, 3))
+    assert torch.all(mean.abs() < 0.1) and torch.all((std > 0.8) & (std < 1.2))
+
+
+def test_test_split_has_similar_statistics_from_independent_draws(small):
+    x_tr, _, x_te, _ = small
+    assert torch.all(x_te.mean(dim=(0, 2, 3)).abs() < 0.15)
+    assert not torch.equal(x_tr[: x_te.shape[0]], x_te)
+
+
+def test_generation_is_identical_across_calls_and_ignores_the_global_rng(small):
+    torch.manual_seed(12345)
+    again = S.generate(**SMALL, data_seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(small, again))
+
+
+def test_generation_is_identical_in_a_fresh_process(small):
+    code = (
+        "import hashlib, torch; from hosts.data import shapes10 as S; torch.manual_seed(7);"
+        "h = hashlib.sha256();"
+        "[h.update(t.contiguous().numpy().tobytes()) for t in S.generate(n_train=600, n_test=200, data_seed=0)];"
+        "print(h.hexdigest())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == _digest(*small)
+
+
+def test_data_seed_changes_the_data(small):
+    other = S.generate(**SMALL, data_seed=1)
+    assert not torch.equal(other[0], small[0])
+
+
+def test_test_split_does_not_depend_on_the_training_size(small):
+    bigger = S.generate(n_train=700, n_test=200, data_seed=0)
+    raw_small = S.raw_split(200, 0, S.TEST_STREAM, "cpu")
+    raw_again = S.raw_split(200, 0, S.TEST_STREAM, "cpu")
+    assert torch.equal(raw_small[0], raw_again[0])
+    assert torch.equal(bigger[3], small[3])  # labels of the test split are the same draw
+
+
+def test_load_task_data_gives_zero_padding_for_shapes10():
+    data = load_task_data(get_task("shapes10"), "cpu", synthetic_train_samples=100, synthetic_test_samples=20)
+    assert data.kind == "classification" and data.n_train == 100 and data.n_test == 20
+    assert torch.equal(data.pad_value, torch.zeros(3))
+
+
+# ------------------------------------------------------------------------------------------
+# invariance to the training augmentation: the renderer is equivariant under the latent flip and
+# shift, which keep every class attribute (so the augmented image is an image of the same class)
+# ------------------------------------------------------------------------------------------
+
+
+def _latents(n=16, seed=0, decoys=2):
+    labels = torch.arange(n) % 10
+    return S.sample_latents(labels, make_generator("cpu", seed, 99), S.DEFAULT_KNOBS._replace(decoys=decoys))
+
+
+@settings(max_examples=8)
+@given(st.integers(0, 1000), st.sampled_from([0, 2]))
+def test_rendering_the_flipped_latents_gives_the_mirrored_image(seed, decoys):
+    lat = _latents(seed=seed, decoys=decoys)
+    image = S.render(lat)
+    flipped = S.render(S.flip_latents(lat))
+    torch.testing.assert_close(flipped, torch.flip(image, dims=(3,)), atol=2e-4, rtol=0)
+
+
+@settings(max_examples=12)
+@given(st.integers(0, 1000), st.integers(-4, 4), st.integers(-4, 4), st.sampled_from([0, 2]))
+def test_rendering_the_shifted_latents_gives_the_shifted_image(seed, dy, dx, decoys):
+    lat = _latents(seed=seed, decoys=decoys)
+    image = S.render(lat)
+    shifted = S.render(S.shift_latents(lat, dy, dx))
+    inner = (slice(None), slice(None), slice(4, 28), slice(4, 28))
+    expected = torch.roll(image, shifts=(dy, dx), dims=(2, 3))
+    torch.testing.assert_close(shifted[inner], expected[inner], atol=5e-4, rtol=0)
+
+
+def test_flip_and_shift_keep_the_class_and_its_attributes():
+    lat = _latents()
+    for moved in (S.flip_latents(lat), S.shift_latents(lat, 4, -4)):
+        assert torch.equal(moved.labels, lat.labels) and torch.equal(moved.shape, lat.shape)
+        assert torch.equal(moved.wave.norm(dim=-1), lat.wave.norm(dim=-1))  # stripe frequency
+        assert torch.equal(moved.color_a, lat.color_a) and torch.equal(moved.color_b, lat.color_b)
+
+
+def test_every_class_orientation_set_is_closed_under_the_mirror():
+    # vertical (angle 0) and horizontal (pi/2) stripes map to themselves; diagonals (±pi/4) to each other.
+    gen = make_generator("cpu", 0, 5)
+    knobs = S.DEFAULT_KNOBS._replace(angle_jitter=0.0, freq_jitter=0.0)
+    for orient in range(len(S.ORIENTATIONS)):
+        waves = S._wave_vectors(torch.full((400,), orient), torch.zeros(400, dtype=torch.long), gen, knobs)
+        lines = {round(float(torch.atan2(w[1], w[0]).remainder(torch.pi)), 4) for w in waves}
+        mirrored = {round(float(torch.atan2(w[1], -w[0]).remainder(torch.pi)), 4) for w in waves}
+        assert lines == mirrored
+
+
+def test_objects_stay_inside_the_frame_after_a_four_pixel_shift():
+    k = S.DEFAULT_KNOBS
+    assert k.center + 4 * S.PIXEL <= 0.5  # object centres stay in the inner half of the image
+
+
+def test_class_modes_need_conjunctions_of_attributes():
+    modes = torch.tensor(S.CLASS_MODES)  # [10, 3, 4]
+    assert modes.shape == (10, S.MODES_PER_CLASS, 4)
+    for c in range(10):
+        assert sorted(modes[c, :, 1].tolist()) == [0, 1, 2]  # every orientation ...
+        assert sorted(modes[c, :, 3].tolist()) == [0, 1, 2]  # ... and every palette in every class
+    flat = [tuple(m) for m in modes.reshape(-1, 4).tolist()]
+    assert len(set(flat)) == len(flat)  # no two classes share a mode
+    for column, size in enumerate(S.ATTRIBUTE_SIZES):
+        assert torch.bincount(modes[..., column].reshape(-1), minlength=size).min() >= 5
+
+
+def test_without_confusion_the_class_object_shows_one_of_its_class_modes():
+    labels = torch.arange(200) % 10
+    knobs = S.DEFAULT_KNOBS._replace(confusion=0.0, decoys=1)
+    attrs = S._object_attributes(labels, make_generator("cpu", 0, 1), knobs)
+    assert attrs.shape == (200, 2, 4)
+    modes = torch.tensor(S.CLASS_MODES)
+    for label, attr in zip(labels.tolist(), attrs[:, 0].tolist()):
+        assert attr in modes[label].tolist()
+
+
+@pytest.mark.slow
+def test_default_sizes_generate_within_60_seconds_on_the_cpu():
+    # CPU time of a single-threaded build: a busy shared machine inflates wall time, not this;
+    # on an idle 2-core CPU the wall time is at most this.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        start = time.process_time()
+        x_tr, y_tr, x_te, y_te = S.generate()
+        cpu_seconds = time.process_time() - start
+    finally:
+        torch.set_num_threads(threads)
+    assert cpu_seconds <= 60.0
+    assert x_tr.shape[0] == 50_000 and x_te.shape[0] == 10_000
+    assert torch.bincount(y_tr).tolist() == [5000] * 10
+    mean, std = x_tr.mean(dim=(0, 2, 3)), x_tr.std(dim=(0, 2, 3))
+    assert torch.all(mean.abs() < 0.1) and torch.all((std > 0.8) & (std < 1.2))
+
+
+@pytest.mark.gpu
+def test_cuda_generation_is_deterministic_fast_and_normalised():
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    first = S.generate(device="cuda:0")
+    torch.cuda.synchronize()
+    assert time.perf_counter() - start <= 10.0 + 5.0  # the first call includes CUDA start-up
+    second = S.generate(device="cuda:0")
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert first[0].device.type == "cuda"
+    std = first[0].std(dim=(0, 2, 3))
+    assert torch.all(first[0].mean(dim=(0, 2, 3)).abs() < 0.1) and torch.all((std > 0.8) & (std < 1.2))
