@@ -5,8 +5,9 @@ Every function here is a pure jnp function over logits `[..., n]` and bool masks
 independent per head (deterministic mode: argmax); log-probs are kept per head; the entropy is
 normalised by ln(n_valid) (§9.3); the causal relevance masks m_h come from the taken op (§9.4).
 
-Validation is split in two: `row_is_valid` is a jittable bool per row, and the `check_*` helpers
-run outside jit on concrete arrays and raise (§9.2). Sampling inside jit can never pick a masked
+Validation is split in three: `assert_head` / `assert_heads` (chex shape and dtype assertions, at
+trace time) open every function here; `row_is_valid` is a jittable bool per row; and the `check_*`
+helpers run outside jit on concrete arrays and raise (§9.2). Sampling inside jit can never pick a masked
 index while the row has a valid one; a row with none is reported by `row_is_valid`.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,23 +49,35 @@ class Masks(NamedTuple):
 # ------------------------------------------------------------------------------------------
 
 
+def assert_head(logits: jax.Array, mask: jax.Array) -> None:
+    """Shape and type assertions of one head: float logits `[..., n]`, a mask that broadcasts to them."""
+    chex.assert_type(logits, float)
+    chex.assert_is_broadcastable(jnp.shape(mask), jnp.shape(logits))
+
+
 def masked_logits(logits: jax.Array, mask: jax.Array) -> jax.Array:
     """Logits with disallowed entries replaced by −1e4 (same dtype as `logits`)."""
+    assert_head(logits, mask)
     return jnp.where(mask, logits, jnp.asarray(MASKED_LOGIT, dtype=logits.dtype))
 
 
 def log_probs(logits: jax.Array, mask: jax.Array) -> jax.Array:
     """Log-softmax of the masked logits, `[..., n]`."""
+    assert_head(logits, mask)
     return jax.nn.log_softmax(masked_logits(logits, mask), axis=-1)
 
 
 def probs(logits: jax.Array, mask: jax.Array) -> jax.Array:
     """Softmax of the masked logits, `[..., n]` (masked entries underflow to 0)."""
+    assert_head(logits, mask)
     return jax.nn.softmax(masked_logits(logits, mask), axis=-1)
 
 
 def masked_log_prob(logits: jax.Array, mask: jax.Array, action: jax.Array) -> jax.Array:
     """Log-probability of integer `action [...]` under the masked distribution, `[...]`."""
+    assert_head(logits, mask)
+    chex.assert_type(action, int)
+    chex.assert_shape(action, jnp.shape(logits)[:-1])
     lp = log_probs(logits, mask)
     return jnp.take_along_axis(lp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
 
@@ -74,6 +88,7 @@ def sample(key: jax.Array, logits: jax.Array, mask: jax.Array, deterministic: bo
     Disallowed entries score −inf after the noise is added, so they cannot win while the row has
     any allowed entry, however negative the allowed logits are.
     """
+    assert_head(logits, mask)
     scores = logits.astype(jnp.float32)
     if not deterministic:
         scores = scores + jax.random.gumbel(key, logits.shape, dtype=jnp.float32)
@@ -82,6 +97,7 @@ def sample(key: jax.Array, logits: jax.Array, mask: jax.Array, deterministic: bo
 
 def normalized_entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
     """H / max(ln n_valid, 1e-8) over the valid entries, `[...]`; exactly 0 with one valid action."""
+    assert_head(logits, mask)
     lp = log_probs(logits, mask)
     p = jnp.exp(lp)
     entropy = -jnp.sum(jnp.where(mask, p * lp, 0.0), axis=-1)
@@ -93,6 +109,7 @@ def normalized_entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
 
 def row_is_valid(logits: jax.Array, mask: jax.Array) -> jax.Array:
     """Jittable: True per row iff the row has an allowed entry and every logit is finite."""
+    assert_head(logits, mask)
     return jnp.any(mask, axis=-1) & jnp.all(jnp.isfinite(logits), axis=-1)
 
 
@@ -101,12 +118,21 @@ def row_is_valid(logits: jax.Array, mask: jax.Array) -> jax.Array:
 # ------------------------------------------------------------------------------------------
 
 
+def assert_heads(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> None:
+    """One `check_head` per head, the heads sharing their leading axes."""
+    assert len(logits) == len(masks), f"{len(logits)} heads of logits, {len(masks)} of masks"
+    for lg, m in zip(logits, masks):
+        assert_head(lg, m)
+    chex.assert_equal_shape_prefix(list(logits), jnp.ndim(logits[0]) - 1)
+
+
 def pad_heads(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> tuple[jax.Array, jax.Array]:
     """Stack the heads into `[..., 4, n_max]` logits and masks; padding entries are masked out.
 
     A padded entry gets probability exactly 0 (its −1e4 logit underflows), so every per-head
     quantity computed on the stack equals the one computed head by head, with a quarter of the ops.
     """
+    assert_heads(logits, masks)
     n_max = max(lg.shape[-1] for lg in logits)
 
     def pad(x, value):
@@ -121,6 +147,7 @@ def sample_heads(
     key: jax.Array, logits: Sequence[jax.Array], masks: Sequence[jax.Array], deterministic: bool = False
 ) -> tuple[jax.Array, jax.Array]:
     """Sample every head independently: (actions int32 `[..., 4]`, log-probs `[..., 4]`)."""
+    assert_heads(logits, masks)
     stacked, stacked_mask = pad_heads(logits, masks)
     actions = sample(key, stacked, stacked_mask, deterministic)
     return actions, masked_log_prob(stacked, stacked_mask, actions)
@@ -128,16 +155,20 @@ def sample_heads(
 
 def heads_log_prob(logits: Sequence[jax.Array], masks: Sequence[jax.Array], actions: jax.Array) -> jax.Array:
     """Per-head log-probs `[..., 4]` of the taken `actions [..., 4]`."""
+    assert_heads(logits, masks)
+    chex.assert_shape(actions, jnp.shape(logits[0])[:-1] + (len(logits),))
     return masked_log_prob(*pad_heads(logits, masks), actions)
 
 
 def heads_entropy(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> jax.Array:
     """Per-head normalised entropies `[..., 4]`."""
+    assert_heads(logits, masks)
     return normalized_entropy(*pad_heads(logits, masks))
 
 
 def heads_valid(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> jax.Array:
     """Jittable: True per row iff every head's row is valid (`row_is_valid`), `[...]`."""
+    assert_heads(logits, masks)
     return jnp.all(row_is_valid(*pad_heads(logits, masks)), axis=-1)
 
 
@@ -149,6 +180,7 @@ def heads_valid(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> jax.
 def causal_masks(op: jax.Array) -> jax.Array:
     """m_h from the taken op, bool `[..., 4]`: slot unless WAIT; blueprint, blend on GERMINATE; op always."""
     op = jnp.asarray(op)
+    chex.assert_type(op, int)
     slot = op != C.LifecycleOp.WAIT
     germinate = op == C.LifecycleOp.GERMINATE
     return jnp.stack([slot, germinate, germinate, jnp.ones_like(slot)], axis=-1)
@@ -156,6 +188,8 @@ def causal_masks(op: jax.Array) -> jax.Array:
 
 def causal_advantages(advantages: jax.Array, op: jax.Array) -> jax.Array:
     """Per-head advantages A_h = A·m_h, `[..., 4]` in head order."""
+    chex.assert_type(advantages, float)
+    chex.assert_equal_shape([advantages, op])
     return jnp.where(causal_masks(op), advantages[..., None], jnp.zeros_like(advantages)[..., None])
 
 

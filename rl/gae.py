@@ -12,13 +12,16 @@ valid ones: the last valid step of a row is the one whose successor is invalid (
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 
 
 def valid_mask(step_count: jax.Array, num_steps: int) -> jax.Array:
     """valid[..., t] = t < step_count[...], bool `[..., T]`."""
-    return jnp.arange(num_steps) < jnp.asarray(step_count)[..., None]
+    step_count = jnp.asarray(step_count)
+    chex.assert_type(step_count, int)
+    return jnp.arange(num_steps) < step_count[..., None]
 
 
 def _next_state_terms(values, dones, truncated, bootstrap, valid):
@@ -52,6 +55,8 @@ def gae(
     truncated = jnp.asarray(truncated, bool)
     bootstrap = jnp.asarray(bootstrap, jnp.float32)
     valid = jnp.ones(rewards.shape, bool) if valid is None else jnp.asarray(valid, bool)
+    chex.assert_rank(rewards, {1, 2, 3})
+    chex.assert_equal_shape([rewards, values, dones, truncated, bootstrap, valid])
 
     v_next, nnt, terminal = _next_state_terms(values, dones, truncated, bootstrap, valid)
     deltas = rewards + gamma * v_next * nnt - values

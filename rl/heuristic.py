@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Sequence
 
+import chex
 import jax
 import jax.numpy as jnp
 
 from esper_fx import contracts as C
 from rl.config import check_rotation, default_rotation
+from rl.signals import assert_signals
 
 Signals = Mapping[str, jax.Array]
 
@@ -111,8 +113,20 @@ class Decision(NamedTuple):
     blueprint: jax.Array
 
 
+def assert_state(state: HeuristicState, n_envs: int | None = None) -> None:
+    """penalties `[E, B]` float, the other fields `[E]` int."""
+    e = state.penalties.shape[0] if n_envs is None else n_envs
+    chex.assert_rank(state.penalties, 2)
+    chex.assert_shape(state.penalties, (e, state.penalties.shape[1]))
+    chex.assert_shape([state.rotation_index, state.germination_count, state.last_cull_epoch,
+                       state.last_decay_epoch], (e,))
+    chex.assert_type([state.penalties, state.rotation_index], [float, int])
+
+
 def decay_penalties(state: HeuristicState, epoch: jax.Array, params: HeuristicParams) -> HeuristicState:
     """Rule 1: once per new epoch, penalties ×decay and entries below 0.1 are deleted."""
+    assert_state(state)
+    chex.assert_shape(epoch, state.rotation_index.shape)
     due = epoch > state.last_decay_epoch
     decayed = state.penalties * params.blueprint_penalty_decay
     decayed = jnp.where(decayed < PENALTY_DELETE_BELOW, 0.0, decayed)
@@ -124,6 +138,8 @@ def decay_penalties(state: HeuristicState, epoch: jax.Array, params: HeuristicPa
 
 def next_blueprint(penalties: jax.Array, rotation_index: jax.Array, params: HeuristicParams):
     """§13.3: (menu index [E], new rotation index [E]) for the next germination."""
+    chex.assert_rank([penalties, rotation_index], [2, 1])
+    chex.assert_axis_dimension(penalties, 0, rotation_index.shape[0])
     rotation = jnp.asarray(params.rotation, jnp.int32)
     n = rotation.shape[0]
     positions = (rotation_index[:, None] + jnp.arange(n)[None, :]) % n  # attempt order
@@ -144,6 +160,7 @@ def _first(mask: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def germination(state: HeuristicState, signals: Signals, params: HeuristicParams):
     """Rule 2 (no live seed): (Decision, new rotation index)."""
+    assert_state(state, assert_signals(signals)[0])
     epoch = jnp.asarray(signals["epoch"], jnp.int32)
     enabled = jnp.asarray(signals["slot_enabled"], bool)
     empty = enabled & ~jnp.asarray(signals["slot_occupied"], bool)
@@ -164,6 +181,7 @@ def germination(state: HeuristicState, signals: Signals, params: HeuristicParams
 
 def live_seeds(signals: Signals) -> jax.Array:
     """[E, S] bool: an enabled slot holding a seed that is not FOSSILIZED."""
+    assert_signals(signals)
     occupied = jnp.asarray(signals["slot_occupied"], bool) & jnp.asarray(signals["slot_enabled"], bool)
     return occupied & (jnp.asarray(signals["slot_stage"]) != _FOSSILIZED)
 
@@ -182,6 +200,7 @@ def _probation_op(signals: Signals, params: HeuristicParams) -> jax.Array:
 
 def management(signals: Signals, params: HeuristicParams) -> Decision:
     """Rule 3 (live seeds): the first live seed in canonical order that matches a rule decides."""
+    assert_signals(signals)
     live = live_seeds(signals)
     stage = jnp.asarray(signals["slot_stage"])
     eis = jnp.asarray(signals["slot_eis"])
@@ -201,6 +220,8 @@ def management(signals: Signals, params: HeuristicParams) -> Decision:
 def record_culls(state: HeuristicState, decision: Decision, signals: Signals,
                  params: HeuristicParams) -> HeuristicState:
     """Rule 4: a CULL decision starts the embargo and penalises the culled seed's blueprint."""
+    assert_state(state, assert_signals(signals)[0])
+    chex.assert_equal_shape([*decision, state.rotation_index])
     epoch = jnp.asarray(signals["epoch"], jnp.int32)
     cull = decision.op == _CULL
     blueprint = jnp.take_along_axis(jnp.asarray(signals["slot_blueprint"], jnp.int32),
@@ -219,6 +240,7 @@ def _select(take_first: jax.Array, a: Decision, b: Decision) -> Decision:
 
 def decide(state: HeuristicState, signals: Signals, params: HeuristicParams):
     """One heuristic decision per env: (actions [E, 4] int32 in head order, new state)."""
+    assert_state(state, assert_signals(signals)[0])
     epoch = jnp.asarray(signals["epoch"], jnp.int32)
     state = decay_penalties(state, epoch, params)
     any_live = live_seeds(signals).any(axis=1)

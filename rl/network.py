@@ -17,6 +17,7 @@ import math
 from functools import partial
 from typing import NamedTuple
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -54,6 +55,8 @@ def _forget_bias_init(hidden_dim: int):
 def lstm_cell(w_h: jax.Array, carry: Carry, x_proj: jax.Array) -> tuple[Carry, jax.Array]:
     """One LSTM step given the input projection x·W_x + b `[E, 4H]`: gates (i, f, g, o)."""
     h, c = carry
+    chex.assert_equal_shape([h, c])
+    chex.assert_shape(x_proj, h.shape[:-1] + (4 * h.shape[-1],))
     i, f, g, o = jnp.split(x_proj + h @ w_h, 4, axis=-1)
     c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
     h = jax.nn.sigmoid(o) * jnp.tanh(c)
@@ -141,6 +144,8 @@ class ActorCritic(nn.Module):
         resets: jax.Array | None = None,
     ) -> tuple[PolicyOutput, Carry]:
         """obs `[E, L, D]` → (PolicyOutput with `[E, L, ·]` logits and `[E, L]` value, new carry)."""
+        chex.assert_rank(obs, 3)
+        chex.assert_type(obs, float)
         x = nn.relu(self.feature_norm(self.feature(obs)))
         if self.recurrent:
             if resets is None:
@@ -158,6 +163,7 @@ class ActorCritic(nn.Module):
 
     def step(self, obs: jax.Array, carry: Carry, masks: dist.Masks | None = None) -> tuple[PolicyOutput, Carry]:
         """One step for acting: obs `[E, D]` → PolicyOutput with `[E, n]` logits and `[E]` value."""
+        chex.assert_rank(obs, 2)
         out, carry = self(obs[:, None, :], carry, None if masks is None else _add_time(masks))
         return jax.tree.map(lambda a: a[:, 0], out), carry
 

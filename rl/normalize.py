@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import chex
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -55,8 +56,10 @@ class RunningMeanStd:
 
         A batch with no (unmasked) rows returns the state unchanged.
         """
+        chex.assert_equal_shape_suffix([jnp.asarray(batch), self.mean], self.mean.ndim)
         x = jnp.asarray(batch, jnp.float32).reshape((-1,) + self.mean.shape)
         w = jnp.ones(x.shape[:1], jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32).reshape(-1)
+        chex.assert_shape(w, x.shape[:1])
         n = jnp.sum(w)
         wx = w.reshape((-1,) + (1,) * self.mean.ndim)
         mu_b = jnp.sum(wx * x, axis=0) / jnp.maximum(n, 1.0)
@@ -78,6 +81,7 @@ class RunningMeanStd:
 
     def normalize(self, x: jax.Array, clip: float = OBS_NORM_CLIP) -> jax.Array:
         """clip((x − mean)/√(var + eps), −clip, clip)."""
+        chex.assert_equal_shape_suffix([jnp.asarray(x), self.mean], self.mean.ndim)
         z = (jnp.asarray(x, jnp.float32) - self.mean) / jnp.sqrt(self.var + self.eps)
         return jnp.clip(z, -clip, clip)
 
@@ -113,14 +117,17 @@ class RewardNormalizer:
 
     def normalize_only(self, rewards: jax.Array) -> jax.Array:
         """Scale rewards (any shape) with the current statistics, without updating them."""
+        chex.assert_type(jnp.asarray(rewards), float)
         return self._scale(jnp.asarray(rewards, jnp.float32), self.count, self.m2)
 
     def update_and_normalize(
         self, rewards: jax.Array, mask: jax.Array | None = None
     ) -> tuple["RewardNormalizer", jax.Array]:
         """Process a 1-D sequence in order; entries with `mask` False are scaled without an update."""
+        chex.assert_type(jnp.asarray(rewards), float)
         r = jnp.asarray(rewards, jnp.float32).reshape(-1)
         m = jnp.ones(r.shape, bool) if mask is None else jnp.asarray(mask, bool).reshape(-1)
+        chex.assert_equal_shape([r, m])
 
         def body(stats, inputs):
             count, mean, m2 = stats

@@ -18,6 +18,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, NamedTuple
 
+import chex
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -113,6 +114,7 @@ def init_train_state(key: jax.Array, network: ActorCritic, obs_dim: int, cfg: PP
 
 def entropy_coefficient(cfg: PPOConfig, n_envs: int, train_steps: jax.Array) -> jax.Array:
     """β for the given number of completed updates (§11.8, `rl.config.entropy_coefficient`), a jnp scalar."""
+    chex.assert_rank(train_steps, 0)
     steps = jnp.asarray(train_steps, jnp.float32)
     return jnp.asarray(entropy_schedule(cfg, n_envs, steps, jnp.minimum, jnp.maximum), jnp.float32)
 
@@ -139,6 +141,8 @@ class Evaluation(NamedTuple):
 @partial(jax.jit, static_argnames=("network", "deterministic"))
 def policy_step(network, params, obs, masks, carry, key, deterministic: bool = False) -> ActOutput:
     """One acting step with explicit network and params; obs are already normalised `[E, D]`."""
+    chex.assert_rank(obs, 2)
+    chex.assert_equal_shape_prefix([obs, *masks], 1)
     out, new_carry = network.apply({"params": params}, obs, carry, method=network.step)
     ok = dist.heads_valid(out.logits, masks)
     actions, log_probs = dist.sample_heads(key, out.logits, masks, deterministic)
@@ -147,6 +151,7 @@ def policy_step(network, params, obs, masks, carry, key, deterministic: bool = F
 
 def act(state: TrainState, obs, masks: dist.Masks, carry: Carry, key, deterministic: bool = False) -> ActOutput:
     """One policy step (no gradients): per-head actions and log-probs, value, new carry, validity."""
+    chex.assert_rank(obs, 2)
     return policy_step(state.network, state.params, obs, masks, carry, key, deterministic)
 
 
@@ -158,11 +163,14 @@ def _value(network, params, obs, carry) -> jax.Array:
 
 def value(state: TrainState, obs, carry: Carry) -> jax.Array:
     """V(s) `[E]` for normalised obs `[E, D]` from `carry` (the truncation bootstrap)."""
+    chex.assert_rank(obs, 2)
     return _value(state.network, state.params, obs, carry)
 
 
 def evaluate(network: ActorCritic, params, obs, actions, masks: dist.Masks, carry0: Carry, resets=None) -> Evaluation:
     """Re-run whole sequences `[E, L, D]` from `carry0`: per-head log-probs, values, entropies."""
+    chex.assert_rank(obs, 3)
+    chex.assert_shape(actions, obs.shape[:2] + (4,))
     out, _ = network.apply({"params": params}, obs, carry0, resets=resets)
     return Evaluation(
         dist.heads_log_prob(out.logits, masks, actions),
@@ -186,6 +194,8 @@ def _masked_mean_var(x: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Arr
 
 def normalize_advantages(adv: jax.Array, valid: jax.Array) -> jax.Array:
     """(A − mean)/(std + 1e-8) over valid steps, unbiased std; std = 1 with one transition [fix]."""
+    chex.assert_equal_shape([adv, valid])
+    chex.assert_type([adv, valid], [float, bool])
     n, mean, var = _masked_mean_var(adv, valid)
     std = jnp.where(n > 1, jnp.sqrt(var), 1.0)
     return jnp.where(valid, (adv - mean) / (std + ADV_EPS), 0.0)
@@ -193,6 +203,8 @@ def normalize_advantages(adv: jax.Array, valid: jax.Array) -> jax.Array:
 
 def explained_variance(returns: jax.Array, values: jax.Array, valid: jax.Array) -> jax.Array:
     """1 − Var(R − V)/Var(R) over valid steps (unbiased); 0 if Var(R) ≤ 1e-8 or fewer than 2 steps."""
+    chex.assert_equal_shape([returns, values, valid])
+    chex.assert_type([returns, values, valid], [float, float, bool])
     n, _, var_r = _masked_mean_var(returns, valid)
     _, _, var_d = _masked_mean_var(returns - values, valid)
     ok = (n >= 2) & (var_r > EV_MIN_VAR)
@@ -220,6 +232,8 @@ class Batch(NamedTuple):
 
 def head_weights(actions: jax.Array, valid: jax.Array) -> jax.Array:
     """m_h ∧ valid, bool `[..., 4]`: the causal relevance of each head at each valid step."""
+    chex.assert_shape(actions, jnp.shape(valid) + (4,))
+    chex.assert_type([actions, valid], [int, bool])
     return dist.causal_masks(actions[..., C.HEAD_OP]) & valid[..., None]
 
 
@@ -228,8 +242,17 @@ def _head_counts(m: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.sum(m, axis=tuple(range(m.ndim - 1))), 1).astype(jnp.float32)
 
 
+def _check_per_head(per_head: jax.Array, m: jax.Array) -> None:
+    """A per-head quantity `[..., 4]` (float) and its causal mask of the same shape (bool)."""
+    chex.assert_equal_shape([per_head, m])
+    chex.assert_axis_dimension(per_head, -1, 4)
+    chex.assert_type([per_head, m], [float, bool])
+
+
 def policy_loss(log_ratio: jax.Array, adv: jax.Array, m: jax.Array, clip_ratio: float) -> tuple[jax.Array, jax.Array]:
     """(Σ_h L_h, L_h `[4]`) with L_h = −(1/n_h)·Σ m_h·min(r·A_h, clip(r, 1±ε)·A_h)."""
+    _check_per_head(log_ratio, m)
+    chex.assert_shape(adv, log_ratio.shape[:-1])
     ratio = jnp.exp(log_ratio)
     adv_h = jnp.where(m, adv[..., None], 0.0)
     surr = jnp.minimum(ratio * adv_h, jnp.clip(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio) * adv_h)
@@ -241,6 +264,8 @@ def policy_loss(log_ratio: jax.Array, adv: jax.Array, m: jax.Array, clip_ratio: 
 def value_loss(values, old_values, returns, valid, clip_value: bool = PPOConfig.clip_value,
                value_clip: float = PPOConfig.value_clip):
     """0.5·mean max((v−R)², (v_c−R)²) with v_c = v_old + clip(v − v_old, ±clip); or mean (v−R)²."""
+    chex.assert_equal_shape([values, old_values, returns, valid])
+    chex.assert_type([values, old_values, returns, valid], [float, float, float, bool])
     n = jnp.maximum(jnp.sum(valid), 1)
     sq = (values - returns) ** 2
     if clip_value:
@@ -251,6 +276,7 @@ def value_loss(values, old_values, returns, valid, clip_value: bool = PPOConfig.
 
 def entropy_bonus(entropy: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(L_ent = −Σ_h E_h, E_h `[4]`) with E_h = (1/n_h)·Σ m_h·H_norm,h."""
+    _check_per_head(entropy, m)
     axes = tuple(range(m.ndim - 1))
     per_head = jnp.sum(jnp.where(m, entropy, 0.0), axis=axes) / _head_counts(m)
     return -jnp.sum(per_head), per_head
@@ -258,12 +284,16 @@ def entropy_bonus(entropy: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Arra
 
 def approx_kl(log_ratio: jax.Array, m: jax.Array, valid: jax.Array) -> jax.Array:
     """(1/N)·Σ_h Σ_t m_h·((r − 1) − ln r), the KL3 estimator of KL(old‖new)."""
+    _check_per_head(log_ratio, m)
+    chex.assert_shape(valid, log_ratio.shape[:-1])
     k3 = jnp.expm1(log_ratio) - log_ratio
     return jnp.sum(jnp.where(m, k3, 0.0)) / jnp.maximum(jnp.sum(valid), 1)
 
 
 def op_ratio_stats(log_ratio_op: jax.Array, valid: jax.Array, clip_ratio: float) -> dict[str, jax.Array]:
     """clip_fraction (|r_op − 1| > ε) and ratio mean / max / min over valid steps, op head only."""
+    chex.assert_type([log_ratio_op, valid], [float, bool])
+    chex.assert_is_broadcastable(jnp.shape(log_ratio_op), jnp.shape(valid))
     r = jnp.exp(log_ratio_op)
     n = jnp.maximum(jnp.sum(valid), 1)
     return {
@@ -276,6 +306,8 @@ def op_ratio_stats(log_ratio_op: jax.Array, valid: jax.Array, clip_ratio: float)
 
 def loss_from_evaluation(ev: Evaluation, batch: Batch, beta, cfg: PPOConfig) -> tuple[jax.Array, dict]:
     """Total loss L = L_pol + value_coef·L_V + β·L_ent, and its diagnostics, from re-run outputs."""
+    chex.assert_equal_shape([ev.log_probs, batch.old_log_probs, ev.entropy])
+    chex.assert_equal_shape([ev.values, batch.old_values, batch.returns, batch.advantages, batch.valid])
     m = head_weights(batch.actions, batch.valid)
     log_ratio = jnp.where(m, ev.log_probs - batch.old_log_probs, 0.0)
     l_pol, pol_h = policy_loss(log_ratio, batch.advantages, m, cfg.clip_ratio)
@@ -293,6 +325,7 @@ def loss_from_evaluation(ev: Evaluation, batch: Batch, beta, cfg: PPOConfig) -> 
 
 def ppo_loss(params, network: ActorCritic, batch: Batch, beta, cfg: PPOConfig) -> tuple[jax.Array, dict]:
     """The §11.6 loss of a minibatch under `params` (re-running its sequences from carry0)."""
+    chex.assert_rank(batch.obs, 3)
     ev = evaluate(network, params, batch.obs, batch.actions, batch.masks, batch.carry0)
     return loss_from_evaluation(ev, batch, beta, cfg)
 
@@ -300,12 +333,15 @@ def ppo_loss(params, network: ActorCritic, batch: Batch, beta, cfg: PPOConfig) -
 def flat_grad_norms(flat_grads: jax.Array, segments: np.ndarray) -> dict[str, jax.Array]:
     """Global and per-head L2 norms (before clipping) of a raveled gradient; `segments` from
     `param_segments`. grad_norm_per_head is `[5]`: slot, blueprint, blend, op heads, value head."""
+    chex.assert_rank(flat_grads, 1)
+    chex.assert_equal_shape([flat_grads, segments])
     per_module = jax.ops.segment_sum(flat_grads**2, segments, num_segments=len(METRIC_HEADS) + 1)
     return {"grad_norm": jnp.sqrt(jnp.sum(per_module)), "grad_norm_per_head": jnp.sqrt(per_module[:-1])}
 
 
 def named_metrics(metrics: dict) -> dict:
     """Expand the `*_per_head` arrays into one scalar per head (`entropy_slot`, `grad_norm_value`, …)."""
+    chex.assert_rank([v for k, v in metrics.items() if k.endswith("_per_head")], 1)
     out = {k: v for k, v in metrics.items() if not k.endswith("_per_head")}
     for key, names in (("entropy_per_head", C.ACTION_HEADS), ("policy_loss_per_head", C.ACTION_HEADS),
                        ("grad_norm_per_head", METRIC_HEADS)):
@@ -335,6 +371,8 @@ def _sanitize_invalid_steps(batch: Batch) -> Batch:
 
 def build_training_data(rollout: Rollout, cfg: PPOConfig) -> tuple[Batch, dict]:
     """Full-buffer Batch `[E, T]` with normalised advantages, and the pre-update statistics."""
+    chex.assert_rank([rollout.obs, rollout.rewards], [3, 2])
+    chex.assert_equal_shape([rollout.rewards, rollout.values, rollout.dones, rollout.truncated, rollout.bootstrap])
     valid = rollout.valid
     adv, ret = gae(rollout.rewards, rollout.values, rollout.dones, rollout.truncated, rollout.bootstrap,
                    cfg.gamma, cfg.gae_lambda, valid)
@@ -351,6 +389,8 @@ def build_training_data(rollout: Rollout, cfg: PPOConfig) -> tuple[Batch, dict]:
 
 def env_permutations(key: jax.Array, env_valid: jax.Array, update_epochs: int) -> jax.Array:
     """One permutation per epoch `[U, E]`: valid envs first, in random order (key folded with u)."""
+    chex.assert_rank(env_valid, 1)
+    chex.assert_type(env_valid, bool)
     def perm(u):
         noise = jax.random.uniform(jax.random.fold_in(key, u), env_valid.shape)
         return jnp.argsort(jnp.where(env_valid, noise, 2.0))
@@ -362,6 +402,8 @@ def group_rows(perm: jax.Array, n_valid_envs: jax.Array, group: jax.Array, num_m
 
     Returns (env indices `[G]`, row used `[G]`) with static G = ceil(E/M) ≥ every group's size.
     """
+    chex.assert_rank([perm, n_valid_envs, group], [1, 0, 0])
+    chex.assert_type(perm, int)
     n_envs = perm.shape[0]
     size_max = -(-n_envs // num_minibatches)
     m_eff = jnp.maximum(jnp.minimum(num_minibatches, n_valid_envs), 1)
@@ -373,6 +415,9 @@ def group_rows(perm: jax.Array, n_valid_envs: jax.Array, group: jax.Array, num_m
 
 
 def gather_group(data: Batch, idx: jax.Array, rows_ok: jax.Array) -> Batch:
+    """The rows `idx [G]` of every field; rows with `rows_ok` False count as invalid."""
+    chex.assert_rank(idx, 1)
+    chex.assert_equal_shape([idx, rows_ok])
     batch = jax.tree.map(lambda x: x[idx], data)
     return batch._replace(valid=batch.valid & rows_ok[:, None])
 
@@ -484,6 +529,7 @@ def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
     early_stopped, nonfinite_skipped, n_steps_taken and skipped (no valid transition: nothing changed).
     `esper_fx.history.metrics_to_python` turns them into Python values.
     """
+    chex.assert_rank([state.train_steps, rollout.obs, rollout.step_count], [0, 3, 1])
     data, stats = build_training_data(rollout, cfg)
     skipped = stats["n_transitions"] == 0
     beta = entropy_coefficient(cfg, n_envs, state.train_steps)

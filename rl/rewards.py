@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 
 from esper_fx import contracts as C
+from rl.signals import assert_signals
 from rl.config import PPOConfig, RewardSettings, reward_fn_name
 
 Signals = Mapping[str, jax.Array]
@@ -210,6 +212,8 @@ def _at(values: jax.Array, slot: jax.Array) -> jax.Array:
 
 
 def target_view(signals: Signals, actions: jax.Array) -> Target:
+    """The sampled slot's seed, gathered from the per-slot signals."""
+    assert_signals(signals, actions)
     slot = jnp.asarray(actions)[:, C.HEAD_SLOT].astype(jnp.int32)
     seed = _at(signals["slot_occupied"], slot).astype(bool)
     f32 = lambda name: _at(signals[name], slot).astype(jnp.float32)  # noqa: E731
@@ -234,6 +238,12 @@ def _op(actions: jax.Array) -> jax.Array:
 
 def _f32(signals: Signals, name: str) -> jax.Array:
     return jnp.asarray(signals[name]).astype(jnp.float32)
+
+
+def _check_target(t: Target, *per_env: jax.Array) -> None:
+    """Every field of the target and every other per-env input `[E]`."""
+    chex.assert_rank(t.slot, 1)
+    chex.assert_equal_shape([*t, *per_env])
 
 
 def _is_terminal(signals: Signals) -> jax.Array:
@@ -273,6 +283,7 @@ def _measured_attribution(t: Target, val_acc: jax.Array, cfg: RewardConfig) -> j
 
 def attribution(t: Target, op: jax.Array, signals: Signals, cfg: RewardConfig) -> jax.Array:
     """(1) Bounded attribution B, sign-inverted for CULL."""
+    _check_target(t, op)
     fossil = t.seed & (t.stage == _FOSSILIZED)
     live = t.seed & ~fossil
     acc_delta = _f32(signals, "acc_delta")
@@ -285,6 +296,7 @@ def attribution(t: Target, op: jax.Array, signals: Signals, cfg: RewardConfig) -
 
 def blending_warning(t: Target, cfg: RewardConfig) -> jax.Array:
     """(2) A BLENDING seed that made the host worse."""
+    _check_target(t)
     warn = cfg.blending_warning_base - jnp.minimum(cfg.blending_warning_per_epoch * t.eis,
                                                     cfg.blending_warning_max)
     return jnp.where(t.seed & (t.stage == _BLENDING) & (t.improvement < 0), warn, 0.0)
@@ -292,6 +304,7 @@ def blending_warning(t: Target, cfg: RewardConfig) -> jax.Array:
 
 def probation_indecision(t: Target, op: jax.Array, b: jax.Array, cfg: RewardConfig) -> jax.Array:
     """(3) WAITing on a valuable PROBATIONARY seed: −1, −3, −9, then −10."""
+    _check_target(t, op, b)
     exponent = jnp.minimum(t.eis - cfg.probation_grace_epochs, 32.0)
     penalty = jnp.maximum(-jnp.power(cfg.probation_base, exponent), -cfg.probation_max_penalty)
     applies = (t.seed & (t.stage == _PROBATIONARY) & (op == _OP_WAIT)
@@ -301,6 +314,7 @@ def probation_indecision(t: Target, op: jax.Array, b: jax.Array, cfg: RewardConf
 
 def stage_potential(stage: jax.Array, cfg: RewardConfig) -> jax.Array:
     """Φ_stage of §12.4 (0 for every stage outside the table)."""
+    chex.assert_type(stage, int)
     table = jnp.asarray(cfg.stage_potentials, jnp.float32)
     idx = jnp.asarray(stage, jnp.int32)
     in_range = (idx >= 0) & (idx < table.shape[0])
@@ -309,12 +323,15 @@ def stage_potential(stage: jax.Array, cfg: RewardConfig) -> jax.Array:
 
 def potential(stage: jax.Array, eis: jax.Array, cfg: RewardConfig) -> jax.Array:
     """φ(stage, eis) = Φ_stage + min(0.3·eis, 2.0)."""
+    chex.assert_is_broadcastable(jnp.shape(eis), jnp.shape(stage))
     bonus = jnp.minimum(cfg.eis_potential_scale * jnp.asarray(eis, jnp.float32), cfg.eis_potential_max)
     return stage_potential(stage, cfg) + bonus
 
 
 def pbrs(t: Target, phi_prev: jax.Array, cfg: RewardConfig) -> tuple[jax.Array, jax.Array]:
     """(4) Telescoping stage shaping [fix]: (payment [E], φ_now [E])."""
+    _check_target(t)
+    chex.assert_rank(phi_prev, 2)
     phi_now = potential(t.stage, t.eis, cfg)
     last = _at(phi_prev, t.slot)
     payment = cfg.pbrs_weight * (cfg.gamma * phi_now - last)
@@ -323,6 +340,7 @@ def pbrs(t: Target, phi_prev: jax.Array, cfg: RewardConfig) -> tuple[jax.Array, 
 
 def rent(total_params: jax.Array, host_params: jax.Array, weight: Any, cap: Any) -> jax.Array:
     """−min(weight·ln(1 + total/host), cap) when both counts are positive, else 0."""
+    chex.assert_equal_shape([total_params, host_params])
     applies = (host_params > 0) & (total_params > 0)
     ratio = total_params / jnp.where(applies, host_params, 1.0)
     return jnp.where(applies, -jnp.minimum(weight * jnp.log1p(jnp.maximum(ratio, 0.0)), cap), 0.0)
@@ -330,6 +348,7 @@ def rent(total_params: jax.Array, host_params: jax.Array, weight: Any, cap: Any)
 
 def fossilize_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
     """§12.5 fossilize shaping, before the op cost (first matching rule)."""
+    _check_target(t)
     i, c = t.improvement, t.c
     ransomware = t.c_valid & (c > cfg.fossilize_ransomware_contribution) & (i < cfg.fossilize_ransomware_improvement)
     regression = (cfg.fossilize_regression_base
@@ -345,6 +364,7 @@ def fossilize_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
 
 def cull_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
     """§12.5 cull shaping, before the op cost (first matching rule)."""
+    _check_target(t)
     c = t.c
     good_seed = jnp.maximum(cfg.cull_good_seed_penalty - cfg.cull_good_seed_scale * c, cfg.cull_max_penalty)
     by_c = jnp.where(c < cfg.cull_hurting_threshold, cfg.cull_hurting_bonus,
@@ -358,11 +378,13 @@ def cull_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
 
 def germination_bonus(cfg: RewardConfig) -> jax.Array:
     """+0.3·γ·Φ(GERMINATED): the PBRS step empty -> germinated, paid in action shaping."""
+    chex.assert_rank(jnp.asarray(cfg.pbrs_weight), 0)
     return cfg.pbrs_weight * cfg.gamma * stage_potential(jnp.int32(_GERMINATED), cfg)
 
 
 def action_shaping(t: Target, op: jax.Array, cfg: RewardConfig) -> jax.Array:
     """(6) Per-op shaping including the op cost (WAIT: 0)."""
+    _check_target(t, op)
     germinate = jnp.where(t.seed, cfg.germinate_with_seed_penalty, germination_bonus(cfg)) + cfg.germinate_cost
     fossilize = fossilize_shaping(t, cfg) + cfg.fossilize_cost
     cull = cull_shaping(t, cfg) + cfg.cull_cost
@@ -372,6 +394,7 @@ def action_shaping(t: Target, op: jax.Array, cfg: RewardConfig) -> jax.Array:
 
 def contribution_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
     """(7) At t == T: 0.05·val_acc + 3.0·num_contributing_fossilized."""
+    assert_signals(signals)
     bonus = (cfg.terminal_acc_weight * _f32(signals, "val_acc")
              + cfg.fossilize_terminal_scale * _f32(signals, "num_contributing_fossilized"))
     return jnp.where(_is_terminal(signals), bonus, 0.0)
@@ -379,6 +402,7 @@ def contribution_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
 
 def loop_terms(signals: Signals, cfg: RewardConfig) -> dict[str, jax.Array]:
     """§12.8: −10 on a panicking step, plus the pending auto-cull penalty of the previous step."""
+    assert_signals(signals)
     panic = jnp.asarray(signals["panic"]).astype(bool)
     return {
         "governor": jnp.where(panic, cfg.governor_punishment, 0.0).astype(jnp.float32),
@@ -394,6 +418,8 @@ def next_phi_prev(signals: Signals, t: Target, op: jax.Array, phi_prev: jax.Arra
     (a CULL of a non-fossil always succeeds and empties the slot: 0). GERMINATE into an empty target
     stores Φ(GERMINATED) = 1.0, the potential its entry bonus paid for.
     """
+    _check_target(t, op, phi_now)
+    chex.assert_equal_shape([phi_prev, signals["slot_occupied"]])
     occupied = jnp.asarray(signals["slot_occupied"]).astype(bool)
     phi = jnp.where(occupied, phi_prev, 0.0).astype(jnp.float32)
     culled = (op == _OP_CULL) & (t.stage != _FOSSILIZED)
@@ -402,6 +428,11 @@ def next_phi_prev(signals: Signals, t: Target, op: jax.Array, phi_prev: jax.Arra
     value = jnp.where(t.seed, seeded, germinated).astype(jnp.float32)
     rows = jnp.arange(phi.shape[0])
     return phi.at[rows, jnp.clip(t.slot, 0, phi.shape[1] - 1)].set(value)
+
+
+def _check_inputs(signals: Signals, actions: jax.Array, reward_state: RewardState) -> None:
+    """A reward function's inputs: the signals, actions int `[E, 4]`, the PBRS memory `[E, S]`."""
+    chex.assert_shape(reward_state.phi_prev, assert_signals(signals, actions))
 
 
 def _total(components: dict[str, jax.Array]) -> jax.Array:
@@ -418,6 +449,7 @@ def _finish(components: dict[str, jax.Array], state: RewardState):
 
 def shaped(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
     """The SHAPED contribution reward (§12.3) with telescoping PBRS and the loop-level terms."""
+    _check_inputs(signals, actions, reward_state)
     t, op = target_view(signals, actions), _op(actions)
     b = attribution(t, op, signals, config)
     pbrs_paid, phi_now = pbrs(t, reward_state.phi_prev, config)
@@ -443,6 +475,7 @@ def shaped(signals: Signals, actions: jax.Array, reward_state: RewardState, conf
 
 def sparse_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
     """scale·clip(host_max_acc/100 − w·total_params/budget, −1, 1) at t == T, else 0."""
+    assert_signals(signals)
     score = (_f32(signals, "host_max_acc") / 100.0
              - cfg.param_penalty_weight * (_f32(signals, "seed_params") / cfg.param_budget))
     value = cfg.sparse_reward_scale * jnp.clip(score, -1.0, 1.0)
@@ -451,12 +484,14 @@ def sparse_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
 
 def sparse(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
     """SPARSE (§12.6): the terminal score only, plus the loop-level terms. phi_prev is untouched."""
+    _check_inputs(signals, actions, reward_state)
     components = {"sparse": sparse_terminal(signals, config), **loop_terms(signals, config)}
     return _finish(components, reward_state)
 
 
 def minimal(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
     """MINIMAL (§12.6): SPARSE plus −0.1 for culling a seed younger than 5 epochs."""
+    _check_inputs(signals, actions, reward_state)
     t, op = target_view(signals, actions), _op(actions)
     early = (op == _OP_CULL) & t.seed & (t.age < config.early_cull_age)
     components = {
@@ -474,6 +509,7 @@ def minimal(signals: Signals, actions: jax.Array, reward_state: RewardState, con
 
 def loss_progress(signals: Signals, cfg: RewardConfig) -> jax.Array:
     """[fix] +5·x for x = clip(loss_delta/std, −5, 5), halved when x < 0; 0 when not finite."""
+    assert_signals(signals)
     delta = _f32(signals, "loss_delta")
     finite = jnp.isfinite(delta)
     x = jnp.clip(jnp.where(finite, delta, 0.0) / cfg.typical_loss_delta_std,
@@ -484,6 +520,7 @@ def loss_progress(signals: Signals, cfg: RewardConfig) -> jax.Array:
 
 def loss_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
     """At t == T: clip((baseline − val_loss)/(baseline − target), 0, 1)·weight (0 if val_loss is not finite)."""
+    assert_signals(signals)
     val_loss = _f32(signals, "val_loss")
     score = jnp.clip((cfg.baseline_loss - val_loss) / (cfg.baseline_loss - cfg.target_loss), 0.0, 1.0)
     applies = _is_terminal(signals) & jnp.isfinite(val_loss)
@@ -492,6 +529,7 @@ def loss_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
 
 def loss(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
     """The LOSS family (§12.7): progress, rent after a grace period, stage term, terminal."""
+    _check_inputs(signals, actions, reward_state)
     t = target_view(signals, actions)
     in_grace = t.seed & (t.age < config.grace_epochs)
     compute_rent = rent(_f32(signals, "seed_params"), _f32(signals, "host_params"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import chex
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -127,12 +128,22 @@ def _append(rollout: Rollout, t: jax.Array, step: StepData, active: jax.Array) -
 
 def append(rollout: Rollout, t, step: StepData, active: jax.Array | None = None) -> Rollout:
     """Store step `t` for every env where `active [E]` (default all). Pure; the work is jitted."""
+    _check_step(rollout, step)
     if not isinstance(t, jax.core.Tracer):
         t_int = int(t)
         if t_int >= rollout.max_steps or t_int < 0:
             raise _exceeded(t_int, rollout.max_steps)
     active = jnp.ones((rollout.n_envs,), bool) if active is None else jnp.asarray(active, bool)
     return _append(rollout, jnp.asarray(t, jnp.int32), step, active)
+
+
+def _check_step(rollout: Rollout, step: StepData) -> None:
+    e = rollout.n_envs
+    chex.assert_shape([step.obs, step.raw_obs], (e, rollout.obs.shape[-1]))
+    chex.assert_shape([step.actions, step.log_probs], (e, 4))
+    chex.assert_type(step.actions, int)
+    chex.assert_shape([step.values, step.rewards, step.raw_rewards, step.dones, step.truncated, step.bootstrap], (e,))
+    chex.assert_shape(list(step.masks), [(e, buf.shape[-1]) for buf in rollout.masks])
 
 
 def check_rollout(rollout: Rollout) -> None:
@@ -143,4 +154,5 @@ def check_rollout(rollout: Rollout) -> None:
 
 def discard_envs(rollout: Rollout, keep: jax.Array) -> Rollout:
     """Mark every step of the envs with `keep [E]` False as invalid (step_count 0)."""
+    chex.assert_shape(keep, rollout.step_count.shape)
     return rollout.replace(step_count=jnp.where(jnp.asarray(keep, bool), rollout.step_count, 0))
