@@ -64,20 +64,8 @@ class TaskSpec:
         return self.num_classes if self.kind == "classification" else self.vocab_size
 
 
-def _cifar10_host() -> nn.Module:
-    return CNNHost(num_classes=10, base_channels=8, n_blocks=3)
-
-
-def _cifar10_deep_host() -> nn.Module:
-    return CNNHost(num_classes=10, base_channels=8, n_blocks=5, pool_layers=5)
-
-
 def _tinystories_host() -> nn.Module:
-    return TransformerHost(vocab_size=50257, n_embd=384, n_head=6, n_layer=6, block_size=256, dropout=0.1)
-
-
-def _pytext_host() -> nn.Module:
-    return TransformerHost(vocab_size=256, n_embd=128, n_head=4, n_layer=3, block_size=128, dropout=0.1)
+    return TransformerHost()  # the class defaults are the TinyStories host
 
 
 _CNN_COMMON = dict(topology="cnn", kind="classification", max_epochs=25, max_train_batches=None,
@@ -88,16 +76,16 @@ _CNN_COMMON = dict(topology="cnn", kind="classification", max_epochs=25, max_tra
 PYTEXT_LR = 0.01
 
 _TASKS: dict[str, TaskSpec] = {
-    "cifar10": TaskSpec(name="cifar10", host_factory=_cifar10_host, batch_size=512, **_CNN_COMMON),
-    "cifar10_deep": TaskSpec(name="cifar10_deep", host_factory=_cifar10_deep_host, batch_size=128, **_CNN_COMMON),
-    "shapes10": TaskSpec(name="shapes10", host_factory=_cifar10_host, batch_size=512, **_CNN_COMMON),
+    "cifar10": TaskSpec(name="cifar10", host_factory=CNNHost.cifar10, batch_size=512, **_CNN_COMMON),
+    "cifar10_deep": TaskSpec(name="cifar10_deep", host_factory=CNNHost.cifar10_deep, batch_size=128, **_CNN_COMMON),
+    "shapes10": TaskSpec(name="shapes10", host_factory=CNNHost.cifar10, batch_size=512, **_CNN_COMMON),
     "tinystories": TaskSpec(
         name="tinystories", topology="transformer", kind="lm", host_factory=_tinystories_host,
         batch_size=32, max_epochs=50, max_train_batches=None, random_guess_loss=math.log(50257),
         vocab_size=50257, block_size=256,
     ),
     "pytext": TaskSpec(
-        name="pytext", topology="transformer", kind="lm", host_factory=_pytext_host,
+        name="pytext", topology="transformer", kind="lm", host_factory=TransformerHost.pytext,
         batch_size=16, max_epochs=25, max_train_batches=32, random_guess_loss=math.log(256),
         vocab_size=256, block_size=128, host_lr=PYTEXT_LR, seed_lr=PYTEXT_LR,
     ),

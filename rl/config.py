@@ -32,13 +32,19 @@ KL_STOP_FACTOR = 1.5  # an update stops above 1.5·target_kl
 ADAM_B1 = 0.9
 ADAM_B2 = 0.999
 
-# The network's fixed architecture (§10.1) and the masked logit (§9.2); here, without jax, because the
-# PyTorch reference controller of the benchmarks builds the same network.
+# The network's fixed architecture (§10.1), the masked logit (§9.2) and the numerical floors of the PPO
+# maths; here, without jax, because the PyTorch reference controller of the benchmarks (esper_fx.bench)
+# computes the same functions with the same numbers.
 FEATURE_DIM = 128
 HEAD_HIDDEN = 64
 LAYER_NORM_EPS = 1e-5
 LSTM_FORGET_BIAS = 2.0
+POLICY_OUT_GAIN = 0.01  # orthogonal init gain of the policy heads' output layers
+VALUE_OUT_GAIN = 1.0
 MASKED_LOGIT = -1e4  # finite in fp16 and bf16; exp() underflows to exactly 0
+ENTROPY_LOG_FLOOR = 1e-8  # the normalised entropy divides by max(ln n_valid, 1e-8)
+ADV_EPS = 1e-8  # advantage normalisation: (A − mean)/(std + 1e-8)
+EV_MIN_VAR = 1e-8  # explained variance is 0 when Var(R) <= 1e-8
 
 
 @dataclass(frozen=True)

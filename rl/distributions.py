@@ -21,9 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from esper_fx import contracts as C
-from rl.config import MASKED_LOGIT
+from rl.config import ENTROPY_LOG_FLOOR, MASKED_LOGIT
 
-ENTROPY_LOG_FLOOR = 1e-8
 
 
 class InvalidStateError(ValueError):

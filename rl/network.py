@@ -24,11 +24,17 @@ import jax.numpy as jnp
 
 from esper_fx import contracts as C
 from rl import distributions as dist
-from rl.config import FEATURE_DIM, HEAD_HIDDEN, LAYER_NORM_EPS, LSTM_FORGET_BIAS, PPOConfig
+from rl.config import (
+    FEATURE_DIM,
+    HEAD_HIDDEN,
+    LAYER_NORM_EPS,
+    LSTM_FORGET_BIAS,
+    POLICY_OUT_GAIN,
+    VALUE_OUT_GAIN,
+    PPOConfig,
+)
 
 SQRT2 = math.sqrt(2.0)
-POLICY_OUT_GAIN = 0.01
-VALUE_OUT_GAIN = 1.0
 
 Carry = tuple  # (h [E, H], c [E, H]) for the LSTM, () for the MLP
 

@@ -28,14 +28,12 @@ from jax.flatten_util import ravel_pytree
 
 from esper_fx import contracts as C
 from rl import distributions as dist
-from rl.config import ADAM_B1, ADAM_B2, PPOConfig
+from rl.config import ADAM_B1, ADAM_B2, ADV_EPS, EV_MIN_VAR, PPOConfig
 from rl.config import entropy_coefficient as entropy_schedule
 from rl.gae import gae
 from rl.network import HEAD_MODULES, VALUE_MODULE, ActorCritic, Carry, init_params
 from rl.rollout import Rollout
 
-ADV_EPS = 1e-8
-EV_MIN_VAR = 1e-8
 METRIC_HEADS = C.ACTION_HEADS + ("value",)
 
 

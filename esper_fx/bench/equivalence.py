@@ -32,7 +32,7 @@ def _max_abs(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
 
 
-def act_differences(pair: F.ControllerPair, seed: int, n_envs: int = 4) -> dict[str, float]:
+def act_differences(pair: F.ControllerPair, seed: int, n_envs: int = F.N_ENVS) -> dict[str, float]:
     """Max |JAX − torch| over one acting step through `rl.ppo.act` (the jitted path the benchmark times):
     the value, the new carry, and the per-head log-probs of the actions JAX sampled."""
     rng = np.random.default_rng(seed)
@@ -59,7 +59,7 @@ def _apply(network, params, obs, carry, masks):
     return network.apply({"params": params}, obs, carry, masks)
 
 
-def forward_differences(pair: F.ControllerPair, seed: int, n_envs: int = 4,
+def forward_differences(pair: F.ControllerPair, seed: int, n_envs: int = F.N_ENVS,
                         seq_len: int = F.EPISODE_LENGTH) -> dict[str, float]:
     """Max |JAX − torch| of masked logits, values and final carries over a full-sequence scan from zeros."""
     rng = np.random.default_rng(seed)
@@ -87,7 +87,7 @@ def _param_difference(jax_params, torch_net: T.TorchActorCritic) -> float:
                for name, p in mirror.named_parameters())
 
 
-def update_differences(pair: F.ControllerPair, seed: int, n_envs: int = 4) -> dict[str, float]:
+def update_differences(pair: F.ControllerPair, seed: int, n_envs: int = F.N_ENVS) -> dict[str, float]:
     """One PPO update on both sides from the same rollout: loss terms, steps taken, parameter drift."""
     data = F.collect_rollout(pair, n_envs, seed)
     device = next(pair.torch_net.parameters()).device

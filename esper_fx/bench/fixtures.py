@@ -33,6 +33,7 @@ NUM_SLOTS = C.TASK_NUM_SLOTS[TASK]
 NUM_BLUEPRINTS = C.DEFAULT_NUM_BLUEPRINTS
 OBS_DIM = C.obs_dim(NUM_SLOTS, telemetry=True, num_blueprints=NUM_BLUEPRINTS)
 EPISODE_LENGTH = TrainingConfig().max_epochs
+N_ENVS = TrainingConfig().n_envs
 
 
 @dataclasses.dataclass
@@ -44,7 +45,7 @@ class ControllerPair:
     n_envs: int  # the run's env count: the entropy anneal's unit
 
 
-def make_pair(seed: int, device: torch.device, n_envs: int = TrainingConfig().n_envs) -> ControllerPair:
+def make_pair(seed: int, device: torch.device, n_envs: int = N_ENVS) -> ControllerPair:
     """The JAX controller from `seed` and the torch reference with its parameters copied in."""
     network = ActorCritic(num_slots=NUM_SLOTS, num_blueprints=NUM_BLUEPRINTS)
     cfg = PPOConfig()

@@ -36,21 +36,21 @@ from esper_fx import contracts as C
 from rl.config import (
     ADAM_B1,
     ADAM_B2,
+    ADV_EPS,
+    ENTROPY_LOG_FLOOR,
+    EV_MIN_VAR,
     FEATURE_DIM,
     HEAD_HIDDEN,
     KL_STOP_FACTOR,
     LAYER_NORM_EPS,
     LSTM_FORGET_BIAS,
     MASKED_LOGIT,
+    POLICY_OUT_GAIN,
+    VALUE_OUT_GAIN,
     PPOConfig,
 )
 
 SQRT2 = math.sqrt(2.0)
-POLICY_OUT_GAIN = 0.01
-VALUE_OUT_GAIN = 1.0
-ADV_EPS = 1e-8
-EV_MIN_VAR = 1e-8
-ENTROPY_LOG_FLOOR = 1e-8
 HEAD_NAMES = ("slot_head", "blueprint_head", "blend_head", "op_head")
 
 Carry = tuple  # (h [E, H], c [E, H])

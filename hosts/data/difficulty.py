@@ -29,6 +29,7 @@ from hosts.data.task_data import TaskData, load_task_data, train_batch, val_batc
 from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, TaskSpec, get_task
 
 MEASURED_N_ENVS = 4  # the measurements model env 0 of a 4-env loop: its share of the shared split plan
+MEASURED_EPOCHS = 25
 
 
 def _loss_and_correct(kind: str, logits: torch.Tensor, y: torch.Tensor):
@@ -57,7 +58,7 @@ def evaluate(model: torch.nn.Module, data: TaskData, batch_size: int) -> tuple[f
 
 def train_host(
     task: TaskSpec, data: TaskData, model: torch.nn.Module, seed: int, *,
-    epochs: int = 25, lr: float | None = None, n_envs: int = MEASURED_N_ENVS,
+    epochs: int = MEASURED_EPOCHS, lr: float | None = None, n_envs: int = MEASURED_N_ENVS,
     batch_per_env: int | None = None, max_train_batches: int | None = None, log=print,
 ) -> list[tuple[float, float, float]]:
     """Train `model` like env 0 of the loop; returns [(val_loss, val_acc, seconds)] per epoch."""
@@ -104,7 +105,9 @@ def _shapes10_with_knobs(args) -> TaskData:
         changes[name] = tuple(float(v) for v in value.split(",")) if isinstance(default, tuple) else type(default)(value)
     knobs = shapes10.DEFAULT_KNOBS._replace(**changes)
     print(f"shapes10 knobs: {knobs}")
-    x_tr, y_tr, x_te, y_te = shapes10.generate(args.train_samples, args.test_samples, args.data_seed, "cpu", knobs)
+    sizes = {"n_train": args.train_samples, "n_test": args.test_samples, "data_seed": args.data_seed}
+    x_tr, y_tr, x_te, y_te = shapes10.generate(**{k: v for k, v in sizes.items() if v is not None}, device="cpu",
+                                               knobs=knobs)
     return TaskData("classification", x_tr, y_tr, x_te, y_te, torch.zeros(3))
 
 
@@ -114,10 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--base-channels", type=int, default=None, help="CNN width (default: the task host)")
     parser.add_argument("--lr", type=float, default=None, help="host lr (default: the task's)")
-    parser.add_argument("--epochs", type=int, default=25)
-    parser.add_argument("--data-seed", type=int, default=0)
-    parser.add_argument("--train-samples", type=int, default=50_000)
-    parser.add_argument("--test-samples", type=int, default=10_000)
+    parser.add_argument("--epochs", type=int, default=MEASURED_EPOCHS)
+    parser.add_argument("--data-seed", type=int, default=None, help="shapes10 seed (default: the dataset's)")
+    parser.add_argument("--train-samples", type=int, default=None, help="shapes10 size (default: the dataset's)")
+    parser.add_argument("--test-samples", type=int, default=None, help="shapes10 size (default: the dataset's)")
+    parser.add_argument("--data-dir", default=None, help="where CIFAR-10 / TinyStories live")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (1 is best on a busy CPU)")
     parser.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                         help="shapes10 only: override a generator knob (tuning experiments)")
@@ -129,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.knob:
         data = _shapes10_with_knobs(args)
     else:
-        data = load_task_data(task, torch.device("cpu"), data_seed=args.data_seed,
+        data = load_task_data(task, torch.device("cpu"), data_root=args.data_dir, data_seed=args.data_seed,
                               synthetic_train_samples=args.train_samples, synthetic_test_samples=args.test_samples)
     print(f"{task.name}: data built in {time.perf_counter() - start:.1f}s "
           f"(train {data.n_train}, test {data.n_test})")

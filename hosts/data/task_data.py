@@ -75,18 +75,26 @@ def load_task_data(
     task: TaskSpec,
     device: torch.device | str,
     *,
-    data_root: str | Path = "./data",
-    data_seed: int = 0,
-    synthetic_train_samples: int = 50_000,
-    synthetic_test_samples: int = 10_000,
+    data_root: str | Path | None = None,
+    data_seed: int | None = None,
+    synthetic_train_samples: int | None = None,
+    synthetic_test_samples: int | None = None,
     download: bool = True,
     max_samples: int | None = None,
 ) -> TaskData:
-    """The task's data on `device`. Raises external.DatasetUnavailableError for a missing dataset."""
+    """The task's data on `device`. Raises external.DatasetUnavailableError for a missing dataset.
+
+    A setting left None takes the dataset's own default (shapes10: `shapes10.generate`'s sizes and seed);
+    the on-disk datasets (CIFAR-10, TinyStories) need `data_root`. A run passes every value explicitly.
+    """
     device = torch.device(device)
     if task.name == "shapes10":
-        x_tr, y_tr, x_te, y_te = shapes10.generate(synthetic_train_samples, synthetic_test_samples, data_seed, device)
+        sizes = {"n_train": synthetic_train_samples, "n_test": synthetic_test_samples, "data_seed": data_seed}
+        x_tr, y_tr, x_te, y_te = shapes10.generate(**{k: v for k, v in sizes.items() if v is not None},
+                                                   device=device)
         return _classification(device, x_tr, y_tr, x_te, y_te, torch.full((3,), SHAPES10_PAD))
+    if task.name in ("cifar10", "cifar10_deep", "tinystories") and data_root is None:
+        raise ValueError(f"task {task.name!r} reads its dataset from disk: pass data_root")
     if task.name in ("cifar10", "cifar10_deep"):
         x_tr, y_tr, x_te, y_te = external.load_cifar10(data_root, download=download)
         return _classification(device, external.normalize_images(x_tr, device), y_tr,

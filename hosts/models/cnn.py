@@ -8,6 +8,8 @@ from torch import nn
 from esper_fx.contracts import format_slot_id
 from hosts.models.injection import InjectionSpec, segment_index
 
+CIFAR_CLASSES = 10
+
 
 class ConvBlock(nn.Sequential):
     """Conv3x3 (no bias) -> BatchNorm2d -> ReLU, PyTorch default init."""
@@ -27,7 +29,7 @@ class CNNHost(nn.Module):
     """
 
     def __init__(
-        self, num_classes: int = 10, base_channels: int = 8, n_blocks: int = 3, pool_layers: int | None = None
+        self, num_classes: int = CIFAR_CLASSES, base_channels: int = 8, n_blocks: int = 3, pool_layers: int | None = None
     ) -> None:
         super().__init__()
         if n_blocks < 2:
@@ -44,11 +46,11 @@ class CNNHost(nn.Module):
         self.segment_ids = [format_slot_id(0, i) for i in range(n_blocks)]
 
     @classmethod
-    def cifar10(cls, num_classes: int = 10) -> "CNNHost":
+    def cifar10(cls, num_classes: int = CIFAR_CLASSES) -> "CNNHost":
         return cls(num_classes=num_classes, base_channels=8, n_blocks=3)
 
     @classmethod
-    def cifar10_deep(cls, num_classes: int = 10) -> "CNNHost":
+    def cifar10_deep(cls, num_classes: int = CIFAR_CLASSES) -> "CNNHost":
         return cls(num_classes=num_classes, base_channels=8, n_blocks=5, pool_layers=5)
 
     def injection_specs(self) -> list[InjectionSpec]:

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from esper_fx.contracts import TOPOLOGIES, SeedStage, sort_slot_ids
+from hosts.seeds.blending import DEFAULT_BLEND
 from hosts.seeds.lifecycle import GateResult
 from hosts.seeds.slot_report import SlotReport
 from hosts.seeds.slot import SeedSlot
@@ -51,7 +52,7 @@ class MorphogeneticModel(nn.Module):
         return self.slots[slot_id]
 
     # ---------------------------------------------------------------- lifecycle delegation
-    def germinate(self, slot: str, blueprint: str, blend: str | int = "sigmoid", seed_id: str | None = None
+    def germinate(self, slot: str, blueprint: str, blend: str | int = DEFAULT_BLEND, seed_id: str | None = None
                   ) -> GateResult:
         return self.slot(slot).germinate(blueprint, seed_id, blend, host_param_count=self.host_param_count())
 

@@ -11,7 +11,8 @@ from torch import nn
 from esper_fx.contracts import format_slot_id
 from hosts.models.injection import InjectionSpec, segment_index
 
-LN_EPS = 1e-5
+LN_EPS = 1e-5  # every LayerNorm of the transformer hosts and their seeds
+DROPOUT = 0.1
 INIT_STD = 0.02
 
 
@@ -74,7 +75,7 @@ class TransformerHost(nn.Module):
         n_head: int = 6,
         n_layer: int = 6,
         block_size: int = 256,
-        dropout: float = 0.1,
+        dropout: float = DROPOUT,
         num_segments: int = 3,
     ) -> None:
         super().__init__()
@@ -94,7 +95,7 @@ class TransformerHost(nn.Module):
         self._init_weights()
 
     @classmethod
-    def pytext(cls, dropout: float = 0.1) -> "TransformerHost":
+    def pytext(cls, dropout: float = DROPOUT) -> "TransformerHost":
         """The pytext preset: vocab 256, D 128, 4 heads, 3 layers, block 128 (644,224 parameters)."""
         return cls(vocab_size=256, n_embd=128, n_head=4, n_layer=3, block_size=128, dropout=dropout)
 

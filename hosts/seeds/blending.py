@@ -11,6 +11,7 @@ from esper_fx.contracts import BLEND_NAMES
 
 SIGMOID_STEEPNESS = 12.0
 DEFAULT_BLENDING_TOTAL_STEPS = 5  # epochs of alpha ramp (§1.6); a task may set its own
+DEFAULT_BLEND = "sigmoid"  # a seed germinated without a blend
 
 
 class BlendSchedule(nn.Module):

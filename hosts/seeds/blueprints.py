@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from esper_fx.contracts import TOPOLOGIES
+from hosts.models.transformer import LN_EPS
 
 _GROUP_CANDIDATES = (32, 16, 8, 4, 2, 1)
 _MIN_CHANNELS_PER_GROUP = 16
-LN_EPS = 1e-5
 
 
 def num_groups(channels: int) -> int:

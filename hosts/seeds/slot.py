@@ -24,7 +24,14 @@ from esper_fx.contracts import (
     next_stage,
 )
 from hosts.seeds import blueprints
-from hosts.seeds.blending import DEFAULT_BLENDING_TOTAL_STEPS, BlendSchedule, GatedBlend, blend_name, make_schedule
+from hosts.seeds.blending import (
+    DEFAULT_BLEND,
+    DEFAULT_BLENDING_TOTAL_STEPS,
+    BlendSchedule,
+    GatedBlend,
+    blend_name,
+    make_schedule,
+)
 from hosts.seeds.lifecycle import GateResult, SeedState, dwell_epochs, evaluate_gate, probation_timeout
 from hosts.seeds.slot_report import SlotReport
 
@@ -49,7 +56,7 @@ class SeedSlot(nn.Module):
         self.alpha_schedule: BlendSchedule | None = None
         self.state: SeedState | None = None
         self.isolate_gradients = False
-        self.blend = "sigmoid"
+        self.blend = DEFAULT_BLEND
         self.last_culled: SeedState | None = None  # final state of the latest cull, for logging
         self._alpha_forced = False
         self.register_buffer("_device_anchor", torch.empty(0), persistent=False)
@@ -156,7 +163,7 @@ class SeedSlot(nn.Module):
 
     # ---------------------------------------------------------------- germinate (§2.9)
     def germinate(
-        self, blueprint_id: str, seed_id: str | None = None, blend: str | int = "sigmoid", *,
+        self, blueprint_id: str, seed_id: str | None = None, blend: str | int = DEFAULT_BLEND, *,
         host_param_count: int = 0,
     ) -> GateResult:
         """Build, shape-check and plant a seed at GERMINATED. Occupied slot -> RuntimeError."""
