@@ -2,9 +2,9 @@
 
 The pool gathers one `EnvView` per env (python values only: the tracker's signals, the slot
 reports and the env's counters) and `assemble_signals` turns them into the contract's dict of
-fresh, contiguous float32 / int32 / bool tensors on one device: the raw observation
-(`hosts.signals.observation`), the four masks (`hosts.signals.masks`), the per-slot fields (`hosts.signals.slot_fields`), and
-here the per-env scalars, the epoch's contributions and the germination accuracies.
+fresh, contiguous float32 / int32 / bool tensors on one device: the raw observation (`observation.py`),
+the four masks (`masks.py`), the per-slot fields (`slot_fields.py`), and here the per-env scalars, the
+epoch's contributions and the germination accuracies.
 """
 
 from __future__ import annotations
