@@ -6,6 +6,7 @@ line is rejected without them.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -21,8 +22,6 @@ def _limit_cpu_threads(config: TrainingConfig) -> None:
     The hosts are tiny: on a small CPU, OpenMP oversubscription made epochs up to 10x slower as soon
     as anything else ran on the machine, while one thread lost little when it was idle.
     """
-    import os
-
     devices = [config.device, *(config.env_devices or ())]
     if os.environ.get("OMP_NUM_THREADS") or any(str(d).startswith("cuda") for d in devices):
         return

@@ -24,8 +24,10 @@ import time
 import torch
 import torch.nn.functional as F
 
+from hosts.data import shapes10
 from hosts.data.batching import plan_epoch, resolve_max_batches
 from hosts.data.task_data import TaskData, load_task_data, train_batch, val_batches
+from hosts.models.cnn import CNNHost
 from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, TaskSpec, get_task
 
 MEASURED_N_ENVS = 4  # the measurements model env 0 of a 4-env loop: its share of the shared split plan
@@ -90,14 +92,10 @@ def _build_model(task: TaskSpec, base_channels: int | None, seed: int) -> torch.
     torch.manual_seed(seed)
     if base_channels is None:
         return task.build_host()
-    from hosts.models.cnn import CNNHost
-
     return CNNHost(num_classes=task.num_classes, base_channels=base_channels)
 
 
 def _shapes10_with_knobs(args) -> TaskData:
-    from hosts.data import shapes10
-
     changes = {}
     for item in args.knob:
         name, value = item.split("=", 1)
