@@ -16,7 +16,7 @@ EXIT_OK = 0
 EXIT_INTERRUPTED = 130
 
 
-def _limit_cpu_threads(config: TrainingConfig) -> None:
+def limit_cpu_threads(config: TrainingConfig, say=print) -> None:
     """On CPU-only runs use one torch intra-op thread unless OMP_NUM_THREADS says otherwise.
 
     The hosts are tiny: on a small CPU, OpenMP oversubscription made epochs up to 10x slower as soon
@@ -30,7 +30,7 @@ def _limit_cpu_threads(config: TrainingConfig) -> None:
     if config.device == "auto" and torch.cuda.is_available():
         return
     torch.set_num_threads(1)
-    print("CPU run: 1 torch thread (set OMP_NUM_THREADS to use more)", flush=True)
+    say("CPU run: 1 torch thread (set OMP_NUM_THREADS to use more)")
 
 
 def config_summary(config: TrainingConfig) -> list[str]:
@@ -63,7 +63,7 @@ def config_summary(config: TrainingConfig) -> list[str]:
 def run_from_cli(config: TrainingConfig, quiet: bool = False) -> int:
     for line in config_summary(config):
         print(line, flush=True)
-    _limit_cpu_threads(config)
+    limit_cpu_threads(config, lambda line: print(line, flush=True))
     from esper_fx.loop import Interrupted, run
     from esper_fx.telemetry import final_table
 

@@ -1,35 +1,57 @@
-"""`esper_fx.compare`: run several arms (controllers, rewards, config tweaks) on the same seeds.
+"""`esper_fx.compare`: arms on the same evaluation seeds, compared seed by seed (LEARNING.md §3).
 
-    table = esper_fx.compare({"ppo": "ppo_lstm", "static": "wait",
-                              "sparse": {"controller": "ppo_lstm", "reward_fn": "sparse"}},
-                             config, seeds=[0, 1, 2])
-    table            # renders as an HTML table in Jupyter, plain text elsewhere
-    table.rows       # one dict per arm
-    table.runs       # arm -> [RunResult per seed]
+    table = esper_fx.compare({"ppo": "ppo_lstm", "static": "wait", "oracle": "oracle"}, config,
+                             seeds=range(900_000, 900_008))
+    table              # renders as an HTML table in Jupyter, plain text elsewhere
+    table.rows         # one dict per arm: accuracy mean ± sd, parameters added, seeds per episode
+    table.pairs        # paired differences with 95% intervals and a verdict ("beats", "ties", "loses")
+    table.episodes     # arm -> [evaluate.Episode per seed]
 
-An arm is a controller (registered name, Controller bundle or constructor) or a dict of `run` keyword
-arguments (`controller`, `reward_fn`) plus `config` overrides under the key "config".
+An arm is
+- a controller that does not learn (a registered name, a Controller bundle or a constructor): run on
+  every seed;
+- a controller that learns (`"ppo_lstm"`, `"ppo_mlp"`, or a learning bundle): trained once on `config`
+  (its training episodes never use an evaluation seed), then its greedy policy is run on every seed;
+- a `Trained` (a training configuration and a `Policy`, e.g. from `evaluate.load_policy`): run greedily;
+- `"static_final"`: per seed, the architecture another arm ended with (its fossils), built fossilized
+  before epoch 1 and trained from scratch as a static network (`static_final_of`, default: the first
+  learned arm, else "oracle");
+- a dict of the above under "controller", with "reward_fn", "config" overrides and "greedy" (False samples).
+
+`python -m esper_fx.prove` is this function with a command line, files and a plot.
 """
 
 from __future__ import annotations
 
 import html
-import time
+import json
+import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from esper_fx import stats
 from esper_fx.config import TrainingConfig
 
-ROW_FIELDS = ("arm", "final_accuracy_mean", "final_accuracy_std", "params_added_mean", "fossilized_mean",
-              "culled_mean", "germinated_mean", "wall_time_s")
+STATIC_FINAL = "static_final"
+BASELINE = "wait"
+
+
+class Trained(NamedTuple):
+    """A trained learning controller: its training configuration and its policy (`evaluate.Policy`)."""
+
+    config: TrainingConfig
+    policy: Any
 
 
 @dataclass
 class ComparisonTable:
     rows: list[dict[str, Any]]
-    runs: dict[str, list[Any]] = field(default_factory=dict)
+    pairs: list[dict[str, Any]]
+    episodes: dict[str, list[Any]] = field(default_factory=dict)
+    trained: dict[str, Any] = field(default_factory=dict)  # arm -> the training RunResult
+    seeds: list[int] = field(default_factory=list)
 
     def row(self, arm: str) -> dict[str, Any]:
         for r in self.rows:
@@ -37,89 +59,206 @@ class ComparisonTable:
                 return r
         raise KeyError(arm)
 
+    def pair(self, a: str, b: str) -> dict[str, Any]:
+        for p in self.pairs:
+            if (p["a"], p["b"]) == (a, b):
+                return p
+        raise KeyError((a, b))
+
     def to_text(self) -> str:
-        header = (f"{'arm':<18} {'final acc %':>16} {'params added':>12} {'fossilized':>10} {'culled':>8} "
-                  f"{'germinated':>10} {'wall s':>8}")
-        lines = [header, "-" * len(header)]
+        header = (f"{'arm':<16} {'accuracy % (mean ± sd)':>23} {'params added':>12} {'germinated':>10} "
+                  f"{'fossilized':>10} {'culled':>7}")
+        lines = [f"{len(self.seeds)} evaluation seeds; accuracy = validation accuracy averaged over the last epochs",
+                 header, "-" * len(header)]
         for r in self.rows:
-            acc = f"{r['final_accuracy_mean']:.2f} ± {r['final_accuracy_std']:.2f}"
-            lines.append(f"{r['arm']:<18} {acc:>16} {r['params_added_mean']:>12.0f} {r['fossilized_mean']:>10.2f} "
-                         f"{r['culled_mean']:>8.2f} {r['germinated_mean']:>10.2f} {r['wall_time_s']:>8.1f}")
+            acc = f"{r['accuracy_mean']:.2f} ± {r['accuracy_sd']:.2f}"
+            lines.append(f"{r['arm']:<16} {acc:>23} {r['params_added_mean']:>12.0f} {r['germinated_mean']:>10.2f} "
+                         f"{r['fossilized_mean']:>10.2f} {r['culled_mean']:>7.2f}")
+        if self.pairs:
+            lines += ["", "paired differences (a − b, pp, 95% interval over seeds):"]
+            lines += [f"  {p['a']} vs {p['b']}: {p['mean']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]  "
+                      f"{p['a']} {p['verdict']} {p['b']}" for p in self.pairs]
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.to_text()
 
-    def __repr__(self) -> str:  # the text table, not the dataclass dump of every run's history and events
+    def __repr__(self) -> str:  # the text table, not a dump of every episode
         return self.to_text()
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{h}</th>" for h in ("arm", "final acc % (mean ± std)", "params added",
-                                                  "fossilized / episode", "culled / episode",
-                                                  "germinated / episode", "wall time s"))
-        body = []
-        for r in self.rows:
-            cells = [html.escape(r["arm"]), f"{r['final_accuracy_mean']:.2f} ± {r['final_accuracy_std']:.2f}",
-                     f"{r['params_added_mean']:.0f}", f"{r['fossilized_mean']:.2f}", f"{r['culled_mean']:.2f}",
-                     f"{r['germinated_mean']:.2f}", f"{r['wall_time_s']:.1f}"]
-            body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        head = "".join(f"<th>{h}</th>" for h in ("arm", "accuracy % (mean ± sd)", "params added",
+                                                  "germinated / episode", "fossilized / episode",
+                                                  "culled / episode"))
+        body = "".join(
+            "<tr>" + "".join(f"<td>{c}</td>" for c in (
+                html.escape(r["arm"]), f"{r['accuracy_mean']:.2f} ± {r['accuracy_sd']:.2f}",
+                f"{r['params_added_mean']:.0f}", f"{r['germinated_mean']:.2f}", f"{r['fossilized_mean']:.2f}",
+                f"{r['culled_mean']:.2f}")) + "</tr>" for r in self.rows)
+        pairs = "".join(f"<li>{html.escape(p['a'])} vs {html.escape(p['b'])}: {p['mean']:+.2f} pp "
+                        f"[{p['low']:+.2f}, {p['high']:+.2f}] — <b>{p['verdict']}</b></li>" for p in self.pairs)
+        return (f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                + (f"<ul>{pairs}</ul>" if pairs else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (an unbounded interval, from one seed, is null)."""
+        pairs = [{k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in p.items()}
+                 for p in self.pairs]
+        return {"seeds": self.seeds, "rows": self.rows, "pairs": pairs,
+                "episodes": {arm: [e.to_dict() for e in eps] for arm, eps in self.episodes.items()}}
+
+    def to_json(self, path) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(), fh, indent=2)
+            fh.write("\n")
+
+    def plot(self, path=None, title: str | None = None):
+        """Accuracy per arm per seed, each seed's arms joined by a line (paired); the arm means marked."""
+        from esper_fx.paired_plot import paired_arms
+
+        return paired_arms(self, path=path, title=title)
 
 
-def _arm_kwargs(arm: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    if isinstance(arm, Mapping):
-        kwargs = dict(arm)
-        overrides = dict(kwargs.pop("config", {}) or {})
-        unknown = set(kwargs) - {"controller", "reward_fn"}
-        if unknown:
-            raise ValueError(f"unknown arm keys {sorted(unknown)}; use controller, reward_fn and config")
-        return kwargs, overrides
-    return {"controller": arm}, {}
+# ----------------------------------------------------------------------------------------------
+# the comparison
+# ----------------------------------------------------------------------------------------------
 
 
-def summarize_runs(name: str, runs: Sequence[Any], wall_time: float) -> dict[str, Any]:
-    finals, params, fossil, culled, germ = [], [], [], [], []
-    for result in runs:
-        episodes = max(1, sum(len(h.env_accuracies) for h in result.history))
-        last = result.history[-1]
-        finals.append(float(np.mean(last.env_accuracies)))
-        params.append(float(np.mean(last.env_seed_params)))
-        fossil.append(sum(h.seeds_fossilized for h in result.history) / episodes)
-        culled.append(sum(h.seeds_culled for h in result.history) / episodes)
-        germ.append(sum(h.seeds_created for h in result.history) / episodes)
-    std = float(np.std(finals, ddof=1)) if len(finals) > 1 else 0.0
+def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int] = (900_000,), *,
+            baseline: str | None = BASELINE, static_final_of: str | None = None, train_dir: str | None = None,
+            progress: Callable[[str], None] | None = print, quiet_training: bool = True) -> ComparisonTable:
+    """Train the learning arms on `config`, run every arm on every seed, and pair them (module docstring).
+
+    Pairs: every arm against `baseline` (when it is an arm), and the first learned arm against every other.
+    `train_dir`: where the learning arms' runs are written (`<train_dir>/<arm>`; None writes nothing).
+    """
+    from esper_fx import evaluate as ev
+
+    if not arms:
+        raise ValueError("compare needs at least one arm")
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"compare needs distinct evaluation seeds (got {seeds})")
+    say = progress or (lambda line: None)
+    built, trained, learned, cache = {}, {}, [], {}
+    for name, arm in arms.items():
+        if _is_static_final(arm):
+            continue
+        built[name], result = _build_arm(name, arm, config, seeds, train_dir, say, quiet_training, cache)
+        if built[name].policy is not None:
+            learned.append(name)
+        if result is not None:
+            trained[name] = result
+    episodes: dict[str, list[Any]] = {}
+    for name, arm in arms.items():
+        if _is_static_final(arm):
+            source = _static_source(static_final_of, learned, arms)
+            built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=_fossils_of(episodes[source]))
+        episodes[name] = ev.run_arm(built[name], seeds, on_episode=lambda e: say(
+            f"compare: {e.arm} seed {e.seed}: accuracy {e.accuracy:.2f}% ({e.wall_s:.1f} s)"))
+    rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
+    return ComparisonTable(rows, paired(episodes, baseline, learned[0] if learned else None), episodes, trained,
+                           seeds)
+
+
+def _is_static_final(arm: Any) -> bool:
+    return arm == STATIC_FINAL or (isinstance(arm, Mapping) and arm.get("controller") == STATIC_FINAL)
+
+
+def _static_source(static_final_of: str | None, learned: list[str], arms: Mapping[str, Any]) -> str:
+    source = static_final_of or (learned[0] if learned else "oracle")
+    names = list(arms)
+    if source not in arms or names.index(source) > names.index(next(n for n in names if _is_static_final(arms[n]))):
+        raise ValueError(f"static_final needs the arm whose architecture it rebuilds ({source!r}) listed before it")
+    return source
+
+
+def _fossils_of(source: list[Any]) -> Callable[[int], dict[str, Any]]:
+    by_seed = {e.seed: tuple(e.fossils) for e in source}
+    return lambda seed: {"static_seeds": by_seed[seed]}
+
+
+def _build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], train_dir: str | None,
+               say: Callable[[str], None], quiet: bool, cache: dict):
+    """(evaluate.Arm, the training RunResult or None). Arms trained alike share one run (`cache`)."""
+    from esper_fx import controllers as ctl
+    from esper_fx import evaluate as ev
+    from esper_fx.loop import run
+
+    spec = arm if isinstance(arm, Mapping) else {"controller": arm}
+    unknown = set(spec) - {"controller", "reward_fn", "config", "greedy"}
+    if unknown:
+        raise ValueError(f"arm {name!r}: unknown keys {sorted(unknown)}; use controller, reward_fn, config, greedy")
+    greedy = spec.get("greedy", True)
+    if isinstance(spec.get("controller"), Trained):
+        return ev.Arm.trained(name, spec["controller"].config, spec["controller"].policy, greedy=greedy), None
+    arm_config = config.replace(**dict(spec.get("config") or {}))
+    controller = spec.get("controller", arm_config.controller_name)
+    bundle = ctl.build(controller, ctl.ControllerSpec.from_config(arm_config))
+    if not bundle.learns:
+        return ev.Arm.build(name, arm_config, bundle), None
+    check_disjoint(arm_config, seeds)
+    key = (bundle.name, repr(sorted((spec.get("config") or {}).items())), repr(spec.get("reward_fn")))
+    if key not in cache:
+        say(f"compare: training {name} ({bundle.name}, {arm_config.n_episodes} episodes)")
+        run_dir = None if train_dir is None else f"{train_dir}/{name}"
+        cache[key] = run(arm_config, controller=bundle, reward_fn=spec.get("reward_fn"), run_dir=run_dir,
+                         quiet=quiet)
+    result = cache[key]
+    policy = ev.Policy(result.controller_state, result.obs_rms)
+    return ev.Arm(name, arm_config, _frozen(bundle, greedy), policy=policy), result
+
+
+def _frozen(bundle, greedy: bool):
+    from esper_fx.ppo_controller import frozen
+
+    return frozen(bundle, greedy=greedy)
+
+
+# ----------------------------------------------------------------------------------------------
+# seeds and statistics
+# ----------------------------------------------------------------------------------------------
+
+
+def training_seeds(config: TrainingConfig) -> set[int]:
+    """Every env seed a training run of `config` uses: seed + 10000·b + 1000·i (hosts.env.pool)."""
+    from hosts.env.pool import BATCH_SEED_STRIDE, ENV_SEED_STRIDE
+
+    n_batches = -(-config.n_episodes // config.n_envs)
+    return {config.seed + BATCH_SEED_STRIDE * b + ENV_SEED_STRIDE * i
+            for b in range(n_batches) for i in range(config.n_envs)}
+
+
+def check_disjoint(config: TrainingConfig, seeds: Sequence[int]) -> None:
+    """ValueError naming the seeds that a training run of `config` also uses."""
+    overlap = sorted(set(int(s) for s in seeds) & training_seeds(config))
+    if overlap:
+        raise ValueError(f"evaluation seeds {overlap} are also training seeds of this run (training uses "
+                         f"seed + 10000·batch + 1000·env from seed {config.seed}); choose other evaluation seeds")
+
+
+def summarize_arm(name: str, episodes: Sequence[Any]) -> dict[str, Any]:
+    acc = stats.summarize([e.accuracy for e in episodes])
+    mean = lambda attr: float(np.mean([getattr(e, attr) for e in episodes]))  # noqa: E731
     return {
-        "arm": name, "final_accuracy_mean": float(np.mean(finals)), "final_accuracy_std": std,
-        "params_added_mean": float(np.mean(params)), "fossilized_mean": float(np.mean(fossil)),
-        "culled_mean": float(np.mean(culled)), "germinated_mean": float(np.mean(germ)),
-        "wall_time_s": wall_time, "final_accuracies": finals,
+        "arm": name, "n": acc.n, "accuracy_mean": acc.mean, "accuracy_sd": acc.sd,
+        "params_added_mean": mean("params_added"), "germinated_mean": mean("germinated"),
+        "fossilized_mean": mean("fossilized"), "culled_mean": mean("culled"),
+        "episodes_with_fossil": sum(1 for e in episodes if e.fossilized > 0),
+        "wall_s": float(sum(e.wall_s for e in episodes)), "accuracies": [e.accuracy for e in episodes],
     }
 
 
-def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int] = (0,), *,
-            run_fn: Callable | None = None, progress: Callable[[str], None] | None = print) -> ComparisonTable:
-    """Run every arm on every seed (same seeds for every arm) and tabulate the final batch.
-
-    The final accuracy of a run is the mean final validation accuracy of its last batch's envs; the
-    table gives its mean ± std over seeds. "params added" is the mean seed parameter count held at the
-    last epoch of the last batch's episodes (fossils included; `BatchSummary.env_seed_params`).
-    """
-    if not arms:
-        raise ValueError("compare needs at least one arm")
-    if not seeds:
-        raise ValueError("compare needs at least one seed")
-    if run_fn is None:
-        from esper_fx.loop import run as run_fn
-    rows, runs = [], {}
-    for name, arm in arms.items():
-        kwargs, overrides = _arm_kwargs(arm)
-        started = time.perf_counter()
-        results = []
-        for seed in seeds:
-            cfg = config.replace(**overrides, seed=int(seed), run_dir=None, resume_path=None)
-            if progress is not None:
-                progress(f"compare: {name} seed {seed}")
-            results.append(run_fn(cfg, **kwargs))
-        runs[name] = results
-        rows.append(summarize_runs(name, results, time.perf_counter() - started))
-    return ComparisonTable(rows=rows, runs=runs)
+def paired(episodes: Mapping[str, Sequence[Any]], baseline: str | None, learned: str | None) -> list[dict[str, Any]]:
+    """Every arm against the baseline, then the learned arm against every other arm."""
+    wanted = []
+    if baseline in episodes:
+        wanted += [(a, baseline) for a in episodes if a != baseline]
+    if learned in episodes:
+        wanted += [(learned, b) for b in episodes if b not in (learned, baseline)]
+    out = []
+    for a, b in wanted:
+        d = stats.paired_difference([e.accuracy for e in episodes[a]], [e.accuracy for e in episodes[b]])
+        out.append({"a": a, "b": b, "n": d.n, "mean": d.mean, "low": d.low, "high": d.high,
+                    "confidence": d.confidence, "verdict": d.verdict})
+    return out

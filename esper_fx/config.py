@@ -24,6 +24,7 @@ from esper_fx.controller_registry import REGISTRY
 from rl import validate as check
 from rl.config import (
     HeuristicConfig,
+    OracleConfig,
     PPOConfig,
     RewardFamily,
     RewardMode,
@@ -34,7 +35,7 @@ from rl.config import (
 )
 
 __all__ = [
-    "TrainingConfig", "HeuristicConfig", "PPOConfig", "RewardSettings", "Task", "DataSplit", "DataPath",
+    "TrainingConfig", "HeuristicConfig", "OracleConfig", "PPOConfig", "RewardSettings", "Task", "DataSplit", "DataPath",
     "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "PRESET_NAMES",
 ]
 
@@ -79,6 +80,8 @@ class TrainingConfig:
     seed: int = 42
     slots: tuple[str, ...] = ("r0c1",)
     max_seeds: int | None = None
+    min_cull_age: int = 5  # [fix] CULL is masked for seeds younger than this (the reference: 1); LEARNING.md
+    static_seeds: tuple[str, ...] = ()  # "slot=blueprint": seeds planted fossilized before epoch 1 (static_final)
     # devices and data
     device: str = "auto"
     env_devices: tuple[str, ...] | None = None
@@ -112,8 +115,9 @@ class TrainingConfig:
     run_dir: str | None = None
     resume_path: str | None = None
     checkpoint_every: int = 10
-    # heuristic
+    # scripted controllers
     heuristic: HeuristicConfig = field(default_factory=HeuristicConfig)
+    oracle: OracleConfig = field(default_factory=OracleConfig)
 
     # ---------------------------------------------------------------- construction
     def __init__(self, **values: Any) -> None:
@@ -146,17 +150,19 @@ class TrainingConfig:
         for name, cls in enums.items():
             self._set(name, check.enum(name, cls, getattr(self, name)))
         REGISTRY.canonical(self.controller)
-        for name in ("slots", "env_devices", "blueprint_menu"):
+        for name in ("slots", "env_devices", "blueprint_menu", "static_seeds"):
             value = getattr(self, name)
             if value is None:
                 continue
             if isinstance(value, str) or not hasattr(value, "__iter__"):
                 raise ValueError(f"{name} must be a list of strings (got {value!r})")
             self._set(name, tuple(value))
-        if isinstance(self.heuristic, Mapping):
-            self._set("heuristic", HeuristicConfig.from_dict(self.heuristic))
-        elif not isinstance(self.heuristic, HeuristicConfig):
-            raise ValueError(f"heuristic must be a HeuristicConfig or a mapping (got {self.heuristic!r})")
+        for name, cls in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                self._set(name, cls.from_dict(value))
+            elif not isinstance(value, cls):
+                raise ValueError(f"{name} must be a {cls.__name__} or a mapping (got {value!r})")
         for name in ("amp", "discard_rolled_back_envs", "use_telemetry"):
             check.boolean(name, getattr(self, name))
         if self.telemetry_level == TelemetryLevel.OFF:
@@ -180,6 +186,8 @@ class TrainingConfig:
         check.integer("seed", self.seed)
         check.integer("data_seed", self.data_seed)
         check.optional_at_least("max_seeds", self.max_seeds, 1)
+        check.at_least_one("min_cull_age", self.min_cull_age)
+        self._set("min_cull_age", check.integer("min_cull_age", self.min_cull_age))
 
     def _validate_thresholds(self) -> None:
         check.number("plateau_threshold", self.plateau_threshold)
@@ -236,6 +244,21 @@ class TrainingConfig:
                 )
         if self.heuristic.blueprint_rotation is not None:
             check_rotation(self.heuristic.blueprint_rotation, self.menu)
+        if self.controller_name == "oracle":
+            self.oracle.check_against(self.enabled_slots, self.menu, self.max_epochs)
+        self.static_seed_map  # validates every entry
+
+    @property
+    def static_seed_map(self) -> dict[str, str]:
+        """`static_seeds` as slot -> blueprint (enabled slots, menu blueprints, one seed per slot)."""
+        out: dict[str, str] = {}
+        for entry in self.static_seeds:
+            slot, sep, blueprint = str(entry).partition("=")
+            if not sep or slot not in self.enabled_slots or blueprint not in self.menu[1:] or slot in out:
+                raise ValueError(f"static_seeds entries are 'slot=blueprint' with an enabled slot {list(self.enabled_slots)}, "
+                                 f"a menu blueprint {list(self.menu[1:])} and one seed per slot (got {entry!r})")
+            out[slot] = blueprint
+        return out
 
     # ---------------------------------------------------------------- derived values
     @property
@@ -291,7 +314,7 @@ class TrainingConfig:
             value = getattr(self, f.name)
             if f.name in FLAT_GROUPS:
                 out.update({k: _plain(v) for k, v in dataclasses.asdict(value).items()})
-            elif isinstance(value, HeuristicConfig):
+            elif isinstance(value, (HeuristicConfig, OracleConfig)):
                 out[f.name] = value.to_dict()
             else:
                 out[f.name] = _plain(value)
@@ -303,8 +326,9 @@ class TrainingConfig:
             raise ValueError(f"a config must be a JSON object (got {type(d).__name__})")
         known = set(field_names(cls)) - set(FLAT_GROUPS) | set(GROUP_OF_KEY)
         unknown = sorted(k for k in d if k not in known)
-        if isinstance(d.get("heuristic"), Mapping):
-            unknown += sorted(f"heuristic.{k}" for k in d["heuristic"] if k not in field_names(HeuristicConfig))
+        for name, cls in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
+            if isinstance(d.get(name), Mapping):
+                unknown += sorted(f"{name}.{k}" for k in d[name] if k not in field_names(cls))
         if unknown:
             raise ValueError(f"Unknown config keys: {unknown}")
         return cls(**dict(d))
@@ -367,7 +391,7 @@ def _plain(value: Any) -> Any:
 
 
 PRESET_NAMES: tuple[str, ...] = (
-    "cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext", "quickstart", "heuristic",
+    "cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext", "quickstart", "shapes10_quick", "heuristic",
 )
 
 _CIFAR = {"task": "cifar10", "entropy_coef": 0.1, "plateau_threshold": 0.4}
@@ -377,9 +401,17 @@ _TINY = {
     "sparse_reward_scale": 0.5,
 }
 
-# quickstart: shapes10 at a CPU-friendly size. 12-epoch episodes let a seed germinated by epoch 3
-# blend (g+3..g+8) and fossilize (g+9) inside the episode; see README for the numbers.
+# quickstart: the shapes16 task (16x16 shapes10 images, a host that cannot see space; docs/LEARNING.md),
+# PPO/LSTM on the growth reward, 96 episodes of 12 epochs in batches of 4 envs. A seed germinated in epoch
+# g trains for 3 epochs, blends for 5 and can be fossilized from g + 9, inside the episode.
 QUICKSTART = {
+    "task": "shapes16", "controller": "ppo_lstm", "n_envs": 4, "n_episodes": 96, "max_epochs": 12,
+    "slots": ("r0c0", "r0c1", "r0c2"), "batch_size_per_env": 128, "max_train_batches": 32,
+    "synthetic_train_samples": 8192, "synthetic_test_samples": 1024, "data_split": "full",
+    "reward_family": "accuracy", "checkpoint_every": 4,
+}
+# the quickstart of earlier versions: shapes10 at a CPU-friendly size with the reference reward
+SHAPES10_QUICK = {
     **_CIFAR, "task": "shapes10", "controller": "ppo_lstm", "n_envs": 2, "n_episodes": 8,
     "max_epochs": 12, "batch_size_per_env": 128, "max_train_batches": 16,
     "synthetic_train_samples": 8192, "synthetic_test_samples": 1024, "checkpoint_every": 2,
@@ -392,6 +424,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
     "shapes10": {**_CIFAR, "task": "shapes10"},
     "pytext": {**_TINY, "task": "pytext"},
     "quickstart": QUICKSTART,
+    "shapes10_quick": SHAPES10_QUICK,
     "heuristic": {
         "controller": "heuristic", "task": "cifar10", "n_episodes": 1, "n_envs": 1, "max_epochs": 75,
         "batch_size_per_env": 128, "max_train_batches": 50, "val_samples": 6400,

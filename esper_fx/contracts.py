@@ -184,13 +184,14 @@ def blueprint_actions(topology: str) -> tuple[str, ...]:
 # Tasks: the slot-head size and topology of each (host details live in hosts.tasks; they must agree)
 # --------------------------------------------------------------------------------------
 
-TASK_NAMES: tuple[str, ...] = ("cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext")
+TASK_NAMES: tuple[str, ...] = ("cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext", "shapes16")
 TASK_TOPOLOGY: Mapping[str, str] = {
     "cifar10": "cnn",
     "cifar10_deep": "cnn",
     "tinystories": "transformer",
     "shapes10": "cnn",
     "pytext": "transformer",
+    "shapes16": "cnn",
 }
 # Number of host injection points S (the slot-head size), §1.4.
 TASK_NUM_SLOTS: Mapping[str, int] = {
@@ -199,6 +200,7 @@ TASK_NUM_SLOTS: Mapping[str, int] = {
     "tinystories": 3,
     "shapes10": 3,
     "pytext": 3,
+    "shapes16": 3,
 }
 
 

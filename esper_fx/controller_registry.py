@@ -19,6 +19,8 @@ BUILT_IN: dict[str, str] = {
     "heuristic": "esper_fx.heuristic_controller:build_heuristic",
     "random": "esper_fx.controllers:build_random",
     "wait": "esper_fx.controllers:build_wait",
+    "oracle": "esper_fx.controllers:build_oracle",
+    "static_final": "esper_fx.controllers:build_static_final",
 }
 ALIASES: dict[str, str] = {"ppo": "ppo_lstm"}
 

@@ -15,7 +15,8 @@ log-probs [E, 4] ("log_probs") and values [E] ("value") for learning controllers
 The registry (`esper_fx.controller_registry`, jax-free so the configuration can check names) maps names
 to constructors `constructor(spec) -> Controller`; `get(name)` returns the constructor,
 `build(name_or_bundle, spec)` a ready bundle, `register(name, constructor)` adds one. The built-in
-bundles: `wait` and `random` here, `ppo_lstm` / `ppo_mlp` in `esper_fx.ppo_controller`, `heuristic` in
+bundles: `wait` and `random` (baselines), `oracle` (a fixed growth schedule) and `static_final` (a static
+architecture) here, `ppo_lstm` / `ppo_mlp` in `esper_fx.ppo_controller`, `heuristic` in
 `esper_fx.heuristic_controller`.
 """
 
@@ -140,6 +141,42 @@ def build_random(spec: ControllerSpec) -> Controller:
     return Controller(
         name="random", act=lambda state, carry, signals, key: (random_actions(signals, key), {}, carry)
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# Controls: a fixed growth schedule, and a static architecture
+# ----------------------------------------------------------------------------------------------
+
+
+def oracle_actions(signals, slot: int, blueprint: int, blend: int, germinate_epoch: int) -> jax.Array:
+    """GERMINATE (slot, blueprint, blend) at `germinate_epoch` into an empty slot; FOSSILIZE that slot whenever
+    it holds a PROBATIONARY seed; WAIT otherwise. Never CULL. Indices are head indices."""
+    epoch = jnp.asarray(signals["epoch"])
+    empty = ~jnp.asarray(signals["slot_occupied"])[:, slot]
+    stage = jnp.asarray(signals["slot_stage"])[:, slot]
+    germinate = (epoch == germinate_epoch) & empty & signals["mask_op"][:, int(C.LifecycleOp.GERMINATE)]
+    fossilize = (stage == int(C.SeedStage.PROBATIONARY)) & signals["mask_op"][:, int(C.LifecycleOp.FOSSILIZE)]
+    op = jnp.where(germinate, int(C.LifecycleOp.GERMINATE),
+                   jnp.where(fossilize, int(C.LifecycleOp.FOSSILIZE), int(C.LifecycleOp.WAIT)))
+    column = lambda v: jnp.full_like(epoch, v)  # noqa: E731
+    return jnp.stack([column(slot), column(blueprint), column(blend), op], -1).astype(jnp.int32)
+
+
+def build_oracle(spec: ControllerSpec) -> Controller:
+    """`oracle`: the schedule of `config.oracle` (slot, blueprint, blend, germinate_epoch)."""
+    cfg, config = spec.config.oracle, spec.config
+    cfg.check_against(config.enabled_slots, spec.menu, spec.max_epochs)
+    indices = (config.slot_ids.index(cfg.slot), spec.menu.index(cfg.blueprint), C.BLEND_NAMES.index(cfg.blend),
+               cfg.germinate_epoch)
+    return Controller(name="oracle",
+                      act=lambda state, carry, signals, key: (oracle_actions(signals, *indices), {}, carry))
+
+
+def build_static_final(spec: ControllerSpec) -> Controller:
+    """`static_final`: never acts; the architecture comes from `config.static_seeds`, planted fossilized
+    before epoch 1 (the grown architecture of a run, trained from scratch as a static network)."""
+    return Controller(name="static_final",
+                      act=lambda state, carry, signals, key: (wait_actions(signals), {}, carry))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ class RunResult:
     controller_state: Any = None
     best_controller_state: Any = None
     config: TrainingConfig | None = None
+    obs_rms: Any = None  # the observation statistics the final controller acts with
 
 
 def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | None = None,
@@ -85,7 +86,7 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
         out.dir.write_summary(summary)
     return RunResult(history=progress.history, events=out.events, summary=summary, run_dir=out.path,
                      controller_state=learner.controller, best_controller_state=learner.best_controller,
-                     config=config)
+                     config=config, obs_rms=learner.obs_rms)
 
 
 def start(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSpec, out: RunLog,
@@ -151,9 +152,11 @@ class Runner:
     def build(cls, config: TrainingConfig, spec: ctl.ControllerSpec, controller: ctl.Controller,
               reward_fn: Callable, pool: Any, console: Console) -> "Runner":
         reward_config = R.RewardConfig.from_training_config(config)
+        bootstraps = controller.learns and config.ppo.horizon_bootstrap
         return cls(config, spec, controller, pool if isinstance(pool, BridgedPool) else BridgedPool(pool),
-                   console, resolve_policy_device(config.device), S.make_step(controller, reward_fn, reward_config),
-                   S.make_bootstrap(controller) if controller.learns else None)
+                   console, resolve_policy_device(config.device),
+                   S.make_step(controller, reward_fn, reward_config, config.ppo.horizon_bootstrap),
+                   S.make_bootstrap(controller) if bootstraps else None)
 
     def commit(self, tree: Any) -> Any:
         """Everything the jitted functions see is committed to the policy device, so jit's cache key
@@ -189,13 +192,13 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
     last = t == runner.config.max_epochs
     started = time.perf_counter()
     episode, out = runner.step_fn(episode, learner.controller, learner.obs_rms, signals,
-                                  S.act_key(learner.root_key, b, t), jnp.int32(t - 1), jnp.bool_(last))
+                                  S.act_key(learner.root_key, runner.controller.name, b, t), jnp.int32(t - 1), jnp.bool_(last))
     jax.block_until_ready(out.actions)
     check_actions(out.ok, b, t)
     record.controller_s += time.perf_counter() - started
     if last:
         record.seed_params = [float(p) for p in np.asarray(signals["seed_params"]).tolist()]
-    result = runner.pool.step(out.actions, bootstrap=last and runner.controller.learns)
+    result = runner.pool.step(out.actions, bootstrap=last and runner.bootstrap_fn is not None)
     if result.bootstrap is not None:
         values = runner.bootstrap_fn(learner.controller, episode.carry, learner.obs_rms, result.bootstrap)
         episode = S.with_bootstrap(episode, values)

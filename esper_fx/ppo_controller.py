@@ -40,3 +40,19 @@ def build_ppo_lstm(spec: ControllerSpec) -> Controller:
 
 def build_ppo_mlp(spec: ControllerSpec) -> Controller:
     return build_ppo(spec, recurrent=False)
+
+
+def frozen(bundle: Controller, *, greedy: bool = True) -> Controller:
+    """A trained PPO bundle for evaluation: it acts but never learns (no rollout, no update). Greedy takes
+    the argmax of every head within its mask; otherwise it samples, as in training. The name says which,
+    so the two never share an action stream."""
+    if not bundle.learns:
+        raise ValueError(f"controller {bundle.name!r} does not learn: there is nothing to freeze")
+
+    def act(state, carry, signals, key):
+        out = ppo.act(state, signals["obs_norm"], Masks.from_signals(signals), carry, key, deterministic=greedy)
+        return out.actions, {"ok": out.ok}, out.carry
+
+    suffix = "greedy" if greedy else "sampled"
+    return Controller(name=f"{bundle.name}_{suffix}", act=act, init=bundle.init,
+                      initial_carry=bundle.initial_carry, value=bundle.value, learns=False)

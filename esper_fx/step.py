@@ -8,12 +8,13 @@ controller's carry, the reward normaliser, the reward state, the rollout and the
 
 normalise the observation with the frozen statistics -> act -> reward -> normalise the reward ->
 append to the rollout (learning controllers only). `make_bootstrap` values the post-action signals
-of the last epoch. Every random stream of batch b derives from (root key, b), so a resumed run
-repeats the uninterrupted one.
+of the last epoch. Every random stream of batch b derives from (root key, b) — the action stream also
+from the controller's name — so a resumed run repeats the uninterrupted one.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -32,8 +33,16 @@ def init_key(root_key: jax.Array) -> jax.Array:
     return jax.random.fold_in(root_key, INIT_STREAM)
 
 
-def act_key(root_key: jax.Array, batch_idx: int, epoch: int) -> jax.Array:
-    return jax.random.fold_in(jax.random.fold_in(root_key, batch_idx), epoch)
+def arm_stream(name: str) -> int:
+    """A stable 31-bit number for a controller's name: its action noise stream."""
+    return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
+
+
+def act_key(root_key: jax.Array, name: str, batch_idx: int, epoch: int) -> jax.Array:
+    """The action key of epoch `epoch` of batch `batch_idx` for the controller called `name`: two controllers
+    under one run seed never share action noise (LEARNING.md §3: paired arms, independent streams)."""
+    arm = jax.random.fold_in(root_key, arm_stream(name))
+    return jax.random.fold_in(jax.random.fold_in(arm, batch_idx), epoch)
 
 
 def update_key(root_key: jax.Array, batch_idx: int) -> jax.Array:
@@ -74,8 +83,11 @@ def _new_rollout(spec: Any, carry: Any, n_envs: int) -> rollout_lib.Rollout:
                             hidden_dim=hidden)
 
 
-def make_step(controller: Any, reward_fn: Callable, reward_config: Any) -> Callable:
-    """normalise -> act -> reward -> normalise the reward -> append; one jitted function per run."""
+def make_step(controller: Any, reward_fn: Callable, reward_config: Any, horizon_bootstrap: bool = False) -> Callable:
+    """normalise -> act -> reward -> normalise the reward -> append; one jitted function per run.
+
+    The last epoch's transition is terminal, or with `horizon_bootstrap` a truncation whose bootstrap value
+    the loop sets after the lifecycle step (`with_bootstrap`)."""
 
     def step(episode: EpisodeState, cstate: Any, obs_rms: RunningMeanStd, signals: dict, key: jax.Array,
              t: jax.Array, is_last: jax.Array) -> tuple[EpisodeState, StepOut]:
@@ -86,7 +98,8 @@ def make_step(controller: Any, reward_fn: Callable, reward_config: Any) -> Calla
         reward_norm, rollout = episode.reward_norm, episode.rollout
         if controller.learns:
             reward_norm, reward_n = reward_norm.update_and_normalize(reward)
-            transition = _transition(signals, obs_norm, actions, aux, reward, reward_n, episode.carry, is_last)
+            transition = _transition(signals, obs_norm, actions, aux, reward, reward_n, episode.carry, is_last,
+                                     horizon_bootstrap)
             rollout = rollout_lib.append(rollout, t, transition)
         ok = aux.get("ok", jnp.ones(actions.shape[:1], bool)) if isinstance(aux, dict) else \
             jnp.ones(actions.shape[:1], bool)
@@ -97,12 +110,14 @@ def make_step(controller: Any, reward_fn: Callable, reward_config: Any) -> Calla
 
 
 def _transition(signals: dict, obs_norm: jax.Array, actions: jax.Array, aux: dict, reward: jax.Array,
-                reward_n: jax.Array, carry: Any, is_last: jax.Array) -> rollout_lib.StepData:
-    """One epoch's row of the rollout; the last epoch is done and truncated, its bootstrap set later."""
+                reward_n: jax.Array, carry: Any, is_last: jax.Array, horizon_bootstrap: bool) -> rollout_lib.StepData:
+    """One epoch's row of the rollout; the last epoch is done, and truncated (bootstrap set later) only with
+    `horizon_bootstrap`."""
     flags = jnp.full(reward.shape, is_last)
+    truncated = flags if horizon_bootstrap else jnp.zeros_like(flags)
     return rollout_lib.StepData(
         obs=obs_norm, raw_obs=signals["obs"], actions=actions, log_probs=aux["log_probs"], values=aux["value"],
-        rewards=reward_n, raw_rewards=reward, dones=flags, truncated=flags, bootstrap=jnp.zeros_like(reward),
+        rewards=reward_n, raw_rewards=reward, dones=flags, truncated=truncated, bootstrap=jnp.zeros_like(reward),
         masks=Masks.from_signals(signals), carry=carry,
     )
 

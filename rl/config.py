@@ -8,6 +8,7 @@ Three frozen dataclasses with no jax in sight, so a configuration is checked bef
 - `RewardSettings` (§12.1, §12.6): which reward family and mode, and the sparse reward's constants;
   `reward_fn_name` is the one place that maps a family and a mode to a reward function;
 - `HeuristicConfig` (§13.1): the rule-based controller's thresholds, and the blueprint rotation check.
+- `OracleConfig`: the fixed growth schedule of the `oracle` control.
 
 `esper_fx.config.TrainingConfig` nests them as `config.ppo`, `config.reward` and `config.heuristic`; the
 field names of the first two are the run's flat JSON keys and command-line fields.
@@ -70,9 +71,12 @@ class PPOConfig:
     entropy_coef_end: float | None = None  # None: entropy_coef
     entropy_coef_min: float = 0.01
     entropy_anneal_episodes: int = 0  # 0: no anneal
+    horizon_bootstrap: bool = False  # [fix] the last epoch ends the episode (the reference: a truncation valued
+    #                                  by V of the post-action signals, §7.5); LEARNING.md says why
 
     def __post_init__(self) -> None:
         check.boolean("clip_value", self.clip_value)
+        check.boolean("horizon_bootstrap", self.horizon_bootstrap)
         for name in ("update_epochs", "num_minibatches", "lstm_hidden_dim"):
             check.at_least_one(name, getattr(self, name))
         check.in_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
@@ -124,6 +128,7 @@ def entropy_coefficient(cfg: PPOConfig, n_envs: int, train_steps: Any, minimum: 
 class RewardFamily(StrEnum):
     CONTRIBUTION = "contribution"
     LOSS = "loss"
+    ACCURACY = "accuracy"  # the growth reward (LEARNING.md)
 
 
 class RewardMode(StrEnum):
@@ -133,14 +138,15 @@ class RewardMode(StrEnum):
 
 
 def reward_fn_name(family: Any, mode: Any = RewardMode.SHAPED) -> str:
-    """§12.1: contribution + shaped / sparse / minimal -> that mode; loss (shaped only) -> "loss"."""
+    """§12.1: contribution + shaped / sparse / minimal -> that mode; loss (shaped only) -> "loss";
+    accuracy (shaped only) -> "growth"."""
     family = check.enum("reward_family", RewardFamily, str(getattr(family, "value", family)).lower())
     mode = check.enum("reward_mode", RewardMode, str(getattr(mode, "value", mode)).lower())
-    if family == RewardFamily.LOSS:
+    if family in (RewardFamily.LOSS, RewardFamily.ACCURACY):
         if mode != RewardMode.SHAPED:
-            raise ValueError(f"reward_mode applies only to contribution rewards (reward_family='loss' with "
-                             f"reward_mode={mode.value!r})")
-        return "loss"
+            raise ValueError(f"reward_mode applies only to contribution rewards (reward_family="
+                             f"{family.value!r} with reward_mode={mode.value!r})")
+        return "loss" if family == RewardFamily.LOSS else "growth"
     return mode.value
 
 
@@ -238,3 +244,50 @@ class HeuristicConfig:
 
 def field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
+
+
+# ------------------------------------------------------------------------------------------
+# The oracle: a fixed growth schedule (LEARNING.md §3)
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OracleConfig:
+    """Germinate `blueprint` with blend `blend` in `slot` at epoch `germinate_epoch`, fossilize at the first
+    epoch it is allowed, never cull. The defaults are the quickstart's (shapes16) best fixed schedule."""
+
+    slot: str = "r0c0"
+    blueprint: str = "conv_light"
+    blend: str = "sigmoid"
+    germinate_epoch: int = 1
+
+    def __post_init__(self) -> None:
+        if self.blend not in BLEND_NAMES:
+            raise ValueError(f"oracle.blend must be one of {list(BLEND_NAMES)} (got {self.blend!r})")
+        for name in ("slot", "blueprint"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"oracle.{name} must be a string (got {getattr(self, name)!r})")
+        check.at_least_one("oracle.germinate_epoch", self.germinate_epoch)
+        object.__setattr__(self, "germinate_epoch", check.integer("oracle.germinate_epoch", self.germinate_epoch))
+
+    def check_against(self, enabled_slots: Sequence[str], menu: Sequence[str], max_epochs: int) -> None:
+        """The schedule must name an enabled slot and a menu blueprint, inside the episode."""
+        if self.slot not in enabled_slots:
+            raise ValueError(f"oracle.slot {self.slot!r} is not an enabled slot {list(enabled_slots)}")
+        if self.blueprint == "noop" or self.blueprint not in menu:
+            raise ValueError(f"oracle.blueprint {self.blueprint!r} is not in the blueprint menu {list(menu[1:])}")
+        if self.germinate_epoch > max_epochs:
+            raise ValueError(f"oracle.germinate_epoch {self.germinate_epoch} is after the episode's last epoch "
+                             f"({max_epochs})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "OracleConfig":
+        if not isinstance(d, Mapping):
+            raise ValueError(f"oracle must be a JSON object (got {type(d).__name__})")
+        unknown = sorted(f"oracle.{k}" for k in d if k not in field_names(cls))
+        if unknown:
+            raise ValueError(f"Unknown config keys: {unknown}")
+        return cls(**d)

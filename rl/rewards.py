@@ -65,6 +65,7 @@ LOSS_TASK_VALUES: Mapping[str, LossTaskValues] = {
     "cifar10": _CIFAR_LOSS,
     "cifar10_deep": _CIFAR_LOSS,
     "shapes10": _CIFAR_LOSS,
+    "shapes16": _CIFAR_LOSS,
     "tinystories": LossTaskValues(0.15, 10.8, 3.5, 0.01),
     "pytext": LossTaskValues(0.15, 5.5, 1.5, 0.01),
 }
@@ -151,6 +152,12 @@ class RewardConfig(NamedTuple):
     terminal_loss_weight: float = 1.0
     # §12.8 loop-level terms
     governor_punishment: float = -C.GOVERNOR_DEATH_PENALTY
+    # the growth reward (LEARNING.md): reward per pp of committed accuracy, the share of an unfossilized
+    # seed's contribution held back until it is fossilized, the parameter rent, the rollback penalty
+    growth_accuracy_weight: float = 0.1
+    growth_commit_weight: float = 1.0
+    growth_rent_weight: float = 0.01
+    growth_rollback_penalty: float = -1.0
 
     @classmethod
     def from_training_config(cls, config: Any, **overrides: float) -> "RewardConfig":
@@ -177,13 +184,16 @@ def loss_task_values(task: str) -> LossTaskValues:
 
 
 class RewardState(NamedTuple):
-    """Per-env PBRS memory: phi_prev[e, s] is the potential last paid for slot s (0 when empty)."""
+    """Per-env reward memory. phi_prev[e, s]: the PBRS potential last paid for slot s (0 when empty; the
+    shaped reward). committed_prev[e]: the committed accuracy paid so far (the growth reward)."""
 
     phi_prev: jax.Array  # [E, S] float32
+    committed_prev: jax.Array | None = None  # [E] float32
 
     @staticmethod
     def init(n_envs: int, n_slots: int) -> "RewardState":
-        return RewardState(phi_prev=jnp.zeros((n_envs, n_slots), jnp.float32))
+        return RewardState(phi_prev=jnp.zeros((n_envs, n_slots), jnp.float32),
+                           committed_prev=jnp.zeros((n_envs,), jnp.float32))
 
 
 # ------------------------------------------------------------------------------------------
@@ -464,7 +474,7 @@ def shaped(signals: Signals, actions: jax.Array, reward_state: RewardState, conf
         "terminal": contribution_terminal(signals, config),
         **loop_terms(signals, config),
     }
-    new_state = RewardState(next_phi_prev(signals, t, op, reward_state.phi_prev, phi_now, config))
+    new_state = reward_state._replace(phi_prev=next_phi_prev(signals, t, op, reward_state.phi_prev, phi_now, config))
     return _finish(components, new_state)
 
 
@@ -550,7 +560,57 @@ def loss(signals: Signals, actions: jax.Array, reward_state: RewardState, config
 # §12.1 dispatch
 # ------------------------------------------------------------------------------------------
 
-REWARD_FNS: Mapping[str, RewardFn] = {"shaped": shaped, "sparse": sparse, "minimal": minimal, "loss": loss}
+# ------------------------------------------------------------------------------------------
+# The growth reward (LEARNING.md): committed accuracy
+# ------------------------------------------------------------------------------------------
+
+
+def at_risk(signals: Signals, actions: jax.Array, cfg: RewardConfig) -> jax.Array:
+    """Σ over the seeds still live after this step's action (not fossilized, not culled, not fossilized by
+    the action) of max(c, 0): the accuracy the env would lose if they were removed now, `[E]`."""
+    stage = jnp.asarray(signals["slot_stage"])
+    c = _f32(signals, "slot_contribution")
+    live = jnp.asarray(signals["slot_occupied"]).astype(bool) & (stage != _FOSSILIZED)
+    measured = live & jnp.asarray(signals["slot_contribution_valid"]).astype(bool)
+    target = jnp.arange(stage.shape[1])[None, :] == jnp.asarray(actions)[:, C.HEAD_SLOT, None]
+    op = _op(actions)[:, None]
+    fossilizing = target & (op == _OP_FOSSILIZE) & (stage == _PROBATIONARY) & (c >= cfg.min_fossilize_contribution)
+    culling = target & (op == _OP_CULL)
+    held = measured & ~fossilizing & ~culling
+    return jnp.sum(jnp.where(held, jnp.maximum(c, 0.0), 0.0), axis=1)
+
+
+def committed_accuracy(signals: Signals, actions: jax.Array, cfg: RewardConfig) -> jax.Array:
+    """A = val_acc − w_commit·at_risk, `[E]` pp: the accuracy the env keeps if its live seeds go."""
+    return _f32(signals, "val_acc") - cfg.growth_commit_weight * at_risk(signals, actions, cfg)
+
+
+def growth(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
+    """GROWTH: r_t = w·(A_t − A_{t−1}) + rent + rollback penalty + the pending auto-cull penalty.
+
+    A_t is the committed accuracy after this step's action (`committed_accuracy`), A_0 = 0, so the
+    episode's return is w·A_T + Σ rent + penalties: the accuracy the grown network keeps at the end,
+    with a seed's contribution counted once it is fossilized (w_commit = 1) and nothing paid for churn (a
+    germinate → cull cycle changes A only through what the seed did to val_acc). Rent:
+    −w_rent·ln(1 + seed_params/host_params) per step.
+    """
+    chex.assert_rank(actions, 2)
+    committed = committed_accuracy(signals, actions, config)
+    previous = reward_state.committed_prev
+    previous = jnp.zeros_like(committed) if previous is None else previous  # a state built for PBRS only
+    panic = jnp.asarray(signals["panic"]).astype(bool)
+    components = {
+        "committed": config.growth_accuracy_weight * (committed - previous),
+        "rent": rent(_f32(signals, "seed_params"), _f32(signals, "host_params"), config.growth_rent_weight,
+                     jnp.inf),
+        "governor": jnp.where(panic, config.growth_rollback_penalty, 0.0),
+        "auto_cull": _f32(signals, "pending_penalty"),
+    }
+    return _finish(components, reward_state._replace(committed_prev=committed))
+
+
+REWARD_FNS: Mapping[str, RewardFn] = {"shaped": shaped, "sparse": sparse, "minimal": minimal, "loss": loss,
+                                      "growth": growth}
 
 
 def get_reward_fn(name: str) -> RewardFn:
@@ -575,6 +635,6 @@ def dispatch(config_or_family: Any, mode: str | None = None) -> RewardFn:
 __all__ = [
     "LOSS_TASK_VALUES", "LossTaskValues", "REWARD_FNS", "RewardConfig", "RewardState", "STAGE_POTENTIALS",
     "Target", "action_shaping", "attribution", "cull_shaping", "dispatch", "fossilize_shaping",
-    "get_reward_fn", "loss", "loss_task_values", "minimal", "potential", "rent",
+    "at_risk", "committed_accuracy", "get_reward_fn", "growth", "loss", "loss_task_values", "minimal", "potential", "rent",
     "shaped", "sparse", "stage_potential", "target_view",
 ]

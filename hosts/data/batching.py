@@ -11,9 +11,10 @@ seeded by `mix_seed(seed, batch_idx, epoch)` ("shared") or `mix_seed(seed, batch
 - full: each env has its own permutation, K = floor(N / Bpe).
 Both are capped by max_train_batches (None -> task default, 0 -> unlimited).
 
-Augmentation (images only): a crop offset (dy, dx) uniform in {0..8}² on the image padded by 4 with
+Augmentation (images only): a crop offset (dy, dx) uniform in {0..2p}² on the image padded by p with
 the per-channel value `pad_value` (the normalised black, −mean_c/std_c), then a horizontal flip
-with p = 0.5; one vectorised gather per batch.
+with p = 0.5; one vectorised gather per batch. The padding p is an eighth of the image side: 4 on
+32×32 images (SPEC §6.4), 2 on the 16×16 images of shapes16.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ import torch
 
 from hosts.data.random_streams import make_generator
 
-PAD = 4
-CROP_CHOICES = 2 * PAD + 1  # offsets 0..8
+PAD_DIVISOR = 8  # images are padded by an eighth of their side
+
+
+def pad_for(size: int) -> int:
+    """The augmentation padding of images `size` pixels wide: 4 at 32."""
+    return size // PAD_DIVISOR
+
+
+PAD = pad_for(32)
 SPLIT_MODES = ("shared", "full")
 
 
@@ -82,8 +90,8 @@ def steps_per_epoch(n_train: int, n_envs: int, batch_per_env: int, split: str, m
     return k if max_batches is None else min(k, max_batches)
 
 
-def _augment_draws(gen: torch.Generator, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-    crops = torch.randint(0, CROP_CHOICES, (count, 2), generator=gen)
+def _augment_draws(gen: torch.Generator, count: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    crops = torch.randint(0, 2 * pad + 1, (count, 2), generator=gen)
     flips = torch.rand(count, generator=gen) < 0.5
     return crops, flips
 
@@ -100,23 +108,25 @@ def plan_epoch(
     epoch: int,
     envs_running: int | None = None,
     augment: bool = True,
+    pad: int = PAD,
 ) -> EpochPlan:
-    """The plan of one epoch for envs 0..envs_running−1 (default: all n_envs), on the CPU."""
+    """The plan of one epoch for envs 0..envs_running−1 (default: all n_envs), on the CPU; crop offsets
+    are drawn for images padded by `pad` (`pad_for(image side)`)."""
     envs_running = n_envs if envs_running is None else envs_running
     if not 1 <= envs_running <= n_envs:
         raise ValueError(f"envs_running must be in [1, n_envs={n_envs}] (got {envs_running})")
     k = steps_per_epoch(n_train, n_envs, batch_per_env, split, max_batches)
     if split == "shared":
-        return _shared_plan(n_train, n_envs, batch_per_env, k, envs_running, augment, (seed, batch_idx, epoch))
+        return _shared_plan(n_train, n_envs, batch_per_env, k, envs_running, augment, pad, (seed, batch_idx, epoch))
     plans = [
-        _shared_plan(n_train, 1, batch_per_env, k, 1, augment, (seed, batch_idx, epoch, env))
+        _shared_plan(n_train, 1, batch_per_env, k, 1, augment, pad, (seed, batch_idx, epoch, env))
         for env in range(envs_running)
     ]
     cat = lambda ts: None if ts[0] is None else torch.cat(ts)  # noqa: E731
     return EpochPlan(*(cat([getattr(p, f) for p in plans]) for f in EpochPlan._fields))
 
 
-def _shared_plan(n_train, n_envs, bpe, k, envs_running, augment, seed_values) -> EpochPlan:
+def _shared_plan(n_train, n_envs, bpe, k, envs_running, augment, pad, seed_values) -> EpochPlan:
     """One permutation; step-major [K, n_envs, Bpe] slices, keeping the first envs_running envs."""
     gen = make_generator("cpu", *seed_values)
     used = k * n_envs * bpe
@@ -124,7 +134,7 @@ def _shared_plan(n_train, n_envs, bpe, k, envs_running, augment, seed_values) ->
     indices = perm.view(k, n_envs, bpe).transpose(0, 1)[:envs_running].contiguous()
     if not augment:
         return EpochPlan(indices, None, None)
-    crops, flips = _augment_draws(gen, used)
+    crops, flips = _augment_draws(gen, used, pad)
     crops = crops.view(k, n_envs, bpe, 2).transpose(0, 1)[:envs_running].contiguous()
     flips = flips.view(k, n_envs, bpe).transpose(0, 1)[:envs_running].contiguous()
     return EpochPlan(indices, crops, flips)
@@ -138,16 +148,17 @@ def _shared_plan(n_train, n_envs, bpe, k, envs_running, augment, seed_values) ->
 def augment_batch(
     images: torch.Tensor, crops: torch.Tensor, flips: torch.Tensor, pad_value: torch.Tensor
 ) -> torch.Tensor:
-    """Pad by 4 with `pad_value` [C], crop HxW at (dy, dx) per sample, then mirror where `flips`.
+    """Pad by p = pad_for(W) with `pad_value` [C], crop HxW at (dy, dx) per sample, then mirror where `flips`.
 
-    images [B, C, H, W]; crops [B, 2] int64 in 0..8; flips [B] bool; all on one device. Equivalent to
+    images [B, C, H, W]; crops [B, 2] int64 in 0..2p; flips [B] bool; all on one device. Equivalent to
     padding first, but done as one gather from the unpadded images plus a select of the padding value.
     """
     b, c, h, w = images.shape
     ar_h = torch.arange(h, device=images.device)
     ar_w = torch.arange(w, device=images.device)
-    rows = crops[:, 0:1] - PAD + ar_h  # [B, H] source rows, out of range inside the padding
-    cols = crops[:, 1:2] - PAD + torch.where(flips.view(b, 1), (w - 1) - ar_w, ar_w)  # [B, W]
+    pad = pad_for(w)
+    rows = crops[:, 0:1] - pad + ar_h  # [B, H] source rows, out of range inside the padding
+    cols = crops[:, 1:2] - pad + torch.where(flips.view(b, 1), (w - 1) - ar_w, ar_w)  # [B, W]
     inside = ((rows >= 0) & (rows < h)).unsqueeze(2) & ((cols >= 0) & (cols < w)).unsqueeze(1)
     flat = rows.clamp(0, h - 1).unsqueeze(2) * w + cols.clamp(0, w - 1).unsqueeze(1)
     index = flat.view(b, 1, h * w).expand(b, c, h * w)

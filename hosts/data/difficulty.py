@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from hosts.data import shapes10
-from hosts.data.batching import plan_epoch, resolve_max_batches
+from hosts.data.batching import pad_for, plan_epoch, resolve_max_batches
 from hosts.data.task_data import TaskData, load_task_data, train_batch, val_batches
 from hosts.models.cnn import CNNHost
 from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, TaskSpec, get_task
@@ -73,7 +73,7 @@ def train_host(
         start = time.perf_counter()
         plan = plan_epoch(data.n_train, n_envs=n_envs, batch_per_env=bpe, split="shared",
                           max_batches=max_batches, seed=seed, batch_idx=0, epoch=epoch, envs_running=1,
-                          augment=data.augment).to(data.device)
+                          augment=data.augment, pad=pad_for(data.x_train.shape[-1])).to(data.device)
         model.train()
         for step in range(plan.num_steps):
             x, y = train_batch(data, plan, 0, step)

@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from hosts.data.batching import EpochPlan, augment_batch, plan_epoch, resolve_max_batches, steps_per_epoch
+from hosts.data.batching import EpochPlan, augment_batch, pad_for, plan_epoch, resolve_max_batches, steps_per_epoch
 from hosts.data.task_data import TaskData, load_task_data, train_batch, val_batches, val_size
 from hosts.tasks import TaskSpec
 
@@ -59,6 +59,7 @@ class DataFeed:
         self.val_batch_size = val_batch_size or self.batch_per_env
         self.n_val = val_size(data, val_samples)
         self.kind, self.n_train = data.kind, data.n_train
+        self.pad = pad_for(data.x_train.shape[-1]) if data.kind == "classification" else 0
         if data_path == "device":
             self._by_device = {d: data.to(d) for d in dict.fromkeys(self.env_devices)}
         else:
@@ -89,7 +90,7 @@ class DataFeed:
         """The CPU plan of one epoch (the same on both paths and every device)."""
         return plan_epoch(self.n_train, n_envs=self.n_envs, batch_per_env=self.batch_per_env, split=self.split,
                           max_batches=self.max_batches, seed=self.seed, batch_idx=batch_idx, epoch=epoch,
-                          envs_running=envs_running, augment=self.kind == "classification")
+                          envs_running=envs_running, augment=self.kind == "classification", pad=self.pad)
 
     def train_epoch(self, batch_idx: int, epoch: int, envs_running: int | None = None) -> Iterator[list[Batch]]:
         """For each training step, one (x, y) per running env, on that env's device."""

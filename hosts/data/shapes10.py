@@ -14,8 +14,10 @@ overlap, which caps the attainable accuracy). Every class shows all orientations
 so only conjunctions of attributes identify it: this is what makes width pay (a wider host can
 hold more conjunction detectors), leaving seeds room to help. Everything else is nuisance.
 Every nuisance distribution and every class's attribute set is symmetric under a horizontal
-flip, and object centres stay in the inner half of the frame under a 4-pixel shift, so the training augmentation
-never changes a class (the tests check the renderer's flip and shift equivariance).
+flip, and object centres stay in the inner half of the frame under a shift of an eighth of the image
+(4 px at 32), so the training augmentation never changes a class (the tests check the renderer's flip and
+shift equivariance). `Knobs.size` and `Knobs.periods` render the same classes at another size
+(`SHAPES16_KNOBS`: the 16x16 data of the `shapes16` task).
 
 The data is a pure function of (data_seed, sizes, device type): latents are drawn in fixed-size
 chunks from a torch.Generator on the target device seeded by `mix_seed(data_seed, split)`, so the
@@ -86,13 +88,26 @@ class Knobs(NamedTuple):
     blob_strength: float = 0.6
     distractor: float = 0.15  # max amplitude of the background grating
     noise: float = 0.05  # pixel noise std (before normalisation)
+    size: int = IMAGE_SIZE  # image side in pixels
+    periods: tuple[float, float] = (8.0, 4.0)  # stripe period in pixels of the low and high frequency
 
 
 DEFAULT_KNOBS = Knobs()
 
-PERIOD_PX = {"low": 8.0, "high": 4.0}  # stripe period in pixels
+# shapes16 (the quickstart's data): the same classes rendered at 16x16 on a plain background (no blobs,
+# no grating, no attribute redraws, less pixel noise), stripe periods 6 and 3 px. Every attribute stays
+# visible at this size; what the quickstart host lacks is a spatial receptive field to see them with.
+SHAPES16_KNOBS = Knobs(size=16, periods=(6.0, 3.0), confusion=0.0, blobs=0, distractor=0.0, noise=0.02)
+
 PALETTE_HUES = {"warm": 0.03, "cool": 0.60, "green": 0.33}
-PIXEL = 2.0 / IMAGE_SIZE  # one pixel in image coordinates
+
+
+def pixel(size: int) -> float:
+    """One pixel in image coordinates (the image spans [-1, 1])."""
+    return 2.0 / size
+
+
+PIXEL = pixel(IMAGE_SIZE)
 EDGE = 0.04  # soft edge width of the object mask, image units
 ATTRIBUTE_SIZES = (len(SHAPES), len(ORIENTATIONS), len(FREQUENCIES), len(PALETTES))
 
@@ -159,9 +174,9 @@ def _wave_vectors(orient: torch.Tensor, freq: torch.Tensor, gen, knobs: Knobs) -
     sign = torch.where(torch.rand(lead, generator=gen, device=device) < 0.5, -1.0, 1.0)
     angle = torch.where(orient == 2, base * sign, base)
     angle = angle + torch.randn(lead, generator=gen, device=device) * knobs.angle_jitter
-    periods = torch.tensor([PERIOD_PX[f] for f in FREQUENCIES], device=device)[freq]
+    periods = torch.tensor(knobs.periods, device=device)[freq]
     spread = _uniform(gen, lead, 1.0 - knobs.freq_jitter, 1.0 + knobs.freq_jitter, device)
-    k = 2.0 * math.pi / (periods * PIXEL) * spread
+    k = 2.0 * math.pi / (periods * pixel(knobs.size)) * spread
     return torch.stack([k * torch.cos(angle), k * torch.sin(angle)], dim=-1)
 
 
@@ -192,7 +207,7 @@ def _background(n: int, gen, knobs: Knobs, device) -> tuple[torch.Tensor, ...]:
     ) - bg.unsqueeze(1)
     blob_color = blob_color * knobs.blob_strength
     angle = torch.rand(n, generator=gen, device=device) * math.pi
-    k_d = 2.0 * math.pi / (_uniform(gen, n, 3.0, 10.0, device) * PIXEL)
+    k_d = 2.0 * math.pi / (_uniform(gen, n, 3.0, 10.0, device) * pixel(knobs.size))
     distract_wave = torch.stack([k_d * torch.cos(angle), k_d * torch.sin(angle)], dim=-1)
     distract_phase = torch.rand(n, generator=gen, device=device) * 2.0 * math.pi
     distract_amp = torch.rand(n, generator=gen, device=device) * knobs.distractor
@@ -222,7 +237,7 @@ def sample_latents(labels: torch.Tensor, gen: torch.Generator, knobs: Knobs = DE
     phase = torch.rand((n, m), generator=gen, device=device) * 2.0 * math.pi
     color_a, color_b = _palette_colors(palette, gen, knobs)
     background = _background(n, gen, knobs, device)
-    noise = torch.randn((n, 3, IMAGE_SIZE, IMAGE_SIZE), generator=gen, device=device) * knobs.noise
+    noise = torch.randn((n, 3, knobs.size, knobs.size), generator=gen, device=device) * knobs.noise
     return Latents(labels, shape, center, radius, wave, phase, color_a, color_b, *background, noise)
 
 
@@ -231,8 +246,8 @@ def sample_latents(labels: torch.Tensor, gen: torch.Generator, knobs: Knobs = DE
 # ------------------------------------------------------------------------------------------
 
 
-def _grid(device) -> tuple[torch.Tensor, torch.Tensor]:
-    coords = (torch.arange(IMAGE_SIZE, device=device, dtype=torch.float32) + 0.5) * PIXEL - 1.0
+def _grid(size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    coords = (torch.arange(size, device=device, dtype=torch.float32) + 0.5) * pixel(size) - 1.0
     yy, xx = torch.meshgrid(coords, coords, indexing="ij")
     return xx, yy
 
@@ -266,7 +281,7 @@ def _object_layer(lat: Latents, j: int, xx: torch.Tensor, yy: torch.Tensor):
 
 
 def _background_image(lat: Latents, xx: torch.Tensor, yy: torch.Tensor) -> torch.Tensor:
-    bg = lat.background[:, :, None, None].expand(-1, -1, IMAGE_SIZE, IMAGE_SIZE)
+    bg = lat.background[:, :, None, None].expand(-1, -1, *xx.shape)
     dx = xx - lat.blob_center[..., 0, None, None]  # [n, K, H, W]
     dy = yy - lat.blob_center[..., 1, None, None]
     weight = torch.exp(-(dx * dx + dy * dy) / (2.0 * lat.blob_sigma[..., None, None] ** 2))
@@ -279,8 +294,10 @@ def _background_image(lat: Latents, xx: torch.Tensor, yy: torch.Tensor) -> torch
 
 
 def render(lat: Latents) -> torch.Tensor:
-    """Raw (un-normalised) float32 images [n, 3, H, W]: background, decoys, then the class object."""
-    xx, yy = _grid(lat.center.device)
+    """Raw (un-normalised) float32 images [n, 3, H, W]: background, decoys, then the class object.
+
+    The image size is the noise's (`Knobs.size` when the latents were drawn)."""
+    xx, yy = _grid(lat.noise.shape[-1], lat.center.device)
     image = _background_image(lat, xx, yy)
     for j in list(range(1, lat.shape.shape[1])) + [0]:
         mask, fg = _object_layer(lat, j, xx, yy)
@@ -307,7 +324,8 @@ def flip_latents(lat: Latents) -> Latents:
 
 def shift_latents(lat: Latents, dy: int, dx: int) -> Latents:
     """Latents whose rendering is the image shifted by (dy, dx) pixels (valid away from the border)."""
-    offset = torch.tensor([dx * PIXEL, dy * PIXEL], device=lat.center.device)
+    step = pixel(lat.noise.shape[-1])
+    offset = torch.tensor([dx * step, dy * step], device=lat.center.device)
     phase = lat.distract_phase - (lat.distract_wave * offset).sum(dim=-1)
     return lat._replace(
         center=lat.center + offset,
@@ -329,11 +347,11 @@ def balanced_labels(n: int, gen: torch.Generator, device) -> torch.Tensor:
 
 
 def raw_split(n: int, data_seed: int, stream: int, device, knobs: Knobs = DEFAULT_KNOBS):
-    """(raw images [n,3,32,32] float32, labels [n] int64) of one split, rendered chunk by chunk."""
+    """(raw images [n,3,S,S] float32 with S = knobs.size, labels [n] int64), rendered chunk by chunk."""
     device = torch.device(device)
     labels = balanced_labels(n, make_generator(device, data_seed, stream, LABEL_STREAM), device)
     gen = make_generator(device, data_seed, stream)
-    images = torch.empty((n, 3, IMAGE_SIZE, IMAGE_SIZE), device=device)
+    images = torch.empty((n, 3, knobs.size, knobs.size), device=device)
     for start in range(0, n, CHUNK):
         stop = min(start + CHUNK, n)
         images[start:stop] = render(sample_latents(labels[start:stop], gen, knobs))

@@ -1,9 +1,9 @@
 """Device-resident task data and the per-epoch batch streams of both data paths (SPEC §6.2–§6.4).
 
 - `TaskData`: the train/test tensors of a task on one device. Images are normalised float32
-  [N,3,32,32] with int64 labels; LM data are int32 token blocks [N, T+1] (x = block[:, :T],
+  [N,3,H,W] (32×32; 16×16 for shapes16) with int64 labels; LM data are int32 token blocks [N, T+1] (x = block[:, :T],
   y = block[:, 1:], with no separate label tensor).
-- `load_task_data(task, device, ...)` builds it (shapes10 is generated on the device itself).
+- `load_task_data(task, device, ...)` builds it (shapes10 and shapes16 are generated on the device itself).
 - `train_batch(data, plan, env, step)` -> (x, y) of one env's training step under an epoch plan
   (hosts.data.batching), augmented on the device; `val_batches(...)` iterates the fixed validation set.
   Targets are always int64 (labels, or LM next tokens); LM inputs stay int32.
@@ -23,6 +23,7 @@ from hosts.data.batching import EpochPlan, augment_batch
 from hosts.tasks import TaskSpec
 
 SHAPES10_PAD = 0.0  # shapes10 is normalised to zero mean: its black padding is 0.0 (§6.6.4)
+SHAPES_KNOBS = {"shapes10": shapes10.DEFAULT_KNOBS, "shapes16": shapes10.SHAPES16_KNOBS}  # generated tasks
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,10 @@ def load_task_data(
     the on-disk datasets (CIFAR-10, TinyStories) need `data_root`. A run passes every value explicitly.
     """
     device = torch.device(device)
-    if task.name == "shapes10":
+    if task.name in SHAPES_KNOBS:
         sizes = {"n_train": synthetic_train_samples, "n_test": synthetic_test_samples, "data_seed": data_seed}
         x_tr, y_tr, x_te, y_te = shapes10.generate(**{k: v for k, v in sizes.items() if v is not None},
-                                                   device=device)
+                                                   device=device, knobs=SHAPES_KNOBS[task.name])
         return _classification(device, x_tr, y_tr, x_te, y_te, torch.full((3,), SHAPES10_PAD))
     if task.name in ("cifar10", "cifar10_deep", "tinystories") and data_root is None:
         raise ValueError(f"task {task.name!r} reads its dataset from disk: pass data_root")

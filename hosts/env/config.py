@@ -24,6 +24,8 @@ class PoolConfig:
     enabled_slots: tuple[str, ...]  # the slots that get a SeedSlot, canonical order
     menu: tuple[str, ...]  # blueprint-head index -> blueprint name
     max_seeds: int | None
+    min_cull_age: int  # CULL is masked for seeds younger than this (epochs)
+    static_seeds: tuple[str, ...]  # "slot=blueprint": planted fossilized when an env is built
     use_telemetry: bool
     device: str  # the policy device the signals are built on
     env_devices: tuple[str, ...] | None  # env i runs on env_devices[i % len]; None: the policy device

@@ -30,11 +30,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 
-from esper_fx.contracts import EventType
+from esper_fx.contracts import EventType, SeedStage
 from hosts.env.actions import decode_actions, execute_action, step_slots
 from hosts.env.config import PoolConfig
 from hosts.env.epoch_compute import (
@@ -120,7 +120,7 @@ class EnvPool:
         self._amp = {d: amp_settings(cfg.amp, cfg.amp_dtype, d) for d in dict.fromkeys(self._env_devices)}
         self.data: PoolData = build_pool_data(cfg, self.task, self._env_devices, data)
         self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, cfg.max_epochs, cfg.max_seeds,
-                                   cfg.use_telemetry)
+                                   cfg.use_telemetry, cfg.min_cull_age)
         self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
         self.use_streams = bool(use_streams)
         self.envs: list[EnvState] = []
@@ -169,16 +169,27 @@ class EnvPool:
                                    task_config=self.task).to(device)
         for slot_id in self.enabled:
             model.slot(slot_id).isolate_gradients = True
+        rng = EnvRng(device)
+        self._plant_static_seeds(model, rng, i)
         host_opt = torch.optim.SGD(model.host_parameters(), lr=self.task.host_lr, momentum=HOST_MOMENTUM,
                                    weight_decay=HOST_WEIGHT_DECAY)
         amp = self._amp[device]
         return EnvState(
             index=i, device=device, model=model, host_optimizer=host_opt,
             governor=Governor(model, random_guess_loss=self.task.random_guess_loss),
-            tracker=SignalTracker(), rng=EnvRng(device), seed_lr=self.task.seed_lr,
+            tracker=SignalTracker(), rng=rng, seed_lr=self.task.seed_lr,
             scaler=torch.amp.GradScaler("cuda") if amp.use_scaler else None,
             stream=torch.cuda.Stream(device) if device.type == "cuda" and self.use_streams else None,
         )
+
+    def _plant_static_seeds(self, model: MorphogeneticModel, rng: EnvRng, i: int) -> None:
+        """`static_seeds` ("slot=blueprint") built fossilized before epoch 1, their init drawn from the env's
+        stream after the host's: the static_final control trains them with the host from the start."""
+        host_params = model.host_param_count()
+        with rng.activate():
+            for entry in self.config.static_seeds:
+                slot_id, _, blueprint = entry.partition("=")
+                model.slot(slot_id).plant_fossil(blueprint, f"env{i}_static_{slot_id}", host_param_count=host_params)
 
     # ---------------------------------------------------------------- phase checks
     def _expect(self, allowed: tuple[str, ...], what: str) -> None:
@@ -260,6 +271,7 @@ class EnvPool:
     def _after_validation(self, env: EnvState, rb: EpochReadback) -> None:
         t, counters = self.epoch, env.counters
         counters.host_max_acc = max(counters.host_max_acc, rb.val_acc)
+        counters.val_accs.append(rb.val_acc)
         panic = self._governor_phase(env, rb.val_loss)
         for slot_id in self.enabled:
             if env.holds_seed(slot_id):
@@ -419,6 +431,7 @@ class EnvPool:
                 host_max_acc=c.host_max_acc, seeds_created=c.seeds_created, seeds_fossilized=c.seeds_fossilized,
                 contributing_fossilized=c.contributing_fossilized, rollbacks=c.rollbacks,
                 action_counts=tuple(c.action_counts), successful_action_counts=tuple(c.successful_action_counts),
+                val_accs=tuple(c.val_accs), fossils=_fossils(env, self.enabled),
             ))
         return out
 
@@ -433,6 +446,12 @@ def _action_rows(actions) -> list[list[int]]:
     if isinstance(actions, torch.Tensor):
         return actions.detach().to("cpu").tolist()
     return torch.as_tensor(actions).tolist()
+
+
+def _fossils(env: EnvState, slot_ids: Sequence[str]) -> tuple[str, ...]:
+    """"slot=blueprint" for every enabled slot holding a FOSSILIZED seed, canonical order."""
+    return tuple(f"{s}={env.slot(s).state.blueprint_id}" for s in slot_ids
+                 if env.slot(s).stage == SeedStage.FOSSILIZED)
 
 
 def _report_dict(report) -> dict:

@@ -87,6 +87,8 @@ class EpisodeResult:
     rollbacks: int
     action_counts: tuple[int, ...]  # per op, LifecycleOp order
     successful_action_counts: tuple[int, ...]
+    val_accs: tuple[float, ...] = ()  # validation accuracy of every epoch so far, pp
+    fossils: tuple[str, ...] = ()  # "slot=blueprint" of every seed FOSSILIZED now (the grown architecture)
 
 
 @dataclass
@@ -101,6 +103,7 @@ class EnvCounters:
     successful_action_counts: list[int] = field(default_factory=lambda: [0] * NUM_OPS)
     pending_auto_cull_penalty: float = 0.0
     host_max_acc: float = 0.0
+    val_accs: list[float] = field(default_factory=list)  # every validated epoch's accuracy, pp
     acc_at_germination: dict[str, float] = field(default_factory=dict)
     ratio_ema: dict[str, float] = field(default_factory=dict)
 

@@ -1,6 +1,8 @@
-"""CNNHost: the small convolutional host of the CIFAR-type tasks (SPEC §3.1)."""
+"""CNNHost: the small convolutional host of the CIFAR-type tasks (SPEC §3.1), and the shapes16 host."""
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -12,11 +14,11 @@ CIFAR_CLASSES = 10
 
 
 class ConvBlock(nn.Sequential):
-    """Conv3x3 (no bias) -> BatchNorm2d -> ReLU, PyTorch default init."""
+    """Conv k×k (no bias, 'same' padding; k = 3 unless given) -> BatchNorm2d -> ReLU, PyTorch default init."""
 
-    def __init__(self, in_channels: int, out_channels: int) -> None:
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3) -> None:
         super().__init__(
-            nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False),
+            nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2, bias=False),
             nn.BatchNorm2d(out_channels),
             nn.ReLU(),
         )
@@ -25,22 +27,29 @@ class ConvBlock(nn.Sequential):
 class CNNHost(nn.Module):
     """n_blocks ConvBlocks (channels base·2^i), a MaxPool after block i iff i < pool_layers, GAP + Linear.
 
-    Injection point `r0c{i}` sits after block i and its pool.
+    Injection point `r0c{i}` sits after block i and its pool. `widths`, `kernel_size` and `pooled` (one
+    bool per block) replace the CIFAR layout when given: `CNNHost.pointwise()` is the shapes16 host.
     """
 
     def __init__(
-        self, num_classes: int = CIFAR_CLASSES, base_channels: int = 8, n_blocks: int = 3, pool_layers: int | None = None
+        self, num_classes: int = CIFAR_CLASSES, base_channels: int = 8, n_blocks: int = 3, pool_layers: int | None = None,
+        *, widths: Sequence[int] | None = None, kernel_size: int = 3, pooled: Sequence[bool] | None = None,
     ) -> None:
         super().__init__()
+        widths = [base_channels * 2**i for i in range(n_blocks)] if widths is None else [int(w) for w in widths]
+        n_blocks = len(widths)
         if n_blocks < 2:
             raise ValueError(f"CNNHost needs n_blocks >= 2 (got {n_blocks})")
         self.n_blocks = n_blocks
         self.pool_layers = n_blocks if pool_layers is None else pool_layers
-        widths = [base_channels * 2**i for i in range(n_blocks)]
-        self.blocks = nn.ModuleList(ConvBlock(c_in, c_out) for c_in, c_out in zip([3] + widths[:-1], widths))
-        self.pools = nn.ModuleList(
-            nn.MaxPool2d(2, 2) if i < self.pool_layers else nn.Identity() for i in range(n_blocks)
+        if pooled is None:
+            pooled = [i < self.pool_layers for i in range(n_blocks)]
+        if len(pooled) != n_blocks:
+            raise ValueError(f"pooled needs one flag per block ({n_blocks}), got {len(pooled)}")
+        self.blocks = nn.ModuleList(
+            ConvBlock(c_in, c_out, kernel_size) for c_in, c_out in zip([3] + widths[:-1], widths)
         )
+        self.pools = nn.ModuleList(nn.MaxPool2d(2, 2) if p else nn.Identity() for p in pooled)
         self.classifier = nn.Linear(widths[-1], num_classes)
         self.channels = tuple(widths)
         self.segment_ids = [format_slot_id(0, i) for i in range(n_blocks)]
@@ -52,6 +61,13 @@ class CNNHost(nn.Module):
     @classmethod
     def cifar10_deep(cls, num_classes: int = CIFAR_CLASSES) -> "CNNHost":
         return cls(num_classes=num_classes, base_channels=8, n_blocks=5, pool_layers=5)
+
+    @classmethod
+    def pointwise(cls, num_classes: int = CIFAR_CLASSES) -> "CNNHost":
+        """The shapes16 host (826 parameters): three 1×1 blocks of 16 channels, pools after the second and
+        third. Every layer sees one pixel, so the host tells colours apart but no stripe, edge or shape;
+        slot r0c0 sits at full resolution, where a 3×3 seed gives it the receptive field it lacks."""
+        return cls(num_classes=num_classes, widths=(16, 16, 16), kernel_size=1, pooled=(False, True, True))
 
     def injection_specs(self) -> list[InjectionSpec]:
         return [

@@ -184,6 +184,20 @@ class SeedSlot(nn.Module):
         self.seed, self.state, self.alpha_schedule = module, state, None
         return result
 
+    def plant_fossil(self, blueprint_id: str, seed_id: str | None = None, *, host_param_count: int = 0) -> None:
+        """A seed built already FOSSILIZED at α = 1, for a static architecture (the `static_final` control).
+
+        It goes through germinate (build, shape check, G0) and then the legal chain of stages without their
+        gates, timing or blending, so from the first training step it is a permanent, trained-with-the-host
+        part of the network, exactly like a fossil grown in an episode.
+        """
+        self.germinate(blueprint_id, seed_id, host_param_count=host_param_count)
+        for stage in (SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY, SeedStage.FOSSILIZED):
+            self.state.transition(stage)
+        self.isolate_gradients = False
+        self.alpha_schedule = None
+        self.set_alpha(1.0)
+
     def _probe_shape(self, module: nn.Module, blueprint_id: str) -> None:
         """Zero input (no RNG draw) in eval mode without gradients; the output shape must match."""
         shape = (1, self.channels, 32, 32) if self.topology == "cnn" else (2, 8, self.channels)

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from esper_fx.contracts import SIGNAL_FIELDS
+from esper_fx.contracts import MIN_CULL_AGE, SIGNAL_FIELDS
 
 from hosts.signals.masks import build_masks, stack_masks
 from hosts.signals.observation import build_observation, stack_observations
@@ -46,6 +46,7 @@ class SignalLayout:
     max_epochs: int
     max_seeds: int | None
     use_telemetry: bool
+    min_cull_age: int = MIN_CULL_AGE  # CULL is masked for younger seeds
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def _observations(views: Sequence[EnvView], layout: SignalLayout, device) -> tor
 def _masks(views: Sequence[EnvView], layout: SignalLayout, device) -> dict[str, torch.Tensor]:
     masks = [
         build_masks(v.reports, layout.enabled, layout.slot_ids, len(layout.menu), layout.max_seeds,
-                    sum(count_seeds(v.reports, layout.enabled)))
+                    sum(count_seeds(v.reports, layout.enabled)), layout.min_cull_age)
         for v in views
     ]
     return stack_masks(masks, device)

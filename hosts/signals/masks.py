@@ -61,8 +61,8 @@ def _seed_limit_reached(max_seeds: int | None, total_seeds: int) -> bool:
     return max_seeds is not None and max_seeds > 0 and total_seeds >= max_seeds
 
 
-def _can_cull(report: SlotReport) -> bool:
-    return SeedStage(report.stage) in CULLABLE_STAGES and report.epochs_total >= MIN_CULL_AGE
+def _can_cull(report: SlotReport, min_cull_age: int) -> bool:
+    return SeedStage(report.stage) in CULLABLE_STAGES and report.epochs_total >= min_cull_age
 
 
 def op_mask(
@@ -70,14 +70,16 @@ def op_mask(
     enabled_slot_ids: Iterable[str],
     max_seeds: int | None,
     total_seeds: int,
+    min_cull_age: int = MIN_CULL_AGE,
 ) -> tuple[bool, ...]:
-    """Optimistic: an op is allowed if any enabled slot allows it; WAIT always."""
+    """Optimistic: an op is allowed if any enabled slot allows it; WAIT always. CULL needs a seed at
+    least `min_cull_age` epochs old (the reference's 1 by default; runs pass their config's value)."""
     enabled = set(enabled_slot_ids)
     seeds = seeded_slots(reports, enabled).values()
     ops = [False] * len(LifecycleOp)
     ops[LifecycleOp.WAIT] = True
     ops[LifecycleOp.GERMINATE] = len(seeds) < len(enabled) and not _seed_limit_reached(max_seeds, total_seeds)
-    ops[LifecycleOp.CULL] = any(_can_cull(rep) for rep in seeds)
+    ops[LifecycleOp.CULL] = any(_can_cull(rep, min_cull_age) for rep in seeds)
     ops[LifecycleOp.FOSSILIZE] = any(SeedStage(rep.stage) in FOSSILIZABLE_STAGES for rep in seeds)
     return tuple(ops)
 
@@ -89,6 +91,7 @@ def build_masks(
     num_blueprints: int,
     max_seeds: int | None,
     total_seeds: int,
+    min_cull_age: int = MIN_CULL_AGE,
 ) -> ActionMasks:
     """The four masks of one env from its current slot states (§9.1)."""
     enabled = tuple(enabled_slot_ids)
@@ -97,7 +100,7 @@ def build_masks(
         slot=slot_mask(slot_ids, enabled),
         blueprint=blueprint_mask(num_blueprints),
         blend=(True,) * NUM_BLENDS,
-        op=op_mask(reports, enabled, max_seeds, total_seeds),
+        op=op_mask(reports, enabled, max_seeds, total_seeds, min_cull_age),
     )
 
 

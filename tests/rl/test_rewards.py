@@ -496,7 +496,9 @@ def test_every_family_adds_the_pending_auto_cull_penalty_and_panic_punishment(na
     reward, comps, _ = run(name, make_signals(pending_penalty=-0.2), act(W))
     assert comps["auto_cull"] == pytest.approx(-0.2) and reward == pytest.approx(quiet - 0.2, abs=1e-6)
     reward, comps, _ = run(name, make_signals(panic=True, pending_penalty=-0.4), act(W))
-    assert comps["governor"] == -10.0 and reward == pytest.approx(quiet - 10.4, abs=1e-5)
+    # growth states the rollback in its own units: -1.0 = 10 pp of committed accuracy (LEARNING.md)
+    punishment = CFG.growth_rollback_penalty if name == "growth" else -10.0
+    assert comps["governor"] == punishment and reward == pytest.approx(quiet + punishment - 0.4, abs=1e-5)
 
 
 @pytest.mark.parametrize("name", ["sparse", "minimal", "loss"])
@@ -518,8 +520,12 @@ def test_dispatch_maps_family_and_mode():
     assert R.get_reward_fn("SPARSE") is R.sparse
     with pytest.raises(ValueError, match="reward_mode"):
         R.dispatch("loss", "sparse")
+    assert R.dispatch("accuracy") is R.growth
+    assert R.dispatch(TrainingConfig(reward_family="accuracy")) is R.growth
     with pytest.raises(ValueError, match="reward_family"):
-        R.dispatch("accuracy", "shaped")
+        R.dispatch("precision", "shaped")
+    with pytest.raises(ValueError, match="reward_mode"):
+        R.dispatch("accuracy", "sparse")
     with pytest.raises(ValueError, match="available"):
         R.get_reward_fn("dense")
 
@@ -648,3 +654,75 @@ def test_make_signals_fills_every_contract_field():
     for name, (_, dtype) in C.SIGNAL_FIELDS.items():
         assert signals[name].dtype == np.dtype(dtype), name
     assert signals["obs"].shape == (2, C.obs_dim(5, True, 6)) and signals["mask_blueprint"].shape == (2, 6)
+
+
+# ------------------------------------------------------------------------------------------
+# the growth reward (LEARNING.md): committed accuracy, nothing for churn
+# ------------------------------------------------------------------------------------------
+
+GROWTH_W = CFG.growth_accuracy_weight
+
+
+def _growth_step(signals, actions, committed_prev: float):
+    state = R.RewardState.init(1, 3)._replace(committed_prev=jnp.full((1,), committed_prev, jnp.float32))
+    return run("growth", signals, actions, state)
+
+
+def test_growth_pays_the_change_of_committed_accuracy():
+    # no seed: the committed accuracy is the validation accuracy
+    reward, comps, state = _growth_step(make_signals(val_acc=42.0), act(W), 40.0)
+    assert comps["committed"] == pytest.approx(GROWTH_W * 2.0) and comps["rent"] == 0.0
+    assert reward == pytest.approx(GROWTH_W * 2.0)
+    assert float(state.committed_prev[0]) == pytest.approx(42.0)
+
+
+def test_a_live_seed_contribution_is_held_back_until_it_is_fossilized():
+    s = with_seed(make_signals(val_acc=50.0, seed_params=CONV_LIGHT_PARAMS), stage=PROBATIONARY, eis=1, age=10,
+                  c=8.0)
+    _, waiting, _ = _growth_step(s, act(W), 42.0)  # 50 - 8 = 42 committed: nothing new
+    assert waiting["committed"] == pytest.approx(0.0, abs=1e-6)
+    _, fossilizing, state = _growth_step(s, act(FO), 42.0)  # the 8 pp become the env's for good
+    assert fossilizing["committed"] == pytest.approx(GROWTH_W * 8.0)
+    assert float(state.committed_prev[0]) == pytest.approx(50.0)
+    fossil = with_seed(make_signals(val_acc=50.0), stage=FOSSILIZED, eis=1, age=11, c=8.0)
+    assert _growth_step(fossil, act(W), 50.0)[1]["committed"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_fossilize_that_g5_refuses_commits_nothing():
+    s = with_seed(make_signals(val_acc=50.0), stage=PROBATIONARY, eis=1, age=10, c=0.5)  # c < 1 pp: G5 fails
+    assert _growth_step(s, act(FO), 49.5)[1]["committed"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_germinate_then_cull_churn_earns_nothing_beyond_the_accuracy_it_moved():
+    """A whole germinate -> blend -> cull cycle telescopes: its return is w·(A_end − A_start)."""
+    steps = [
+        (make_signals(val_acc=30.0), act(G)),
+        (with_seed(make_signals(val_acc=31.0), stage=TRAINING, eis=1, age=1), act(W)),
+        (with_seed(make_signals(val_acc=35.0), stage=BLENDING, eis=1, age=4, c=3.0), act(W)),
+        (with_seed(make_signals(val_acc=36.0), stage=BLENDING, eis=2, age=5, c=4.0), act(CU)),
+        (make_signals(val_acc=31.5), act(W)),
+    ]
+    state, total = R.RewardState.init(1, 3), 0.0
+    for signals, actions in steps:
+        reward, comps, state = run("growth", signals, actions, state)
+        total += comps["committed"]
+    assert total == pytest.approx(GROWTH_W * 31.5, abs=1e-5)  # A_0 = 0: the host's own accuracy, no bonus
+
+
+def test_growth_rent_and_rollback_penalty():
+    s = make_signals(val_acc=20.0, seed_params=CONV_LIGHT_PARAMS, panic=True)
+    _, comps, _ = _growth_step(s, act(W), 20.0)
+    assert comps["rent"] == pytest.approx(-CFG.growth_rent_weight * math.log1p(CONV_LIGHT_PARAMS / HOST_PARAMS))
+    assert comps["governor"] == CFG.growth_rollback_penalty
+
+
+@settings(deadline=None, max_examples=40)
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(-5, 20), st.sampled_from([W, FO, CU]),
+                          st.sampled_from([TRAINING, BLENDING, PROBATIONARY, FOSSILIZED])), min_size=1, max_size=8))
+def test_growth_returns_telescope_to_the_last_committed_accuracy(steps):
+    state, total = R.RewardState.init(1, 3), 0.0
+    for val_acc, c, op, stage in steps:
+        s = with_seed(make_signals(val_acc=val_acc), stage=stage, eis=2, age=8, c=c)
+        _, comps, state = run("growth", s, act(op), state)
+        total += comps["committed"]
+    assert total == pytest.approx(GROWTH_W * float(state.committed_prev[0]), abs=1e-3)
