@@ -81,6 +81,7 @@ class TrainingConfig:
     slots: tuple[str, ...] = ("r0c1",)
     max_seeds: int | None = None
     min_cull_age: int = 5  # [fix] CULL is masked for seeds younger than this (the reference: 1); LEARNING.md
+    one_seed_at_a_time: bool = True  # [fix] no GERMINATE while a seed is developing (the reference: False)
     static_seeds: tuple[str, ...] = ()  # "slot=blueprint": seeds planted fossilized before epoch 1 (static_final)
     # devices and data
     device: str = "auto"
@@ -163,7 +164,7 @@ class TrainingConfig:
                 self._set(name, cls.from_dict(value))
             elif not isinstance(value, cls):
                 raise ValueError(f"{name} must be a {cls.__name__} or a mapping (got {value!r})")
-        for name in ("amp", "discard_rolled_back_envs", "use_telemetry"):
+        for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "one_seed_at_a_time"):
             check.boolean(name, getattr(self, name))
         if self.telemetry_level == TelemetryLevel.OFF:
             self._set("use_telemetry", False)
@@ -408,7 +409,7 @@ QUICKSTART = {
     "task": "shapes16", "controller": "ppo_lstm", "n_envs": 4, "n_episodes": 96, "max_epochs": 12,
     "slots": ("r0c0", "r0c1", "r0c2"), "batch_size_per_env": 128, "max_train_batches": 32,
     "synthetic_train_samples": 8192, "synthetic_test_samples": 1024, "data_split": "full",
-    "reward_family": "accuracy", "checkpoint_every": 4,
+    "reward_family": "accuracy", "num_minibatches": 2, "checkpoint_every": 4,
 }
 # the quickstart of earlier versions: shapes10 at a CPU-friendly size with the reference reward
 SHAPES10_QUICK = {

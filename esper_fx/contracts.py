@@ -292,6 +292,7 @@ SIGNAL_FIELDS: Mapping[str, tuple[str, str]] = {
     "mask_blueprint": ("[E, B]", "bool"),
     "mask_blend": ("[E, 3]", "bool"),
     "mask_op": ("[E, 4]", "bool"),
+    "mask_slot_op": ("[E, 4, S]", "bool"),  # [fix] the slots each op can act on (op-major)
     # per env
     "epoch": ("[E]", "int32"),  # t, 1..T
     "max_epochs": ("[E]", "int32"),  # T (terminal iff epoch == max_epochs)

@@ -128,9 +128,14 @@ def uniform_masked_sample(key: jax.Array, mask: jax.Array) -> jax.Array:
 
 
 def random_actions(signals, key: jax.Array) -> jax.Array:
+    """Uniform over the allowed entries of each head; the op first, then the slot among those the op can act
+    on (`mask_slot_op`, when the signals carry it)."""
     keys = jax.random.split(key, len(C.ACTION_HEADS))
-    heads = [uniform_masked_sample(k, signals[f"mask_{h}"]) for k, h in zip(keys, C.ACTION_HEADS)]
-    return jnp.stack(heads, axis=-1)
+    heads = {h: uniform_masked_sample(k, signals[f"mask_{h}"]) for k, h in zip(keys, C.ACTION_HEADS)}
+    if "mask_slot_op" in signals:
+        by_op = jnp.take_along_axis(signals["mask_slot_op"], heads["op"][:, None, None], axis=1)[:, 0]
+        heads["slot"] = uniform_masked_sample(keys[C.HEAD_SLOT], by_op)
+    return jnp.stack([heads[h] for h in C.ACTION_HEADS], axis=-1)
 
 
 def build_wait(spec: ControllerSpec) -> Controller:

@@ -20,8 +20,12 @@ def build_ppo(spec: ControllerSpec, recurrent: bool = True) -> Controller:
         return network.initial_carry(n_envs)
 
     def act(state, carry, signals, key):
-        out = ppo.act(state, signals["obs_norm"], Masks.from_signals(signals), carry, key)
-        return out.actions, {"log_probs": out.log_probs, "value": out.value, "ok": out.ok}, out.carry
+        out = ppo.act(state, signals["obs_norm"], Masks.from_signals(signals), carry, key,
+                      slot_by_op=signals.get("mask_slot_op"))
+        aux = {"log_probs": out.log_probs, "value": out.value, "ok": out.ok}
+        if out.slot_mask is not None:
+            aux["slot_mask"] = out.slot_mask
+        return out.actions, aux, out.carry
 
     def value(state, carry, signals):
         return ppo.value(state, signals["obs_norm"], carry)
@@ -50,7 +54,8 @@ def frozen(bundle: Controller, *, greedy: bool = True) -> Controller:
         raise ValueError(f"controller {bundle.name!r} does not learn: there is nothing to freeze")
 
     def act(state, carry, signals, key):
-        out = ppo.act(state, signals["obs_norm"], Masks.from_signals(signals), carry, key, deterministic=greedy)
+        out = ppo.act(state, signals["obs_norm"], Masks.from_signals(signals), carry, key, deterministic=greedy,
+                      slot_by_op=signals.get("mask_slot_op"))
         return out.actions, {"ok": out.ok}, out.carry
 
     suffix = "greedy" if greedy else "sampled"

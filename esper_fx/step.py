@@ -118,8 +118,15 @@ def _transition(signals: dict, obs_norm: jax.Array, actions: jax.Array, aux: dic
     return rollout_lib.StepData(
         obs=obs_norm, raw_obs=signals["obs"], actions=actions, log_probs=aux["log_probs"], values=aux["value"],
         rewards=reward_n, raw_rewards=reward, dones=flags, truncated=truncated, bootstrap=jnp.zeros_like(reward),
-        masks=Masks.from_signals(signals), carry=carry,
+        masks=_masks_used(signals, aux), carry=carry,
     )
+
+
+def _masks_used(signals: dict, aux: dict) -> Masks:
+    """The masks the actions were drawn under: the signals' head masks, with the op's own slot mask when the
+    controller drew the op first (aux["slot_mask"])."""
+    masks = Masks.from_signals(signals)
+    return masks._replace(slot=aux["slot_mask"]) if "slot_mask" in aux else masks
 
 
 def make_bootstrap(controller: Any) -> Callable:

@@ -289,6 +289,14 @@ def format_batch_lines(entry: BatchSummary, total_episodes: int) -> list[str]:
             f"EV {ppo['explained_variance']:+.3f}"
             + (f" early-stop {ppo['early_stop']}" if ppo.get("early_stopped") else "")
         )
+        if "approx_kl_after" in ppo:
+            heads = " ".join(f"{h} {ppo[f'entropy_after_{h}']:.2f}" for h in ("slot", "blueprint", "blend", "op"))
+            lines.append(f"  after the update: KL {ppo['approx_kl_after']:.2e}, entropy {heads}, "
+                         f"{int(ppo.get('n_steps_taken', 0))} steps")
+    total = sum(entry.action_counts.values())
+    if total:
+        ops = ", ".join(f"{op} {100 * n / total:.0f}%" for op, n in entry.action_counts.items())
+        lines.append(f"  ops: {ops}")
     return lines
 
 

@@ -152,6 +152,32 @@ def sample_heads(
     return actions, masked_log_prob(stacked, stacked_mask, actions)
 
 
+def condition_slot(masks: Masks, slot_by_op: jax.Array, op: jax.Array) -> Masks:
+    """`masks` with the slot mask of the drawn op: `slot_by_op [..., 4, S]` at `op [...]`."""
+    chex.assert_rank(slot_by_op, jnp.ndim(op) + 2)
+    chex.assert_type(op, int)
+    slot = jnp.take_along_axis(jnp.asarray(slot_by_op, bool), op[..., None, None].astype(jnp.int32), axis=-2)
+    return masks._replace(slot=slot[..., 0, :])
+
+
+def sample_heads_op_first(
+    key: jax.Array, logits: Sequence[jax.Array], masks: Masks, slot_by_op: jax.Array, deterministic: bool = False
+) -> tuple[jax.Array, jax.Array, Masks]:
+    """Draw the op, then every other head with the slot mask of that op ([fix] LEARNING.md).
+
+    π(a|s) = π_op(op|s)·π_slot(slot|s, mask(op))·π_bp·π_blend: still one network pass, the heads only
+    coupled through the mask. Returns (actions `[..., 4]`, log-probs `[..., 4]`, the masks used), and the
+    masks used are the ones the update must score the actions with.
+    """
+    key_op, key_rest = jax.random.split(key)
+    first, _ = sample_heads(key_op, logits, masks, deterministic)
+    op = first[..., C.HEAD_OP]
+    used = condition_slot(masks, slot_by_op, op)
+    actions, _ = sample_heads(key_rest, logits, used, deterministic)
+    actions = actions.at[..., C.HEAD_OP].set(op)
+    return actions, heads_log_prob(logits, used, actions), used
+
+
 def heads_log_prob(logits: Sequence[jax.Array], masks: Sequence[jax.Array], actions: jax.Array) -> jax.Array:
     """Per-head log-probs `[..., 4]` of the taken `actions [..., 4]`."""
     assert_heads(logits, masks)

@@ -128,6 +128,7 @@ class ActOutput(NamedTuple):
     value: jax.Array  # [E]
     carry: Carry  # post-step carry
     ok: jax.Array  # [E] bool: every head had a valid action and finite logits
+    slot_mask: jax.Array | None = None  # [E, S]: the slot mask the slot was drawn under (op-first sampling)
 
 
 class Evaluation(NamedTuple):
@@ -137,20 +138,25 @@ class Evaluation(NamedTuple):
 
 
 @partial(jax.jit, static_argnames=("network", "deterministic"))
-def policy_step(network, params, obs, masks, carry, key, deterministic: bool = False) -> ActOutput:
-    """One acting step with explicit network and params; obs are already normalised `[E, D]`."""
+def policy_step(network, params, obs, masks, carry, key, deterministic: bool = False,
+                slot_by_op: jax.Array | None = None) -> ActOutput:
+    """One acting step with explicit network and params; obs are already normalised `[E, D]`. With
+    `slot_by_op [E, 4, S]` the op is drawn first and the slot under that op's mask."""
     chex.assert_rank(obs, 2)
     chex.assert_equal_shape_prefix([obs, *masks], 1)
     out, new_carry = network.apply({"params": params}, obs, carry, method=network.step)
-    ok = dist.heads_valid(out.logits, masks)
-    actions, log_probs = dist.sample_heads(key, out.logits, masks, deterministic)
-    return ActOutput(actions, log_probs, out.value, new_carry, ok)
+    if slot_by_op is None:
+        actions, log_probs = dist.sample_heads(key, out.logits, masks, deterministic)
+        return ActOutput(actions, log_probs, out.value, new_carry, dist.heads_valid(out.logits, masks))
+    actions, log_probs, used = dist.sample_heads_op_first(key, out.logits, masks, slot_by_op, deterministic)
+    return ActOutput(actions, log_probs, out.value, new_carry, dist.heads_valid(out.logits, used), used.slot)
 
 
-def act(state: TrainState, obs, masks: dist.Masks, carry: Carry, key, deterministic: bool = False) -> ActOutput:
+def act(state: TrainState, obs, masks: dist.Masks, carry: Carry, key, deterministic: bool = False,
+        slot_by_op: jax.Array | None = None) -> ActOutput:
     """One policy step (no gradients): per-head actions and log-probs, value, new carry, validity."""
     chex.assert_rank(obs, 2)
-    return policy_step(state.network, state.params, obs, masks, carry, key, deterministic)
+    return policy_step(state.network, state.params, obs, masks, carry, key, deterministic, slot_by_op)
 
 
 @partial(jax.jit, static_argnames=("network",))
@@ -514,6 +520,14 @@ def _finish_metrics(loop: _LoopState, stats: dict, beta, skipped) -> dict:
     }
 
 
+def after_update(params, network: ActorCritic, data: Batch, beta, cfg: PPOConfig) -> dict:
+    """The updated policy against the rollout's: approx_kl (KL3 of old‖new over the whole batch) and the
+    causally masked normalised entropy, overall and per head, measured after the last gradient step."""
+    aux = ppo_loss(params, network, data, beta, cfg)[1]
+    per_head = {f"entropy_after_{h}": aux["entropy_per_head"][i] for i, h in enumerate(C.ACTION_HEADS)}
+    return {"approx_kl_after": aux["approx_kl"], "entropy_after": aux["entropy"], **per_head}
+
+
 @partial(jax.jit, static_argnames=("cfg", "n_envs"))
 def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
            n_envs: int) -> tuple[TrainState, dict]:
@@ -525,6 +539,8 @@ def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
     (op head), grad_norm and grad_norm_{slot,blueprint,blend,op,value} (before clipping). Also
     explained_variance, n_transitions, entropy_coef (β), early_stop (int32 [2]: (u, group), or (−1, −1)),
     early_stopped, nonfinite_skipped, n_steps_taken and skipped (no valid transition: nothing changed).
+    And, measured after the update over the whole batch (`after_update`): approx_kl_after, entropy_after
+    and entropy_after_{head}.
     `esper_fx.history.metrics_to_python` turns them into Python values.
     """
     chex.assert_rank([state.train_steps, rollout.obs, rollout.step_count], [0, 3, 1])
@@ -536,4 +552,5 @@ def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
         params=params, opt_state=loop.opt_state,
         train_steps=state.train_steps + jnp.where(skipped, 0, 1).astype(jnp.int32),
     )
-    return new_state, _finish_metrics(loop, stats, beta, skipped)
+    metrics = _finish_metrics(loop, stats, beta, skipped)
+    return new_state, {**metrics, **after_update(params, state.network, data, beta, cfg)}

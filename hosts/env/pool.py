@@ -120,7 +120,7 @@ class EnvPool:
         self._amp = {d: amp_settings(cfg.amp, cfg.amp_dtype, d) for d in dict.fromkeys(self._env_devices)}
         self.data: PoolData = build_pool_data(cfg, self.task, self._env_devices, data)
         self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, cfg.max_epochs, cfg.max_seeds,
-                                   cfg.use_telemetry, cfg.min_cull_age)
+                                   cfg.use_telemetry, cfg.min_cull_age, cfg.one_seed_at_a_time)
         self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
         self.use_streams = bool(use_streams)
         self.envs: list[EnvState] = []

@@ -47,6 +47,7 @@ class SignalLayout:
     max_seeds: int | None
     use_telemetry: bool
     min_cull_age: int = MIN_CULL_AGE  # CULL is masked for younger seeds
+    one_seed_at_a_time: bool = False  # GERMINATE is masked while a seed is developing
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def _observations(views: Sequence[EnvView], layout: SignalLayout, device) -> tor
 def _masks(views: Sequence[EnvView], layout: SignalLayout, device) -> dict[str, torch.Tensor]:
     masks = [
         build_masks(v.reports, layout.enabled, layout.slot_ids, len(layout.menu), layout.max_seeds,
-                    sum(count_seeds(v.reports, layout.enabled)), layout.min_cull_age)
+                    sum(count_seeds(v.reports, layout.enabled)), layout.min_cull_age, layout.one_seed_at_a_time)
         for v in views
     ]
     return stack_masks(masks, device)

@@ -1,8 +1,14 @@
 """Action masks of the four heads (slot, blueprint, blend, op), SPEC §9.1. True = allowed.
 
 `build_masks` computes one env's masks as tuples of python bools; `stack_masks` turns E of them
-into the four `mask_*` signal tensors ([E, ·] bool, each freshly allocated and contiguous on the
-target device, uploaded with one host→device copy).
+into the `mask_*` signal tensors ([E, ·] bool, each freshly allocated and contiguous on the target
+device, uploaded with one host→device copy).
+
+[fix] Besides the four head masks, `slot_by_op` (`mask_slot_op`, [E, 4, S]) says which slots each op can
+act on: any enabled slot for WAIT, an empty one for GERMINATE, a seed old enough to cull for CULL, a
+PROBATIONARY seed for FOSSILIZE. A controller that draws its op first can draw the slot under that op's
+mask, so no op is spent on a slot where it cannot act (LEARNING.md). With `one_seed_at_a_time`, GERMINATE
+waits until no seed is still developing (every seed present is a fossil), the reference's later rule.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from hosts.seeds.slot_report import SlotReport
 from hosts.signals.occupancy import check_slot_ids, seeded_slots
 from hosts.signals.device_upload import upload_columns
 
-MASK_FIELDS: tuple[str, ...] = ("mask_slot", "mask_blueprint", "mask_blend", "mask_op")
+MASK_FIELDS: tuple[str, ...] = ("mask_slot", "mask_blueprint", "mask_blend", "mask_op", "mask_slot_op")
 
 
 class ActionMasks(NamedTuple):
@@ -34,6 +40,7 @@ class ActionMasks(NamedTuple):
     blueprint: tuple[bool, ...]  # [B]
     blend: tuple[bool, ...]  # [3]
     op: tuple[bool, ...]  # [4]: WAIT, GERMINATE, CULL, FOSSILIZE
+    slot_by_op: tuple[bool, ...] = ()  # [4 * S]: op-major, the slots each op can act on
 
 
 def slot_mask(slot_ids: Sequence[str], enabled_slot_ids: Iterable[str]) -> tuple[bool, ...]:
@@ -71,17 +78,38 @@ def op_mask(
     max_seeds: int | None,
     total_seeds: int,
     min_cull_age: int = MIN_CULL_AGE,
+    one_seed_at_a_time: bool = False,
 ) -> tuple[bool, ...]:
     """Optimistic: an op is allowed if any enabled slot allows it; WAIT always. CULL needs a seed at
     least `min_cull_age` epochs old (the reference's 1 by default; runs pass their config's value)."""
     enabled = set(enabled_slot_ids)
     seeds = seeded_slots(reports, enabled).values()
+    developing = any(SeedStage(rep.stage) != SeedStage.FOSSILIZED for rep in seeds)
     ops = [False] * len(LifecycleOp)
     ops[LifecycleOp.WAIT] = True
-    ops[LifecycleOp.GERMINATE] = len(seeds) < len(enabled) and not _seed_limit_reached(max_seeds, total_seeds)
+    ops[LifecycleOp.GERMINATE] = (len(seeds) < len(enabled) and not _seed_limit_reached(max_seeds, total_seeds)
+                                  and not (one_seed_at_a_time and developing))
     ops[LifecycleOp.CULL] = any(_can_cull(rep, min_cull_age) for rep in seeds)
     ops[LifecycleOp.FOSSILIZE] = any(SeedStage(rep.stage) in FOSSILIZABLE_STAGES for rep in seeds)
     return tuple(ops)
+
+
+def slot_by_op_mask(
+    reports: Mapping[str, SlotReport], enabled_slot_ids: Iterable[str], slot_ids: Sequence[str], min_cull_age: int
+) -> tuple[bool, ...]:
+    """[4 * S], op-major: the slots WAIT / GERMINATE / CULL / FOSSILIZE can act on. An op with no such
+    slot (and so masked itself) keeps the enabled slots, so every row has an allowed entry."""
+    enabled = slot_mask(slot_ids, enabled_slot_ids)
+    seeds = seeded_slots(reports, set(enabled_slot_ids))
+    by_op = {
+        LifecycleOp.WAIT: enabled,
+        LifecycleOp.GERMINATE: tuple(e and s not in seeds for e, s in zip(enabled, slot_ids)),
+        LifecycleOp.CULL: tuple(e and s in seeds and _can_cull(seeds[s], min_cull_age)
+                                for e, s in zip(enabled, slot_ids)),
+        LifecycleOp.FOSSILIZE: tuple(e and s in seeds and SeedStage(seeds[s].stage) in FOSSILIZABLE_STAGES
+                                     for e, s in zip(enabled, slot_ids)),
+    }
+    return sum((row if any(row) else enabled for row in (by_op[op] for op in LifecycleOp)), ())
 
 
 def build_masks(
@@ -92,6 +120,7 @@ def build_masks(
     max_seeds: int | None,
     total_seeds: int,
     min_cull_age: int = MIN_CULL_AGE,
+    one_seed_at_a_time: bool = False,
 ) -> ActionMasks:
     """The four masks of one env from its current slot states (§9.1)."""
     enabled = tuple(enabled_slot_ids)
@@ -100,15 +129,21 @@ def build_masks(
         slot=slot_mask(slot_ids, enabled),
         blueprint=blueprint_mask(num_blueprints),
         blend=(True,) * NUM_BLENDS,
-        op=op_mask(reports, enabled, max_seeds, total_seeds, min_cull_age),
+        op=op_mask(reports, enabled, max_seeds, total_seeds, min_cull_age, one_seed_at_a_time),
+        slot_by_op=slot_by_op_mask(reports, enabled, slot_ids, min_cull_age),
     )
 
 
 def stack_masks(masks: Sequence[ActionMasks], device: torch.device | str) -> dict[str, torch.Tensor]:
-    """E envs' masks -> {mask_slot [E,S], mask_blueprint [E,B], mask_blend [E,3], mask_op [E,4]} bool."""
+    """E envs' masks -> {mask_slot [E,S], mask_blueprint [E,B], mask_blend [E,3], mask_op [E,4],
+    mask_slot_op [E,4,S]} bool."""
     if not masks:
         raise ValueError("stack_masks needs at least one env")
+    masks = [m if m.slot_by_op else m._replace(slot_by_op=m.slot * len(LifecycleOp)) for m in masks]
     rows = [sum((tuple(head) for head in env), ()) for env in masks]
     widths = [len(head) for head in masks[0]]
     packed = torch.tensor(rows, dtype=torch.bool)
-    return dict(zip(MASK_FIELDS, upload_columns(packed, widths, device)))
+    out = dict(zip(MASK_FIELDS, upload_columns(packed, widths, device)))
+    slot_op = out["mask_slot_op"]
+    out["mask_slot_op"] = slot_op.view(slot_op.shape[0], len(LifecycleOp), -1)  # a contiguous view, no copy
+    return out

@@ -16,11 +16,15 @@ from esper_fx.config import TrainingConfig
 from esper_fx.history import SKIPPED_UPDATE, metrics_to_python
 from rl import distributions as dist
 from rl import ppo
+from rl.config import REFERENCE_PPO
 from rl import rollout as R
 from rl.network import ActorCritic
 
 E, T, D, S, B = 4, 25, 80, 3, 5
-CFG = ppo.PPOConfig()
+# The SPEC §11 maths is checked under the reference settings (our defaults are LEARNING.md's): one Adam step
+# per batch, lr 3e-4, clip 0.5, target_kl 0.015, entropy 0.05 (min 0.01).
+REFERENCE = ppo.PPOConfig(**REFERENCE_PPO)
+CFG = REFERENCE
 
 
 # ------------------------------------------------------------------------------------------
@@ -105,14 +109,14 @@ def test_config_from_training_config_copies_every_ppo_field_and_is_hashable():
     assert TrainingConfig().ppo == ppo.PPOConfig()
     assert hash(cfg) == hash(TrainingConfig(lr=1e-4, update_epochs=3, num_minibatches=2, target_kl=None,
                                             clip_value=False).ppo)
-    assert ppo.PPOConfig().kl_stop == pytest.approx(0.0225)
+    assert REFERENCE.kl_stop == pytest.approx(0.0225) and ppo.PPOConfig().kl_stop == pytest.approx(0.075)
 
 
 @pytest.mark.parametrize(
     "overrides, steps, expected",
     [({}, [0, 1, 2, 3, 10], [0.05, 0.036667, 0.023333, 0.01, 0.01]),
      ({"entropy_coef": 0.005, "entropy_coef_start": None, "entropy_coef_end": None,
-       "entropy_anneal_episodes": 0}, [0, 7], [0.01, 0.01]),
+       "entropy_anneal_episodes": 0, "entropy_coef_min": 0.01}, [0, 7], [0.01, 0.01]),  # the reference floor
      ({"entropy_coef_start": 0.1, "entropy_coef_end": 0.01, "entropy_anneal_episodes": 40}, [5], [0.055])],
 )
 def test_entropy_coefficient_schedule_matches_the_spec(overrides, steps, expected):
@@ -136,7 +140,7 @@ def test_optimizer_clips_the_global_norm_then_takes_an_adam_step_with_eps_1e_5(f
 def test_weight_decay_applies_only_to_value_head_parameters(fresh):
     state, _ = fresh
     zeros = jax.tree.map(jnp.zeros_like, state.params)
-    updates = optimizer_updates(zeros, state.params, ppo.PPOConfig(weight_decay=0.1))
+    updates = optimizer_updates(zeros, state.params, ppo.PPOConfig(**{**REFERENCE_PPO, "weight_decay": 0.1}))
     for module, sub in updates.items():
         for u, p in zip(jax.tree.leaves(sub), jax.tree.leaves(state.params[module])):
             expected = -3e-4 * 0.1 * p if module == "value_head" else jnp.zeros_like(p)
@@ -155,7 +159,7 @@ def test_the_raveled_optimizer_takes_the_same_step_as_the_optimizer_on_the_param
     state, _ = fresh
     rng = np.random.default_rng(0)
     grads = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.float32), state.params)
-    cfg = ppo.PPOConfig(weight_decay=0.1)
+    cfg = ppo.PPOConfig(**{**REFERENCE_PPO, "weight_decay": 0.1})
     chex.assert_trees_all_close(flat_optimizer_updates(grads, state.params, cfg),
                                 optimizer_updates(grads, state.params, cfg), rtol=1e-5, atol=1e-10)
     flat, _ = ravel_pytree(state.params)

@@ -671,3 +671,18 @@ def test_slot_follows_device_and_dtype_moves():
 def test_lifecycle_timing_rules():
     assert dwell_epochs(25) == 2 and dwell_epochs(50) == 5 and dwell_epochs(None) == 1
     assert probation_timeout(25) == 5 and probation_timeout(50) == 5 and probation_timeout(75) == 7
+
+
+def test_plant_fossil_builds_a_permanent_fully_blended_seed():
+    """static_final: a seed FOSSILIZED before any epoch, α = 1, trained with the host, never culled."""
+    slot = SeedSlot("r0c0", 16, "cnn", CIFAR_TASK)
+    slot.plant_fossil("conv_light", "s0", host_param_count=826)
+    assert slot.stage == SeedStage.FOSSILIZED and slot.alpha == 1.0
+    assert slot.state.metrics.epochs_total == 0 and slot.state.metrics.seed_param_count == 2336
+    assert not slot.isolate_gradients and slot.alpha_schedule is None
+    h = torch.randn(2, 16, 8, 8, requires_grad=True)
+    out = slot(h)
+    assert torch.allclose(out, slot.seed(h))  # lerp(h, s, 1) = s: the seed is fully in the network
+    out.sum().backward()
+    assert h.grad is not None and all(p.grad is not None for p in slot.seed_parameters())
+    assert slot.cull("policy") is False and slot.stage == SeedStage.FOSSILIZED
