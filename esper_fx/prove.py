@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from esper_fx.checkpoint import CheckpointError
 from esper_fx.config import PRESET_NAMES, TrainingConfig
 
 EXIT_CONFIG_ERROR = 2
@@ -112,7 +113,7 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
         if args.seed is not None:
             changes["seed"] = args.seed
         config = base.replace(**changes, run_dir=None, resume_path=None) if changes else base
-    except (ValueError, TypeError, OSError) as exc:
+    except (ValueError, TypeError, OSError, CheckpointError) as exc:
         raise ProveError(str(exc)) from None
     if args.eval_seeds is not None:
         seeds = list(args.eval_seeds)

@@ -182,3 +182,23 @@ def test_causal_masks_are_op_always_slot_unless_wait_blueprint_and_blend_only_on
     np.testing.assert_array_equal(
         m, [[False, False, False, True], [True, True, True, True], [True, False, False, True], [True, False, False, True]]
     )
+
+
+def test_op_first_sampling_draws_the_slot_under_the_op_mask_and_scores_it_there():
+    """π(slot | op): the slot is drawn under the op's own mask and its log-prob is taken under that mask."""
+    E, S = 256, 3
+    logits = [jnp.zeros((E, S)), jnp.zeros((E, 5)), jnp.zeros((E, 3)), jnp.zeros((E, 4))]
+    masks = dist.Masks(jnp.ones((E, S), bool), jnp.ones((E, 5), bool).at[:, 0].set(False), jnp.ones((E, 3), bool),
+                       jnp.ones((E, 4), bool))
+    slot_by_op = jnp.asarray([[True, True, True], [False, False, True], [True, False, False], [False, True, False]])
+    slot_by_op = jnp.broadcast_to(slot_by_op, (E, 4, S))
+    actions, log_probs, used = dist.sample_heads_op_first(jax.random.PRNGKey(3), logits, masks, slot_by_op)
+    op, slot = np.asarray(actions[:, 3]), np.asarray(actions[:, 0])
+    assert set(op.tolist()) == {0, 1, 2, 3}
+    allowed = np.asarray(slot_by_op[0])
+    assert all(allowed[o, s] for o, s in zip(op, slot))
+    np.testing.assert_array_equal(np.asarray(used.slot), allowed[op])
+    expected = np.log(1.0 / allowed[op].sum(axis=1))  # uniform over the op's slots
+    np.testing.assert_allclose(np.asarray(log_probs[:, 0]), expected, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(dist.heads_log_prob(logits, used, actions)), np.asarray(log_probs),
+                               atol=1e-6)

@@ -158,3 +158,34 @@ def test_stack_masks_on_cuda_matches_cpu():
     for name in MASK_FIELDS:
         assert on_gpu[name].device.type == "cuda" and on_gpu[name].is_contiguous()
         assert torch.equal(on_gpu[name].cpu(), on_cpu[name])
+
+
+def _by_op(masks: ActionMasks) -> dict[int, tuple[bool, ...]]:
+    n = len(masks.slot)
+    return {op: masks.slot_by_op[op * n:(op + 1) * n] for op in range(4)}
+
+
+def test_each_op_gets_the_slots_it_can_act_on():
+    reports = {"r0c0": report("r0c0", SeedStage.PROBATIONARY, age=9), "r0c1": report("r0c1", SeedStage.TRAINING, age=2)}
+    masks = build_masks(reports, SLOTS, SLOTS, 5, None, 2, min_cull_age=5)
+    by_op = _by_op(masks)
+    assert by_op[WAIT] == (True, True, True)
+    assert by_op[GERMINATE] == (False, False, True)  # only the empty slot
+    assert by_op[CULL] == (True, False, False)  # the r0c1 seed is younger than 5 epochs
+    assert by_op[FOSSILIZE] == (True, False, False)  # only the PROBATIONARY seed
+    empty = _by_op(build_masks({}, ("r0c1",), SLOTS, 5, None, 0))
+    assert empty[FOSSILIZE] == (False, True, False)  # no target: the enabled slots keep the row valid
+
+
+def test_min_cull_age_masks_cull_for_young_seeds():
+    young = {"r0c1": report(stage=SeedStage.BLENDING, age=4)}
+    assert build_masks(young, ("r0c1",), SLOTS, 5, None, 1, min_cull_age=5).op[CULL] is False
+    assert build_masks(young, ("r0c1",), SLOTS, 5, None, 1, min_cull_age=1).op[CULL] is True
+
+
+def test_one_seed_at_a_time_waits_for_the_developing_seed():
+    developing = {"r0c0": report("r0c0", SeedStage.BLENDING, age=5)}
+    assert build_masks(developing, SLOTS, SLOTS, 5, None, 1, one_seed_at_a_time=True).op[GERMINATE] is False
+    assert build_masks(developing, SLOTS, SLOTS, 5, None, 1, one_seed_at_a_time=False).op[GERMINATE] is True
+    fossil = {"r0c0": report("r0c0", SeedStage.FOSSILIZED, age=12)}
+    assert build_masks(fossil, SLOTS, SLOTS, 5, None, 1, one_seed_at_a_time=True).op[GERMINATE] is True
