@@ -185,15 +185,15 @@ def loss_task_values(task: str) -> LossTaskValues:
 
 class RewardState(NamedTuple):
     """Per-env reward memory. phi_prev[e, s]: the PBRS potential last paid for slot s (0 when empty; the
-    shaped reward). committed_prev[e]: the committed accuracy paid so far (the growth reward)."""
+    shaped reward). acc_prev[e]: the accuracy paid so far (the growth reward)."""
 
     phi_prev: jax.Array  # [E, S] float32
-    committed_prev: jax.Array | None = None  # [E] float32
+    acc_prev: jax.Array | None = None  # [E] float32: the validation accuracy paid so far (growth)
 
     @staticmethod
     def init(n_envs: int, n_slots: int) -> "RewardState":
         return RewardState(phi_prev=jnp.zeros((n_envs, n_slots), jnp.float32),
-                           committed_prev=jnp.zeros((n_envs,), jnp.float32))
+                           acc_prev=jnp.zeros((n_envs,), jnp.float32))
 
 
 # ------------------------------------------------------------------------------------------
@@ -586,27 +586,31 @@ def committed_accuracy(signals: Signals, actions: jax.Array, cfg: RewardConfig) 
 
 
 def growth(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
-    """GROWTH: r_t = w·(A_t − A_{t−1}) + rent + rollback penalty + the pending auto-cull penalty.
+    """GROWTH: r_t = w·(acc_t − acc_{t−1}), and at t = T also −w·w_commit·at_risk_T; plus rent, the rollback
+    penalty and the pending auto-cull penalty.
 
-    A_t is the committed accuracy after this step's action (`committed_accuracy`), A_0 = 0, so the
-    episode's return is w·A_T + Σ rent + penalties: the accuracy the grown network keeps at the end,
-    with a seed's contribution counted once it is fossilized (w_commit = 1) and nothing paid for churn (a
-    germinate → cull cycle changes A only through what the seed did to val_acc). Rent:
-    −w_rent·ln(1 + seed_params/host_params) per step.
+    acc_0 = 0, so the accuracy terms telescope to w·acc_T and the episode's return is w·A_T (the committed
+    accuracy at the end, `committed_accuracy`) + Σ rent + penalties: the accuracy the grown network keeps,
+    with a seed counted only once it is fossilized (w_commit = 1; a FOSSILIZE on the last step counts).
+    Nothing is paid for churn: a germinate → cull cycle moves the return only through what the seed did to
+    val_acc. The accuracy is paid as it rises, so keeping a seed that helps is rewarded at once, and leaving
+    it unfossilized is charged at the end. Rent: −w_rent·ln(1 + seed_params/host_params) per step.
     """
     chex.assert_rank(actions, 2)
-    committed = committed_accuracy(signals, actions, config)
-    previous = reward_state.committed_prev
-    previous = jnp.zeros_like(committed) if previous is None else previous  # a state built for PBRS only
+    acc = _f32(signals, "val_acc")
+    previous = reward_state.acc_prev
+    previous = jnp.zeros_like(acc) if previous is None else previous  # a state built for PBRS only
+    risk = config.growth_commit_weight * at_risk(signals, actions, config)
     panic = jnp.asarray(signals["panic"]).astype(bool)
     components = {
-        "committed": config.growth_accuracy_weight * (committed - previous),
+        "accuracy": config.growth_accuracy_weight * (acc - previous),
+        "uncommitted": jnp.where(_is_terminal(signals), -config.growth_accuracy_weight * risk, 0.0),
         "rent": rent(_f32(signals, "seed_params"), _f32(signals, "host_params"), config.growth_rent_weight,
                      jnp.inf),
         "governor": jnp.where(panic, config.growth_rollback_penalty, 0.0),
         "auto_cull": _f32(signals, "pending_penalty"),
     }
-    return _finish(components, reward_state._replace(committed_prev=committed))
+    return _finish(components, reward_state._replace(acc_prev=acc))
 
 
 REWARD_FNS: Mapping[str, RewardFn] = {"shaped": shaped, "sparse": sparse, "minimal": minimal, "loss": loss,

@@ -48,7 +48,7 @@ class ControllerPair:
 def make_pair(seed: int, device: torch.device, n_envs: int = N_ENVS) -> ControllerPair:
     """The JAX controller from `seed` and the torch reference with its parameters copied in."""
     network = ActorCritic(num_slots=NUM_SLOTS, num_blueprints=NUM_BLUEPRINTS)
-    cfg = PPOConfig()
+    cfg = PPOConfig(update_epochs=1, num_minibatches=1)  # the timed unit: one gradient step on each side
     state = ppo.init_train_state(jax.random.PRNGKey(seed), network, OBS_DIM, cfg)
     torch_net = T.TorchActorCritic(OBS_DIM, NUM_SLOTS, NUM_BLUEPRINTS)
     T.load_flax_params(torch_net, jax.device_get(state.params))

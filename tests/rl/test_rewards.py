@@ -663,50 +663,47 @@ def test_make_signals_fills_every_contract_field():
 GROWTH_W = CFG.growth_accuracy_weight
 
 
-def _growth_step(signals, actions, committed_prev: float):
-    state = R.RewardState.init(1, 3)._replace(committed_prev=jnp.full((1,), committed_prev, jnp.float32))
+def _growth_step(signals, actions, acc_prev: float):
+    state = R.RewardState.init(1, 3)._replace(acc_prev=jnp.full((1,), acc_prev, jnp.float32))
     return run("growth", signals, actions, state)
 
 
-def test_growth_pays_the_change_of_committed_accuracy():
-    # no seed: the committed accuracy is the validation accuracy
+def test_growth_pays_the_accuracy_as_it_rises():
     reward, comps, state = _growth_step(make_signals(val_acc=42.0), act(W), 40.0)
-    assert comps["committed"] == pytest.approx(GROWTH_W * 2.0) and comps["rent"] == 0.0
-    assert reward == pytest.approx(GROWTH_W * 2.0)
-    assert float(state.committed_prev[0]) == pytest.approx(42.0)
+    assert comps["accuracy"] == pytest.approx(GROWTH_W * 2.0) and comps["rent"] == 0.0
+    assert comps["uncommitted"] == 0.0 and reward == pytest.approx(GROWTH_W * 2.0)
+    assert float(state.acc_prev[0]) == pytest.approx(42.0)
 
 
-def test_a_live_seed_contribution_is_held_back_until_it_is_fossilized():
-    s = with_seed(make_signals(val_acc=50.0, seed_params=CONV_LIGHT_PARAMS), stage=PROBATIONARY, eis=1, age=10,
-                  c=8.0)
-    _, waiting, _ = _growth_step(s, act(W), 42.0)  # 50 - 8 = 42 committed: nothing new
-    assert waiting["committed"] == pytest.approx(0.0, abs=1e-6)
-    _, fossilizing, state = _growth_step(s, act(FO), 42.0)  # the 8 pp become the env's for good
-    assert fossilizing["committed"] == pytest.approx(GROWTH_W * 8.0)
-    assert float(state.committed_prev[0]) == pytest.approx(50.0)
-    fossil = with_seed(make_signals(val_acc=50.0), stage=FOSSILIZED, eis=1, age=11, c=8.0)
-    assert _growth_step(fossil, act(W), 50.0)[1]["committed"] == pytest.approx(0.0, abs=1e-6)
-
-
-def test_a_fossilize_that_g5_refuses_commits_nothing():
-    s = with_seed(make_signals(val_acc=50.0), stage=PROBATIONARY, eis=1, age=10, c=0.5)  # c < 1 pp: G5 fails
-    assert _growth_step(s, act(FO), 49.5)[1]["committed"] == pytest.approx(0.0, abs=1e-6)
+def test_at_the_last_epoch_an_unfossilized_seed_is_charged_its_contribution():
+    last = dict(epoch=25, max_epochs=25, val_acc=50.0)
+    s = with_seed(make_signals(**last), stage=PROBATIONARY, eis=1, age=10, c=8.0)
+    assert _growth_step(s, act(W), 50.0)[1]["uncommitted"] == pytest.approx(-GROWTH_W * 8.0)
+    assert _growth_step(s, act(FO), 50.0)[1]["uncommitted"] == 0.0  # fossilized by the last action: kept
+    refused = with_seed(make_signals(**last), stage=PROBATIONARY, eis=1, age=10, c=0.5)  # G5 refuses c < 1
+    assert _growth_step(refused, act(FO), 50.0)[1]["uncommitted"] == pytest.approx(-GROWTH_W * 0.5)
+    blending = with_seed(make_signals(**last), stage=BLENDING, eis=3, age=7, c=4.0)
+    assert _growth_step(blending, act(W), 50.0)[1]["uncommitted"] == pytest.approx(-GROWTH_W * 4.0)
+    fossil = with_seed(make_signals(**last), stage=FOSSILIZED, eis=1, age=11, c=8.0)
+    assert _growth_step(fossil, act(W), 50.0)[1]["uncommitted"] == 0.0
+    earlier = with_seed(make_signals(val_acc=50.0), stage=PROBATIONARY, eis=1, age=10, c=8.0)
+    assert _growth_step(earlier, act(W), 50.0)[1]["uncommitted"] == 0.0  # only the last epoch settles
 
 
 def test_germinate_then_cull_churn_earns_nothing_beyond_the_accuracy_it_moved():
-    """A whole germinate -> blend -> cull cycle telescopes: its return is w·(A_end − A_start)."""
+    """A whole germinate -> blend -> cull cycle telescopes: its return is w·(acc_end − acc_0)."""
     steps = [
         (make_signals(val_acc=30.0), act(G)),
         (with_seed(make_signals(val_acc=31.0), stage=TRAINING, eis=1, age=1), act(W)),
         (with_seed(make_signals(val_acc=35.0), stage=BLENDING, eis=1, age=4, c=3.0), act(W)),
         (with_seed(make_signals(val_acc=36.0), stage=BLENDING, eis=2, age=5, c=4.0), act(CU)),
-        (make_signals(val_acc=31.5), act(W)),
+        (make_signals(val_acc=31.5, epoch=25, max_epochs=25), act(W)),
     ]
     state, total = R.RewardState.init(1, 3), 0.0
     for signals, actions in steps:
         reward, comps, state = run("growth", signals, actions, state)
-        total += comps["committed"]
-    assert total == pytest.approx(GROWTH_W * 31.5, abs=1e-5)  # A_0 = 0: the host's own accuracy, no bonus
+        total += comps["accuracy"] + comps["uncommitted"]
+    assert total == pytest.approx(GROWTH_W * 31.5, abs=1e-5)  # acc_0 = 0: the host's own accuracy, no bonus
 
 
 def test_growth_rent_and_rollback_penalty():
@@ -719,10 +716,13 @@ def test_growth_rent_and_rollback_penalty():
 @settings(deadline=None, max_examples=40)
 @given(st.lists(st.tuples(st.floats(0, 100), st.floats(-5, 20), st.sampled_from([W, FO, CU]),
                           st.sampled_from([TRAINING, BLENDING, PROBATIONARY, FOSSILIZED])), min_size=1, max_size=8))
-def test_growth_returns_telescope_to_the_last_committed_accuracy(steps):
+def test_growth_returns_add_up_to_the_committed_accuracy_at_the_end(steps):
     state, total = R.RewardState.init(1, 3), 0.0
-    for val_acc, c, op, stage in steps:
-        s = with_seed(make_signals(val_acc=val_acc), stage=stage, eis=2, age=8, c=c)
+    for i, (val_acc, c, op, stage) in enumerate(steps):
+        last = i == len(steps) - 1
+        s = with_seed(make_signals(val_acc=val_acc, epoch=len(steps) if last else i + 1, max_epochs=len(steps)),
+                      stage=stage, eis=2, age=8, c=c)
         _, comps, state = run("growth", s, act(op), state)
-        total += comps["committed"]
-    assert total == pytest.approx(GROWTH_W * float(state.committed_prev[0]), abs=1e-3)
+        total += comps["accuracy"] + comps["uncommitted"]
+    committed = float(R.committed_accuracy(s, jnp.asarray(act(op)), CFG)[0])
+    assert total == pytest.approx(GROWTH_W * committed, abs=1e-3)
