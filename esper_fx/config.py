@@ -327,9 +327,9 @@ class TrainingConfig:
             raise ValueError(f"a config must be a JSON object (got {type(d).__name__})")
         known = set(field_names(cls)) - set(FLAT_GROUPS) | set(GROUP_OF_KEY)
         unknown = sorted(k for k in d if k not in known)
-        for name, cls in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
+        for name, section in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
             if isinstance(d.get(name), Mapping):
-                unknown += sorted(f"{name}.{k}" for k in d[name] if k not in field_names(cls))
+                unknown += sorted(f"{name}.{k}" for k in d[name] if k not in field_names(section))
         if unknown:
             raise ValueError(f"Unknown config keys: {unknown}")
         return cls(**dict(d))

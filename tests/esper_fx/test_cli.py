@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from esper_fx.config import PPOConfig
 from esper_fx.train import EXIT_CONFIG_ERROR, config_summary, main, resolve_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,7 +82,7 @@ def test_flags_override_preset_and_config(tmp_path):
     cfg.write_text(json.dumps({"task": "pytext", "n_envs": 3}))
     config, _ = resolve_config(["--config", str(cfg), "--seed", "7", "--run-dir", str(tmp_path / "q")])
     assert config.task == "pytext" and config.n_envs == 3 and config.seed == 7
-    assert config.entropy_coef == 0.05  # --config replaces the preset entirely
+    assert config.entropy_coef == PPOConfig().entropy_coef  # --config replaces the preset entirely
 
 
 def test_default_run_dir_is_under_runs_with_preset_name():
@@ -94,6 +95,6 @@ def test_summary_has_required_lines():
     text = "\n".join(config_summary(config))
     assert len(config_summary(config)) >= 8
     for needle in ("lr=", "gamma=", "clip=", "Episodes: 100, envs: 4, max_epochs: 25", "0.05 -> 0.01",
-                   "Update: epochs=1, minibatches=1, amp=off", "LSTM: hidden=128, chunk=25",
+                   "Update: epochs=8, minibatches=1, amp=off", "LSTM: hidden=128, chunk=25",
                    "contribution/shaped", "Telemetry: enabled"):
         assert needle in text

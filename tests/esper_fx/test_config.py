@@ -9,18 +9,21 @@ from hypothesis import strategies as st
 
 from esper_fx.config import HeuristicConfig, TrainingConfig
 
+# SPEC §14's defaults, except the LEARNING ones (docs/LEARNING.md): the PPO settings (the reference's are
+# rl.config.REFERENCE_PPO), horizon_bootstrap, min_cull_age, one_seed_at_a_time; and the new static_seeds.
 SPEC_DEFAULTS = {
     "task": "cifar10", "controller": "ppo_lstm", "n_episodes": 100, "n_envs": 4, "max_epochs": 25,
-    "seed": 42, "slots": ["r0c1"], "max_seeds": None, "device": "auto", "env_devices": None,
+    "seed": 42, "slots": ["r0c1"], "max_seeds": None, "min_cull_age": 5, "one_seed_at_a_time": True,
+    "static_seeds": [], "device": "auto", "env_devices": None,
     "data_path": "device", "num_workers": None, "data_root": "./data", "data_split": "shared",
     "batch_size_per_env": None, "max_train_batches": None, "val_samples": None, "val_batch_size": None,
     "data_seed": 0, "synthetic_train_samples": 50000, "synthetic_test_samples": 10000, "amp": False,
     "amp_dtype": "float16", "lstm_hidden_dim": 128, "chunk_length": 25, "blueprint_menu": None,
-    "lr": 3e-4, "gamma": 0.995, "gae_lambda": 0.97, "clip_ratio": 0.2, "clip_value": True,
-    "value_clip": 10.0, "value_coef": 0.5, "max_grad_norm": 0.5, "target_kl": 0.015, "update_epochs": 1,
-    "num_minibatches": 1, "adam_eps": 1e-5, "weight_decay": 0.0, "entropy_coef": 0.05,
-    "entropy_coef_start": None, "entropy_coef_end": None, "entropy_coef_min": 0.01,
-    "entropy_anneal_episodes": 0, "reward_family": "contribution", "reward_mode": "shaped",
+    "lr": 1e-3, "gamma": 0.99, "gae_lambda": 0.95, "clip_ratio": 0.2, "clip_value": True,
+    "value_clip": 10.0, "value_coef": 0.5, "max_grad_norm": 1.0, "target_kl": 0.05, "update_epochs": 8,
+    "num_minibatches": 1, "adam_eps": 1e-5, "weight_decay": 0.0, "entropy_coef": 0.02,
+    "entropy_coef_start": None, "entropy_coef_end": None, "entropy_coef_min": 0.0,
+    "entropy_anneal_episodes": 0, "horizon_bootstrap": False, "reward_family": "contribution", "reward_mode": "shaped",
     "param_budget": 500000, "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0,
     "discard_rolled_back_envs": False, "use_telemetry": True, "telemetry_level": "normal",
     "plateau_threshold": 0.5, "improvement_threshold": 2.0, "run_dir": None, "resume_path": None,
@@ -31,6 +34,7 @@ SPEC_DEFAULTS = {
 def test_defaults_are_exactly_spec():
     d = TrainingConfig().to_dict()
     heuristic = d.pop("heuristic")
+    assert d.pop("oracle") == {"slot": "r0c0", "blueprint": "conv_light", "blend": "sigmoid", "germinate_epoch": 1}
     assert d == SPEC_DEFAULTS
     assert heuristic == HeuristicConfig().to_dict()
     assert heuristic["plateau_epochs_to_germinate"] == 3 and heuristic["blend"] == "sigmoid"
@@ -128,11 +132,14 @@ def test_presets_set_exactly_their_values(name):
     assert TrainingConfig.from_dict(got) == TrainingConfig.preset(name)
 
 
-def test_quickstart_preset_is_shapes10_ppo_lstm_and_can_fossilize():
+def test_quickstart_preset_is_shapes16_ppo_lstm_on_the_growth_reward_and_can_fossilize():
     q = TrainingConfig.preset("quickstart")
-    assert q.task == "shapes10" and q.controller_name == "ppo_lstm"
+    assert q.task == "shapes16" and q.controller_name == "ppo_lstm" and q.reward.reward_fn_name == "growth"
+    assert q.enabled_slots == ("r0c0", "r0c1", "r0c2") and q.data_split == "full"
     # earliest fossilize is g + 9 (SPEC §2.8), so the episode must leave room for it
     assert q.max_epochs >= 10
+    old = TrainingConfig.preset("shapes10_quick")  # the earlier quickstart's sizes
+    assert old.task == "shapes10" and old.n_envs == 2 and old.max_train_batches == 16
     with pytest.raises(ValueError):
         TrainingConfig.preset("nope")
 

@@ -17,6 +17,7 @@ from hypothesis.extra import numpy as hnp
 from esper_fx import contracts as C
 from esper_fx.config import TrainingConfig
 from rl import rewards as R
+from rl.config import REFERENCE_PPO
 
 W, G, CU, FO = (int(C.LifecycleOp.WAIT), int(C.LifecycleOp.GERMINATE), int(C.LifecycleOp.CULL),
                 int(C.LifecycleOp.FOSSILIZE))
@@ -29,7 +30,7 @@ HOST_PARAMS = 6418.0  # cifar10 host
 CONV_LIGHT_PARAMS = 2336.0  # a conv_light seed in r0c1
 RENT = -0.5 * math.log(1 + CONV_LIGHT_PARAMS / HOST_PARAMS)  # -0.155202
 SLOT = 1  # r0c1, the default enabled slot
-CFG = R.RewardConfig()
+CFG = R.RewardConfig(gamma=REFERENCE_PPO["gamma"])  # the SPEC §12.10 worked examples use the reference γ
 GAMMA = CFG.gamma
 TOL = 1e-4
 
@@ -551,7 +552,7 @@ def test_reward_config_from_training_config_takes_task_and_config_values():
     assert (cfg.typical_loss_delta_std, cfg.baseline_loss, cfg.target_loss, cfg.compute_rent_weight) == (
         0.15, 10.8, 3.5, 0.01)
     assert (cfg.gamma, cfg.param_budget, cfg.sparse_reward_scale) == (0.99, 1000.0, 0.5)
-    assert R.RewardConfig.from_training_config(TrainingConfig()) == CFG
+    assert R.RewardConfig.from_training_config(TrainingConfig()) == R.RewardConfig()
     assert R.loss_task_values("pytext") == (0.15, 5.5, 1.5, 0.01)
     with pytest.raises(ValueError, match="cifar10"):
         R.loss_task_values("mnist")
