@@ -272,9 +272,9 @@ class Console:
     def start_at(self, batch: int) -> None:
         """A resumed run starts at `batch`: the bar and the ETA count only the batches left."""
         self._first_batch = batch
-        if self._progress is not None:
-            self._progress.reset(self._task, completed=batch * self.n_epochs, batch=batch,
-                                 episodes=self.episodes_text(batch))
+        if self._progress is not None and batch > 0:
+            self._progress.reset(self._task, completed=batch * self.n_epochs)  # (fields given here replace all)
+            self._progress.update(self._task, batch=batch, episodes=self.episodes_text(batch))
 
     def action_ready(self, batch: int, epoch: int) -> None:
         """The controller's actions of (batch, epoch) are ready; the first time, say how long it took."""
@@ -283,12 +283,13 @@ class Console:
             self.line(f"First action after {self.first_action_s:.1f} s (batch {batch}, epoch {epoch})")
 
     def epoch_done(self, batch: int, epoch: int, samples: int) -> None:
+        """`samples`: the epoch's training steps over all envs (the loop passes steps x envs)."""
         self._samples += samples
         if self._progress is None:
             return
         elapsed = max(time.perf_counter() - self._start, 1e-9)
         self._progress.update(self._task, advance=1, batch=batch + 1, episodes=self.episodes_text(batch),
-                              epoch=epoch, rate=f"{self._samples / elapsed:,.0f} samples/s")
+                              epoch=epoch, rate=f"{self._samples / elapsed:,.1f} train steps/s")
 
     def batch_done(self, entry: BatchSummary) -> None:
         self._batches_done += 1

@@ -246,6 +246,25 @@ def test_console_episode_text_and_eta_on_resume():
     assert "(1 batches left)" in console.time_line()
 
 
+class TerminalStream(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_console_on_a_terminal_draws_a_progress_bar_with_episodes_and_eta(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "240")  # rich sizes the bar to the terminal
+    console = Console(3, 2, stream=TerminalStream(), n_envs=2, n_episodes=6)
+    console.start_at(1)  # a resumed run
+    console.action_ready(1, 1)
+    console.epoch_done(1, 1, 64)
+    console.batch_done(BatchSummary(**{**_empty_summary(), "batch": 1}))
+    console.line(console.time_line())
+    console.close()
+    shown = capsys.readouterr().out  # rich draws on the terminal (stdout)
+    assert "batch 2/3" in shown and "episodes 3-4/6" in shown and "epoch 1/2" in shown and "ETA" in shown
+    assert "First action after" in shown and "(1 batches left)" in shown
+
+
 def _empty_summary() -> dict:
     return dict(batch=0, episodes_completed=0, env_accuracies=[], avg_accuracy=0.0, rolling_avg_accuracy=0.0,
                 avg_reward=0.0, env_rewards=[], host_max_accuracies=[], env_seed_params=[], action_counts={},
