@@ -92,9 +92,31 @@ def batch_scalars(summary: BatchSummary, reward_components: Mapping[str, float] 
     return {tag: number for tag, value in out.items() if (number := _number(value)) is not None}
 
 
+def truncate_board(log_dir: Path, first_batch: int) -> None:
+    """Drop every event of step >= first_batch from the event files in log_dir (on a resume those batches
+    run again, as metrics.csv's rows are truncated). The kept events move to one new file. TensorBoard's
+    own `purge_step` is not enough: its readers purge old-style scalars but not tensor summaries."""
+    files = sorted(log_dir.glob("events.out.tfevents.*"))
+    if not files:
+        return
+    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    events = [event for path in files for event in LegacyEventFileLoader(str(path)).Load()]
+    if all(event.step < first_batch for event in events if not event.HasField("file_version")):
+        return
+    writer = EventFileWriter(str(log_dir), filename_suffix=".kept")
+    for event in events:
+        if not event.HasField("file_version") and event.step < first_batch:
+            writer.add_event(event)
+    writer.close()
+    for path in files:
+        path.unlink()
+
+
 class Board:
-    """The TensorBoard writer of one run. It opens on the first batch it writes, dropping (on a resume)
-    whatever an earlier process wrote from that batch on, and writes the run's config as text."""
+    """The TensorBoard writer of one run. It opens on the first batch it writes, dropping what an earlier
+    process wrote from that batch on (`truncate_board`), and writes the run's config as text."""
 
     def __init__(self, run_dir: str | Path, config: Mapping[str, Any]):
         self.log_dir = Path(run_dir) / TB_SUBDIR
@@ -121,7 +143,8 @@ class Board:
                 warnings.warn(f"TensorBoard scalars off: {exc} (pip install tensorboard)", stacklevel=3)
                 self._unavailable = True
                 return None
-            self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=first_batch)
+            truncate_board(self.log_dir, first_batch)
+            self._writer = SummaryWriter(log_dir=str(self.log_dir))
             text = json.dumps(self._config, indent=2, default=str)
             self._writer.add_text("config", "```\n" + text + "\n```", global_step=first_batch)
         return self._writer

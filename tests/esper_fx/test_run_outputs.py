@@ -73,6 +73,16 @@ def read_board(run_dir: Path) -> dict[str, dict[int, float]]:
     return board
 
 
+def board_events(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """Every (step, value) TensorBoard keeps for one tag, duplicates included, in file order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    acc = EventAccumulator(str(run_dir / TB_SUBDIR), size_guidance={"tensors": 0})
+    acc.Reload()
+    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+
+
 # metrics.csv column -> TensorBoard tag (env{i}_accuracy, action counts and ppo_* follow a pattern)
 COLUMN_TAGS = {
     "episodes_completed": "progress/episodes", "avg_accuracy": "accuracy/mean",
@@ -136,6 +146,22 @@ def test_tensorboard_has_components_entropy_per_head_timing_and_the_first_action
     for step in (0, 1):  # the reward is the sum of its components
         assert sum(board[t][step] for t in components) == pytest.approx(board["reward/mean"][step], abs=1e-5)
     assert {"choices/slot/r0c0", "choices/blueprint/noop", "choices/blend/linear"} <= set(board)
+
+
+def test_a_resume_from_an_earlier_checkpoint_replaces_the_later_scalars(tmp_path):
+    """As after a crash: batch 2 runs again from the checkpoint of batch 1; TensorBoard shows it once,
+    with the new numbers, and still matches metrics.csv."""
+    config = tiny(controller="random", n_episodes=6, checkpoint_every=1, report=False)
+    first = esper_fx.run(config, run_dir=tmp_path / "r")
+    checkpoint = tmp_path / "r" / "checkpoints" / "batch-000001"
+    assert checkpoint.is_dir()
+    esper_fx.run(config.replace(resume_path=str(checkpoint)), run_dir=tmp_path / "r")
+    board, rows = read_board(tmp_path / "r"), metrics_rows(tmp_path / "r")
+    assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1, 2]
+    assert [int(r["batch"]) for r in rows] == [0, 1, 2]
+    for row in rows:
+        assert board["timing/batch_s"][int(row["batch"])] == float(row["wall_time_s"])
+    assert board["timing/batch_s"][2] != first.history[2].wall_time_s  # the second process's batch 2
 
 
 def test_batch_scalars_skip_missing_values_and_mark_skipped_updates():
