@@ -215,6 +215,7 @@ def plot_runs(runs: Any, metrics: Sequence[str] = ("avg_accuracy", "avg_reward")
         _plot_metric(ax, metric, run_map, x, rolling, env_band)
         _runs_legend(ax, rolling and metric == "avg_accuracy")
     axes[-1].set_xlabel("episodes completed" if x == "episodes_completed" else x)
+    axes[-1].xaxis.get_major_locator().set_params(integer=True)
     return fig
 
 
@@ -606,6 +607,7 @@ def plot_ppo_diagnostics(history: Any, *, fig: Figure | None = None) -> Figure:
         ax.grid(True, alpha=0.3)
     for ax in axes[4:]:
         ax.set_xlabel("batch")
+        ax.xaxis.get_major_locator().set_params(integer=True)
     note = f" ({len(skipped)} skipped update(s) shaded)" if skipped else ""
     fig.suptitle(f"PPO diagnostics, {len(updated)} update(s){note}", fontsize=11)
     return fig
@@ -619,6 +621,7 @@ _SEED_EVENT_KEYS: tuple[tuple[str, str, str], ...] = (
     ("seeds_created", "germinated", "C0"), ("seeds_fossilized", "fossilized", "C2"),
     ("seeds_culled", "culled", "C3"), ("rollbacks", "governor rollbacks", "C7"),
 )
+LEGEND_HEADROOM = 1.35  # y range above the data, so that a legend at the top covers none of it
 _TIMING_KEYS: tuple[tuple[str, str], ...] = (
     ("env_s", "env (host training, validation)"), ("bridge_s", "bridge"), ("controller_s", "controller step"),
     ("update_s", "update"),
@@ -638,6 +641,7 @@ def plot_seed_events(history: Any, *, fig: Figure | None = None) -> Figure:
     ax.set_ylabel("per batch")
     ax.set_title("Seed events per batch (all envs)", fontsize=10)
     ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1.0) * LEGEND_HEADROOM)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, ncols=4, loc="upper left")
     return fig
@@ -661,6 +665,7 @@ def plot_timing(history: Any, *, fig: Figure | None = None) -> Figure:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("seconds")
     ax.set_title("Time per batch", fontsize=10)
+    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1e-3) * LEGEND_HEADROOM)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper right", ncols=3)
     return fig
