@@ -10,7 +10,9 @@ import os
 import sys
 import time
 
+from esper_fx import compile_cache
 from esper_fx.config import TrainingConfig
+from esper_fx.tensorboard_log import TB_SUBDIR
 
 EXIT_OK = 0
 EXIT_INTERRUPTED = 130
@@ -60,21 +62,27 @@ def config_summary(config: TrainingConfig) -> list[str]:
     ]
 
 
-def run_from_cli(config: TrainingConfig, quiet: bool = False) -> int:
+def run_from_cli(config: TrainingConfig, quiet: bool = False, compile_cache_dir: str | None = None,
+                 compile_cache_enabled: bool | None = None) -> int:
+    """Print the summary, run, print the final table and where everything is. The compilation cache
+    follows `compile_cache.resolve_dir(compile_cache_dir, compile_cache_enabled)`."""
     for line in config_summary(config):
         print(line, flush=True)
     limit_cpu_threads(config, lambda line: print(line, flush=True))
+    cache_dir = compile_cache.enable(compile_cache_dir, enabled=compile_cache_enabled)
     from esper_fx.loop import Interrupted, run
     from esper_fx.telemetry import final_table
 
     started = time.perf_counter()
     try:
-        result = run(config, quiet=quiet)
+        with compile_cache.counting() as cache_stats:
+            result = run(config, quiet=quiet)
     except Interrupted as exc:
         print("\nInterrupted.", file=sys.stderr)
         if exc.checkpoint:
             print(f"Checkpoint written: {exc.checkpoint}", file=sys.stderr)
             print(f"Resume with: python -m esper_fx.train --resume {exc.run_dir}", file=sys.stderr)
+            print(f"Report of the finished batches: python -m esper_fx.report {exc.run_dir}", file=sys.stderr)
         else:
             print("No batch had finished, so there is nothing to resume.", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -84,6 +92,21 @@ def run_from_cli(config: TrainingConfig, quiet: bool = False) -> int:
     print(f"\nDone in {time.perf_counter() - started:.1f} s: {s['episodes']} episodes, final accuracy "
           f"{s['final_avg_accuracy']:.2f}% (best rolling {s['best_rolling_avg_accuracy']:.2f}%), seeds "
           f"germinated {s['seeds_created']}, fossilized {s['seeds_fossilized']}, culled {s['seeds_culled']}")
-    if result.run_dir:
-        print(f"Run directory: {result.run_dir}")
+    for line in where_lines(result, cache_stats.describe(cache_dir)):
+        print(line)
     return EXIT_OK
+
+
+def where_lines(result, cache_line: str) -> list[str]:
+    """The run's last lines: the compilation cache, TensorBoard, the run directory, the report."""
+    lines = [cache_line]
+    first_action = (result.summary.get("timing") or {}).get("first_action_s")
+    if first_action is not None:
+        lines.append(f"First action after {first_action:.1f} s")
+    if result.run_dir:
+        if result.config is not None and result.config.tensorboard:
+            lines.append(f"TensorBoard: tensorboard --logdir {os.path.join(result.run_dir, TB_SUBDIR)}")
+        lines.append(f"Run directory: {result.run_dir}")
+    if result.report_path:
+        lines.append(f"Report: {result.report_path}")
+    return lines

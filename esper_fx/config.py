@@ -116,6 +116,8 @@ class TrainingConfig:
     run_dir: str | None = None
     resume_path: str | None = None
     checkpoint_every: int = 10
+    tensorboard: bool = True  # TensorBoard scalars in <run_dir>/tb/
+    report: bool = True  # <run_dir>/plots/ and report.html at the end of the run
     # scripted controllers
     heuristic: HeuristicConfig = field(default_factory=HeuristicConfig)
     oracle: OracleConfig = field(default_factory=OracleConfig)
@@ -158,13 +160,14 @@ class TrainingConfig:
             if isinstance(value, str) or not hasattr(value, "__iter__"):
                 raise ValueError(f"{name} must be a list of strings (got {value!r})")
             self._set(name, tuple(value))
-        for name, cls in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
+        for name, section in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
             value = getattr(self, name)
             if isinstance(value, Mapping):
-                self._set(name, cls.from_dict(value))
-            elif not isinstance(value, cls):
-                raise ValueError(f"{name} must be a {cls.__name__} or a mapping (got {value!r})")
-        for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "one_seed_at_a_time"):
+                self._set(name, section.from_dict(value))
+            elif not isinstance(value, section):
+                raise ValueError(f"{name} must be a {section.__name__} or a mapping (got {value!r})")
+        for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "one_seed_at_a_time", "tensorboard",
+                     "report"):
             check.boolean(name, getattr(self, name))
         if self.telemetry_level == TelemetryLevel.OFF:
             self._set("use_telemetry", False)

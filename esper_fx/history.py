@@ -82,6 +82,7 @@ class BatchRecord:
     timing: dict[str, float]
     seed_params: list[float]  # per env, from the last epoch's signals
     reward_events: list[Any] = field(default_factory=list)  # telemetry.Event (REWARD_COMPUTED, debug level)
+    reward_components: dict[str, float] = field(default_factory=dict)  # term -> episode sum, mean over envs
 
 
 def summarize_batch(record: BatchRecord, batch: int, episodes_before: int, recent_avg_acc: Sequence[float],

@@ -27,6 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from esper_fx import controllers as ctl  # noqa: E402
+from esper_fx import report  # noqa: E402
 from esper_fx import step as S  # noqa: E402
 from esper_fx.config import TrainingConfig  # noqa: E402
 from esper_fx.contracts import ACTION_HEADS, EventType  # noqa: E402
@@ -36,6 +37,7 @@ from esper_fx.history import SKIPPED_UPDATE, summarize_batch  # noqa: E402
 from esper_fx.run_state import Interrupted, LearnerState, Progress, advance, fresh_learner, interrupted  # noqa: E402
 from esper_fx.run_state import restore, save  # noqa: E402
 from esper_fx.telemetry import Console, Event, RunLog, lifecycle_event, reward_events  # noqa: E402
+from esper_fx.tensorboard_log import open_board  # noqa: E402
 from hosts.env import EnvPool  # noqa: E402
 from rl import rewards as R  # noqa: E402
 from rl import rollout as rollout_lib  # noqa: E402
@@ -55,6 +57,7 @@ class RunResult:
     best_controller_state: Any = None
     config: TrainingConfig | None = None
     obs_rms: Any = None  # the observation statistics the final controller acts with
+    report_path: str | None = None  # <run_dir>/report.html, when written
 
 
 def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | None = None,
@@ -65,28 +68,36 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     controller: a registered name, a Controller bundle or a constructor (default: config.controller).
     reward_fn: a name (shaped, sparse, minimal, loss) or a function with the rl.rewards signature
     (default: config.reward's family and mode). run_dir: where to write config.json, events.jsonl,
-    metrics.csv, summary.json and checkpoints/ (default: config.run_dir; None writes nothing).
-    pool: an env pool (default: `build_pool(config)`).
+    metrics.csv, summary.json, checkpoints/, the TensorBoard scalars tb/ (unless config.tensorboard is
+    off), and at the end plots/ and report.html (unless config.report is off) (default: config.run_dir;
+    None writes nothing). pool: an env pool (default: `build_pool(config)`).
     """
     if run_dir is not None:
         config = config.replace(run_dir=str(run_dir))
     spec = ctl.ControllerSpec.from_config(config)
     bundle = ctl.build(controller if controller is not None else config.controller_name, spec)
     n_batches = math.ceil(config.n_episodes / config.n_envs)
-    out = RunLog(config.run_dir, Console(n_batches, config.max_epochs, quiet=quiet, stream=console_stream))
+    console = Console(n_batches, config.max_epochs, quiet=quiet, stream=console_stream, n_envs=config.n_envs,
+                      n_episodes=config.n_episodes)
+    out = RunLog(config.run_dir, console, open_board(config.run_dir, config.tensorboard, config.to_dict()))
     learner, progress = start(config, bundle, spec, out, n_batches)
+    out.console.start_at(progress.next_batch_idx)
     runner = Runner.build(config, spec, bundle, resolve_reward_fn(config, reward_fn),
                           pool if pool is not None else build_pool(config), out.console)
     learner = runner.commit(learner)
     learner, progress, checkpoint = train(runner, learner, progress, out, n_batches)
-    out.console.close()
+    out.close()
     summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
                           progress.best_avg_acc, progress.wall_time_s, checkpoint)
+    summary["timing"] = {"first_action_s": out.console.first_action_s}
+    report_path = None
     if out.dir is not None:
         out.dir.write_summary(summary)
+        if config.report:
+            report_path = report.write_report_or_warn(out.path, out.console.line)
     return RunResult(history=progress.history, events=out.events, summary=summary, run_dir=out.path,
                      controller_state=learner.controller, best_controller_state=learner.best_controller,
-                     config=config, obs_rms=learner.obs_rms)
+                     config=config, obs_rms=learner.obs_rms, report_path=report_path)
 
 
 def start(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSpec, out: RunLog,
@@ -122,7 +133,7 @@ def train(runner: "Runner", learner: LearnerState, progress: Progress, out: RunL
                 out.console.line(f"Checkpoint saved: {checkpoint}")
                 out.log([Event(EventType.CHECKPOINT_SAVED, batch=b, message=checkpoint)])
     except KeyboardInterrupt:
-        out.console.close()
+        out.close()
         raise interrupted(checkpoints, out.path, config, runner.controller, learner, progress) from None
     if checkpoints is not None and progress.history:
         checkpoint = str(save(checkpoints, config, runner.controller, learner, progress, final=True))
@@ -176,13 +187,15 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress,
     record = EpochLog.start(runner.spec, n_active)
     for t in range(1, config.max_epochs + 1):
         episode, signals = run_epoch(runner, learner, episode, signals, b, t, record)
+    update_started = time.perf_counter()
     learner, ppo = end_of_batch(runner, learner._replace(reward_norm=episode.reward_norm), episode.rollout, b,
                                 record.panicked)
+    record.update_s = time.perf_counter() - update_started
     batch = record.finish(runner.pool, episode, ppo)
     summary = summarize_batch(batch, b, progress.episodes_completed, progress.recent_avg_acc, config.menu,
                               config.slot_ids, entropy_coef, time.perf_counter() - started)
     learner, progress = advance(learner, progress, summary)
-    out.batch_done(summary, batch_events(batch, summary), config.n_episodes)
+    out.batch_done(summary, batch_events(batch, summary), config.n_episodes, batch.reward_components)
     return learner, progress
 
 
@@ -192,8 +205,10 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
     last = t == runner.config.max_epochs
     started = time.perf_counter()
     episode, out = runner.step_fn(episode, learner.controller, learner.obs_rms, signals,
-                                  S.act_key(learner.root_key, runner.controller.name, b, t), jnp.int32(t - 1), jnp.bool_(last))
+                                  S.act_key(learner.root_key, runner.controller.name, b, t), jnp.int32(t - 1),
+                                  jnp.bool_(last))
     jax.block_until_ready(out.actions)
+    runner.console.action_ready(b, t)
     check_actions(out.ok, b, t)
     record.controller_s += time.perf_counter() - started
     if last:
@@ -236,22 +251,25 @@ def end_of_batch(runner: Runner, learner: LearnerState, rollout: Any, b: int,
 
 @dataclass
 class EpochLog:
-    """A batch's running record: events, action counts, panicking envs, controller time."""
+    """A batch's running record: events, action counts, panicking envs, reward components, timing."""
 
     head_counts: dict[str, list[int]]
     events: list[Event]
     reward_events: list[Event]
     panicked: np.ndarray  # [E] bool: envs the governor rolled back this batch
     seed_params: list[float]
+    components: list[dict]  # per epoch: reward term -> [E] (jax arrays, read back once per batch)
     controller_s: float = 0.0
+    update_s: float = 0.0
 
     @classmethod
     def start(cls, spec: ctl.ControllerSpec, n_envs: int) -> "EpochLog":
         heads = {h: [0] * n for h, n in zip(ACTION_HEADS, spec.head_sizes)}
-        return cls(heads, [], [], np.zeros(n_envs, bool), [])
+        return cls(heads, [], [], np.zeros(n_envs, bool), [], [])
 
     def epoch_done(self, result: Any, out: S.StepOut, b: int, t: int, debug: bool) -> None:
         count_heads(self.head_counts, result.actions, ACTION_HEADS)
+        self.components.append(out.components)
         for ev in result.events:
             if ev.event_type == EventType.GOVERNOR_ROLLBACK:
                 self.panicked[ev.env_id] = True
@@ -264,9 +282,19 @@ class EpochLog:
         return BatchRecord(
             env_results=pool.episode_results(), env_rewards=[float(r) for r in np.asarray(episode.reward_sum)],
             events=self.events, head_counts=self.head_counts, ppo=ppo,
-            timing={**pool.timing, "controller_s": self.controller_s}, seed_params=self.seed_params,
-            reward_events=self.reward_events,
+            timing={**pool.timing, "controller_s": self.controller_s, "update_s": self.update_s},
+            seed_params=self.seed_params, reward_events=self.reward_events,
+            reward_components=episode_component_means(self.components),
         )
+
+
+def episode_component_means(per_epoch: list[dict]) -> dict[str, float]:
+    """Each reward term summed over the episode's epochs, averaged over envs (one readback)."""
+    per_epoch = jax.device_get(per_epoch)
+    if not per_epoch:
+        return {}
+    return {name: float(np.mean(np.sum([np.asarray(c[name], np.float64) for c in per_epoch], axis=0)))
+            for name in per_epoch[0]}
 
 
 def batch_events(batch: BatchRecord, summary: BatchSummary) -> list[Event]:
