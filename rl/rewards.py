@@ -155,7 +155,7 @@ class RewardConfig(NamedTuple):
     # the growth reward (LEARNING.md): reward per pp of committed accuracy, the share of an unfossilized
     # seed's contribution held back until it is fossilized, the parameter rent, the rollback penalty
     growth_accuracy_weight: float = 0.1
-    growth_commit_weight: float = 1.0
+    growth_commit_weight: float = 0.5
     growth_rent_weight: float = 0.01
     growth_rollback_penalty: float = -1.0
 
