@@ -19,7 +19,7 @@ def __getattr__(name: str):
 
         return run
     if name == "compare":
-        from esper_fx.compare import compare
+        from esper_fx.comparison import compare
 
         return compare
     raise AttributeError(f"module 'esper_fx' has no attribute {name!r}")

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 
 def paired_arms(table: Any, path=None, title: str | None = None) -> Figure:
-    """Draw `table` (an `esper_fx.compare.ComparisonTable`); save it to `path` when given."""
+    """Draw `table` (an `esper_fx.comparison.ComparisonTable`); save it to `path` when given."""
     arms = [r["arm"] for r in table.rows]
     acc = np.array([[e.accuracy for e in table.episodes[a]] for a in arms])  # [arms, seeds]
     fig = Figure(figsize=(max(5.0, 1.3 * len(arms) + 2), 4.2), layout="constrained")

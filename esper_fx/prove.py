@@ -123,7 +123,7 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
         seeds = list(range(args.eval_seed_offset, args.eval_seed_offset + args.n_eval_seeds))
     if len(set(seeds)) != len(seeds):
         raise ProveError(f"evaluation seeds must be distinct (got {seeds})")
-    from esper_fx.compare import check_disjoint
+    from esper_fx.comparison import check_disjoint
 
     try:
         check_disjoint(config, seeds)
@@ -134,7 +134,7 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
 
 def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict[str, Any]:
     """Arm name -> a `compare` arm. Learned arms share one trained policy (trained once)."""
-    from esper_fx.compare import STATIC_FINAL, Trained
+    from esper_fx.comparison import STATIC_FINAL, Trained
     from esper_fx.controller_registry import REGISTRY
 
     arms: dict[str, Any] = {}
@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, Any], seeds: list[int],
               out: Path) -> int:
     from esper_fx.cli_run import limit_cpu_threads
-    from esper_fx.compare import compare
+    from esper_fx.comparison import compare
 
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)

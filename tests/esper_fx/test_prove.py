@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from esper_fx import compare as cmp
+from esper_fx import comparison as cmp
 from esper_fx import prove
 from esper_fx.config import TrainingConfig
 
@@ -86,3 +86,10 @@ def test_the_command_line_runs_as_a_module(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "esper_fx.prove", "--help"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--eval-seed-offset" in proc.stdout and "--checkpoint" in proc.stdout
+
+
+def test_the_comparison_module_does_not_shadow_esper_fx_compare():
+    import esper_fx
+    from esper_fx.comparison import Trained  # noqa: F401 - importing the engine first
+
+    assert callable(esper_fx.compare) and esper_fx.compare.__name__ == "compare"
