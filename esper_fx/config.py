@@ -80,7 +80,7 @@ class TrainingConfig:
     seed: int = 42
     slots: tuple[str, ...] = ("r0c1",)
     max_seeds: int | None = None
-    min_cull_age: int = 5  # [fix] CULL is masked for seeds younger than this (the reference: 1); LEARNING.md
+    min_cull_age: int = 9  # [fix] CULL waits until a seed could have finished blending (reference: 1, later 5)
     one_seed_at_a_time: bool = True  # [fix] no GERMINATE while a seed is developing (the reference: False)
     static_seeds: tuple[str, ...] = ()  # "slot=blueprint": seeds planted fossilized before epoch 1 (static_final)
     # devices and data

@@ -54,7 +54,7 @@ def fake_image_data(n_train: int = 1024, n_test: int = 256, seed: int = 0) -> Ta
 
 def make_config(**overrides) -> TrainingConfig:
     """The pool under SPEC §9.1's masks (CULL from age 1, GERMINATE beside a developing seed); the
-    LEARNING masks (min_cull_age 5, one_seed_at_a_time) are tested in tests/hosts/signals/test_masks.py."""
+    LEARNING masks (min_cull_age 9, one_seed_at_a_time) are tested in tests/hosts/signals/test_masks.py."""
     base = dict(task="shapes10", n_envs=2, max_epochs=8, slots=("r0c1",), device="cpu", batch_size_per_env=64,
                 max_train_batches=3, synthetic_train_samples=2048, synthetic_test_samples=512, val_samples=256,
                 min_cull_age=1, one_seed_at_a_time=False)
