@@ -103,3 +103,33 @@ def test_an_episode_records_every_epoch_and_its_metric():
     assert len(episode.val_accs) == 5
     assert episode.accuracy == pytest.approx(np.mean(episode.val_accs[-3:]))
     assert episode.params_added == 0 and episode.fossils == ()
+
+
+def test_a_policy_loaded_from_the_run_directory_acts_like_the_trained_one(tmp_path):
+    from esper_fx.evaluate import load_policy
+
+    config = tiny16(controller="ppo_lstm", n_envs=2, n_episodes=2, max_epochs=4)
+    trained = esper_fx.run(config, run_dir=tmp_path / "run")
+    loaded_config, policy = load_policy(tmp_path / "run")
+    assert loaded_config.to_dict() == {**config.to_dict(), "run_dir": str(tmp_path / "run")}
+    direct = Arm.trained("ppo", config, Policy(trained.controller_state, trained.obs_rms)).run(202)
+    from_disk = Arm.trained("ppo", loaded_config, policy).run(202)
+    assert direct.val_accs == from_disk.val_accs and direct.fossils == from_disk.fossils
+
+
+def test_the_reference_horizon_bootstraps_the_last_epoch():
+    config = tiny16(controller="ppo_lstm", n_envs=2, n_episodes=2, max_epochs=3, horizon_bootstrap=True)
+    spec = ctl.ControllerSpec.from_config(config)
+    bundle = ctl.build("ppo_lstm", spec)
+    captured = {}
+
+    def spying_update(state, rollout, key):
+        captured["rollout"] = rollout
+        return bundle.update(state, rollout, key)
+
+    spy = ctl.Controller(name="ppo_lstm", act=bundle.act, init=bundle.init, initial_carry=bundle.initial_carry,
+                         value=bundle.value, update=spying_update, learns=True)
+    esper_fx.run(config, controller=spy)
+    rollout = captured["rollout"]
+    assert np.all(np.asarray(rollout.truncated[:, -1])) and np.all(np.asarray(rollout.dones[:, -1]))
+    assert np.all(np.asarray(rollout.bootstrap[:, -1]) != 0.0)  # V of the post-action signals

@@ -203,3 +203,29 @@ def test_cuda_generation_is_deterministic_fast_and_normalised():
     assert first[0].device.type == "cuda"
     std = first[0].std(dim=(0, 2, 3))
     assert torch.all(first[0].mean(dim=(0, 2, 3)).abs() < 0.1) and torch.all((std > 0.8) & (std < 1.2))
+
+
+# ------------------------------------------------------------------------------------------
+# shapes16: the same classes at 16x16 (the quickstart's data)
+# ------------------------------------------------------------------------------------------
+
+
+def test_shapes16_renders_16_pixel_images_of_every_class():
+    x_train, y_train, x_test, y_test = S.generate(200, 50, 0, "cpu", knobs=S.SHAPES16_KNOBS)
+    assert x_train.shape == (200, 3, 16, 16) and x_test.shape == (50, 3, 16, 16)
+    assert sorted(set(y_train.tolist())) == list(range(10))
+    assert torch.isfinite(x_train).all() and abs(float(x_train.mean())) < 0.05
+
+
+@settings(max_examples=6)
+@given(st.integers(0, 1000))
+def test_shapes16_rendering_is_flip_equivariant(seed):
+    labels = torch.arange(12) % 10
+    lat = S.sample_latents(labels, make_generator("cpu", seed, 99), S.SHAPES16_KNOBS)
+    assert lat.noise.shape[-1] == 16
+    torch.testing.assert_close(S.render(S.flip_latents(lat)), torch.flip(S.render(lat), dims=(3,)), atol=2e-4, rtol=0)
+
+
+def test_the_default_knobs_still_render_32_pixels():
+    assert S.DEFAULT_KNOBS.size == 32 and S.DEFAULT_KNOBS.periods == (8.0, 4.0)
+    assert S.pixel(16) == 2 * S.pixel(32)

@@ -351,3 +351,16 @@ def test_two_envs_holding_identical_models_report_identical_validation_results()
         return loss / feed.n_val, 100.0 * correct / feed.n_val
 
     assert [torch.equal(a, b) for a, b in zip(evaluate(model, 0), evaluate(twin, 1))] == [True, True]
+
+
+def test_the_augmentation_pads_by_an_eighth_of_the_image():
+    from hosts.data.batching import pad_for
+
+    assert pad_for(32) == 4 and pad_for(16) == 2
+    plan = plan_epoch(64, n_envs=1, batch_per_env=16, split="full", max_batches=None, seed=0, batch_idx=0,
+                      epoch=1, pad=2)
+    assert int(plan.crops.min()) >= 0 and int(plan.crops.max()) <= 4
+    x = torch.randn(2, 3, 16, 16)
+    out = augment_batch(x, torch.tensor([[0, 0], [4, 4]]), torch.tensor([False, False]), torch.zeros(3))
+    assert torch.all(out[0, :, :2, :] == 0) and torch.equal(out[0, :, 2:, 2:], x[0, :, :14, :14])
+    assert torch.equal(out[1, :, :14, :14], x[1, :, 2:, 2:])

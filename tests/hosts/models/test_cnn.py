@@ -102,3 +102,15 @@ def test_unknown_segment_ids_raise_value_error(bad):
 def test_invalid_injection_specs_raise(kwargs):
     with pytest.raises(ValueError):
         InjectionSpec(**kwargs)
+
+
+def test_the_pointwise_shapes16_host_sees_one_pixel_per_layer():
+    host = CNNHost.pointwise()
+    assert count_parameters(host) == 826
+    convs = [m for m in host.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [c.kernel_size for c in convs] == [(1, 1)] * 3
+    assert [s.channels for s in host.injection_specs()] == [16, 16, 16]
+    x = torch.randn(2, 3, 16, 16)
+    assert host.forward_to_segment("r0c0", x).shape == (2, 16, 16, 16)  # r0c0 at full resolution
+    assert host.forward_to_segment("r0c1", x).shape == (2, 16, 8, 8)
+    assert host(x).shape == (2, 10)
