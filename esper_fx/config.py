@@ -82,6 +82,7 @@ class TrainingConfig:
     max_seeds: int | None = None
     min_cull_age: int = 9  # [fix] CULL waits until a seed could have finished blending (reference: 1, later 5)
     one_seed_at_a_time: bool = True  # [fix] no GERMINATE while a seed is developing (the reference: False)
+    germination_deadline: bool = True  # [fix] no GERMINATE once its seed could not be fossilized before T
     static_seeds: tuple[str, ...] = ()  # "slot=blueprint": seeds planted fossilized before epoch 1 (static_final)
     # devices and data
     device: str = "auto"
@@ -166,8 +167,8 @@ class TrainingConfig:
                 self._set(name, section.from_dict(value))
             elif not isinstance(value, section):
                 raise ValueError(f"{name} must be a {section.__name__} or a mapping (got {value!r})")
-        for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "one_seed_at_a_time", "tensorboard",
-                     "report"):
+        for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "one_seed_at_a_time",
+                     "germination_deadline", "tensorboard", "report"):
             check.boolean(name, getattr(self, name))
         if self.telemetry_level == TelemetryLevel.OFF:
             self._set("use_telemetry", False)

@@ -26,6 +26,7 @@ class PoolConfig:
     max_seeds: int | None
     min_cull_age: int  # CULL is masked for seeds younger than this (epochs)
     one_seed_at_a_time: bool  # GERMINATE is masked while a seed is developing (not yet fossilized)
+    germination_deadline: bool  # GERMINATE is masked once a new seed could not be fossilized in time
     static_seeds: tuple[str, ...]  # "slot=blueprint": planted fossilized when an env is built
     use_telemetry: bool
     device: str  # the policy device the signals are built on

@@ -50,6 +50,7 @@ from hosts.env.pool_data import PoolData, build_pool_data
 from hosts.env.state import ApplyResult, EnvRng, EnvState, EpisodeResult, EpochMetrics
 from hosts.models.morphogenetic import MorphogeneticModel
 from hosts.seeds.governor import GOVERNOR_SNAPSHOT_EVERY, Governor
+from hosts.seeds.lifecycle import earliest_fossilize_age
 from hosts.seeds.gradient_ratio import ratio_ema
 from hosts.signals.assembly import EnvView, SignalLayout, assemble_signals
 from hosts.signals.occupancy import count_available_slots, count_seeds
@@ -120,7 +121,8 @@ class EnvPool:
         self._amp = {d: amp_settings(cfg.amp, cfg.amp_dtype, d) for d in dict.fromkeys(self._env_devices)}
         self.data: PoolData = build_pool_data(cfg, self.task, self._env_devices, data)
         self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, cfg.max_epochs, cfg.max_seeds,
-                                   cfg.use_telemetry, cfg.min_cull_age, cfg.one_seed_at_a_time)
+                                   cfg.use_telemetry, cfg.min_cull_age, cfg.one_seed_at_a_time,
+                                   _germinate_until(cfg, self.task))
         self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
         self.use_streams = bool(use_streams)
         self.envs: list[EnvState] = []
@@ -446,6 +448,13 @@ def _action_rows(actions) -> list[list[int]]:
     if isinstance(actions, torch.Tensor):
         return actions.detach().to("cpu").tolist()
     return torch.as_tensor(actions).tolist()
+
+
+def _germinate_until(cfg: PoolConfig, task) -> int | None:
+    """With a germination deadline, the last epoch at which a new seed can still be fossilized in time."""
+    if not cfg.germination_deadline:
+        return None
+    return cfg.max_epochs - earliest_fossilize_age(task.max_epochs, task.blending_steps)
 
 
 def _fossils(env: EnvState, slot_ids: Sequence[str]) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ class SignalLayout:
     use_telemetry: bool
     min_cull_age: int = MIN_CULL_AGE  # CULL is masked for younger seeds
     one_seed_at_a_time: bool = False  # GERMINATE is masked while a seed is developing
+    germinate_until: int | None = None  # the last epoch GERMINATE is open (None: every epoch)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,8 @@ def _observations(views: Sequence[EnvView], layout: SignalLayout, device) -> tor
 def _masks(views: Sequence[EnvView], layout: SignalLayout, device) -> dict[str, torch.Tensor]:
     masks = [
         build_masks(v.reports, layout.enabled, layout.slot_ids, len(layout.menu), layout.max_seeds,
-                    sum(count_seeds(v.reports, layout.enabled)), layout.min_cull_age, layout.one_seed_at_a_time)
+                    sum(count_seeds(v.reports, layout.enabled)), layout.min_cull_age, layout.one_seed_at_a_time,
+                    layout.germinate_until is None or v.tracker.epoch <= layout.germinate_until)
         for v in views
     ]
     return stack_masks(masks, device)

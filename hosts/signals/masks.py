@@ -8,7 +8,9 @@ device, uploaded with one host→device copy).
 act on: any enabled slot for WAIT, an empty one for GERMINATE, a seed old enough to cull for CULL, a
 PROBATIONARY seed for FOSSILIZE. A controller that draws its op first can draw the slot under that op's
 mask, so no op is spent on a slot where it cannot act (LEARNING.md). With `one_seed_at_a_time`, GERMINATE
-waits until no seed is still developing (every seed present is a fossil), the reference's later rule.
+waits until no seed is still developing (every seed present is a fossil), the reference's later rule; with
+a germination deadline it also closes once a new seed could no longer be fossilized before the episode
+ends (`hosts.seeds.lifecycle.earliest_fossilize_age`).
 """
 
 from __future__ import annotations
@@ -79,15 +81,19 @@ def op_mask(
     total_seeds: int,
     min_cull_age: int = MIN_CULL_AGE,
     one_seed_at_a_time: bool = False,
+    germination_open: bool = True,
 ) -> tuple[bool, ...]:
     """Optimistic: an op is allowed if any enabled slot allows it; WAIT always. CULL needs a seed at
-    least `min_cull_age` epochs old (the reference's 1 by default; runs pass their config's value)."""
+    least `min_cull_age` epochs old (the reference's 1 by default; runs pass their config's value).
+    `germination_open` False (a seed germinated now could not be fossilized before the episode ends)
+    masks GERMINATE."""
     enabled = set(enabled_slot_ids)
     seeds = seeded_slots(reports, enabled).values()
     developing = any(SeedStage(rep.stage) != SeedStage.FOSSILIZED for rep in seeds)
     ops = [False] * len(LifecycleOp)
     ops[LifecycleOp.WAIT] = True
-    ops[LifecycleOp.GERMINATE] = (len(seeds) < len(enabled) and not _seed_limit_reached(max_seeds, total_seeds)
+    ops[LifecycleOp.GERMINATE] = (germination_open and len(seeds) < len(enabled)
+                                  and not _seed_limit_reached(max_seeds, total_seeds)
                                   and not (one_seed_at_a_time and developing))
     ops[LifecycleOp.CULL] = any(_can_cull(rep, min_cull_age) for rep in seeds)
     ops[LifecycleOp.FOSSILIZE] = any(SeedStage(rep.stage) in FOSSILIZABLE_STAGES for rep in seeds)
@@ -121,6 +127,7 @@ def build_masks(
     total_seeds: int,
     min_cull_age: int = MIN_CULL_AGE,
     one_seed_at_a_time: bool = False,
+    germination_open: bool = True,
 ) -> ActionMasks:
     """The four masks of one env from its current slot states (§9.1)."""
     enabled = tuple(enabled_slot_ids)
@@ -129,7 +136,8 @@ def build_masks(
         slot=slot_mask(slot_ids, enabled),
         blueprint=blueprint_mask(num_blueprints),
         blend=(True,) * NUM_BLENDS,
-        op=op_mask(reports, enabled, max_seeds, total_seeds, min_cull_age, one_seed_at_a_time),
+        op=op_mask(reports, enabled, max_seeds, total_seeds, min_cull_age, one_seed_at_a_time,
+                   germination_open),
         slot_by_op=slot_by_op_mask(reports, enabled, slot_ids, min_cull_age),
     )
 

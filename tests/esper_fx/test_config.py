@@ -13,7 +13,7 @@ from esper_fx.config import HeuristicConfig, TrainingConfig
 # rl.config.REFERENCE_PPO), horizon_bootstrap, min_cull_age, one_seed_at_a_time; and the new static_seeds.
 SPEC_DEFAULTS = {
     "task": "cifar10", "controller": "ppo_lstm", "n_episodes": 100, "n_envs": 4, "max_epochs": 25,
-    "seed": 42, "slots": ["r0c1"], "max_seeds": None, "min_cull_age": 9, "one_seed_at_a_time": True,
+    "seed": 42, "slots": ["r0c1"], "max_seeds": None, "min_cull_age": 9, "one_seed_at_a_time": True, "germination_deadline": True,
     "static_seeds": [], "device": "auto", "env_devices": None,
     "data_path": "device", "num_workers": None, "data_root": "./data", "data_split": "shared",
     "batch_size_per_env": None, "max_train_batches": None, "val_samples": None, "val_batch_size": None,

@@ -57,7 +57,7 @@ def make_config(**overrides) -> TrainingConfig:
     LEARNING masks (min_cull_age 9, one_seed_at_a_time) are tested in tests/hosts/signals/test_masks.py."""
     base = dict(task="shapes10", n_envs=2, max_epochs=8, slots=("r0c1",), device="cpu", batch_size_per_env=64,
                 max_train_batches=3, synthetic_train_samples=2048, synthetic_test_samples=512, val_samples=256,
-                min_cull_age=1, one_seed_at_a_time=False)
+                min_cull_age=1, one_seed_at_a_time=False, germination_deadline=False)
     base.update(overrides)
     return TrainingConfig(**base)
 
