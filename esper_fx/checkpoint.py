@@ -21,11 +21,14 @@ Given one checkpoint directory, that checkpoint must be intact.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -39,6 +42,8 @@ MANIFEST = "manifest.json"
 STATE = "state"
 KEEP_LAST = 2
 LINKS = ("latest", "final")
+FREE_SPACE_FACTOR = 1.0  # a checkpoint's state takes at most about its arrays' bytes on disk
+FREE_SPACE_MARGIN = 1 << 20
 # Every manifest holds these, with these types.
 REQUIRED = {"config": dict, "next_batch_idx": int, "episodes_completed": int, "best_avg_acc": (int, float),
             "recent_avg_acc": list, "history": list}
@@ -141,29 +146,77 @@ def _manifest_digest(body: Mapping[str, Any]) -> str:
 def _save_trees(path: Path, trees: Mapping[str, Any]) -> None:
     import orbax.checkpoint as ocp
 
+    _check_free_space(path.parent, trees)
     checkpointer = ocp.PyTreeCheckpointer()
     try:
-        checkpointer.save(os.path.abspath(path), dict(trees))  # orbax accepts only absolute paths
-    except OSError:
-        raise
+        with _OrbaxFailureEchoes():
+            checkpointer.save(os.path.abspath(path), dict(trees))  # orbax accepts only absolute paths
     except Exception as exc:  # orbax reports write failures (a full disk) as ValueError / RuntimeError
-        raise OSError(_write_failure(path, exc)) from exc
+        raise OSError(errno.ENOSPC if _disk_full(exc) else errno.EIO, _write_failure(exc)) from exc
     finally:
         close = getattr(checkpointer, "close", None)
         if close is not None:
             close()
 
 
-def _write_failure(path: Path, exc: BaseException) -> str:
+def _tree_bytes(trees: Mapping[str, Any]) -> int:
+    import jax
+
+    return sum(int(getattr(leaf, "nbytes", 8)) for leaf in jax.tree_util.tree_leaves(dict(trees)))
+
+
+def _check_free_space(directory: Path, trees: Mapping[str, Any]) -> None:
+    """Refuse to start a state write the disk cannot hold (a full disk found mid-write leaves orbax's
+    background threads failing noisily)."""
+    needed = int(_tree_bytes(trees) * FREE_SPACE_FACTOR) + FREE_SPACE_MARGIN
+    free = shutil.disk_usage(directory).free
+    if free < needed:
+        raise OSError(errno.ENOSPC, f"No space left on device (a checkpoint needs about {needed / 2**20:.1f} "
+                                    f"MiB, {free / 2**20:.1f} MiB free)")
+
+
+def _disk_full(exc: BaseException) -> bool:
+    text = str(exc)
+    return "RESOURCE_EXHAUSTED" in text or "No space" in text or "os_error_code='28'" in text
+
+
+def _write_failure(exc: BaseException) -> str:
     """The cause of a failed write in a few words: a full disk is named as such."""
-    try:
-        free = shutil.disk_usage(path.parent).free
-    except OSError:
-        free = None
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if free is not None and free < 1 << 20 or "RESOURCE_EXHAUSTED" in first or "No space" in first:
+    if _disk_full(exc):
         return "No space left on device"
-    return first[:300]
+    text = " ".join(str(exc).split())
+    return text[:300] or type(exc).__name__
+
+
+class _OrbaxFailureEchoes(logging.Filter):
+    """While orbax writes: drop the echoes of a failed write. Its helper threads each log the failure with a
+    traceback and, once its event loop is closed, print 'Event loop is closed' tracebacks: hundreds of
+    lines that hid the cause, which the caller reports in one line. After a failure the echoes go on for
+    a while, so the filters stay installed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._previous_hook = threading.excepthook
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "_SignalingThread.run() raised" not in record.getMessage()
+
+    def _thread_hook(self, args) -> None:
+        echo = isinstance(args.exc_value, (RuntimeError, ValueError)) and (
+            "Event loop is closed" in str(args.exc_value) or _disk_full(args.exc_value))
+        if not echo:
+            self._previous_hook(args)
+
+    def __enter__(self) -> "_OrbaxFailureEchoes":
+        logging.getLogger("absl").addFilter(self)
+        threading.excepthook = self._thread_hook
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if kind is None:
+            logging.getLogger("absl").removeFilter(self)
+            threading.excepthook = self._previous_hook
+        return False
 
 
 def save_checkpoint(checkpoint_dir: str | Path, batch_idx: int, trees: Mapping[str, Any],

@@ -46,7 +46,7 @@ def check_run_dir(path: Path, resumed: Path | None = None) -> None:
     """The run directory can be created (or exists) and written; it holds no run other than `resumed`,
     and no live run holds its lock."""
     _check_path_length(path)
-    if path.exists() or path.is_symlink():
+    if _exists(path):
         if not path.is_dir():
             raise RunDirectoryError(f"run directory {path} exists and is not a directory")
         held = run_dir_entries(path)
@@ -66,9 +66,16 @@ def check_run_dir(path: Path, resumed: Path | None = None) -> None:
 
 def _existing_ancestor(path: Path) -> Path:
     for parent in path.parents:
-        if parent.exists() or parent.is_symlink():
+        if _exists(parent):
             return parent
     return Path(path.anchor)
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists() or path.is_symlink()
+    except OSError:  # a name too long, a loop of links: nothing usable there
+        return False
 
 
 def _check_path_length(path: Path) -> None:

@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, TextIO
 
-from esper_fx.checkpoint import fsync_dir, write_durably
+from esper_fx.checkpoint import fsync_dir, has_checkpoint, write_durably
 from esper_fx.contracts import EventType
 from esper_fx.errors import OutputError, RunDirectoryError
 from esper_fx.history import OP_NAMES, BatchSummary
@@ -263,9 +263,10 @@ class RunDirectory:
 
 
 def refusal(path: Path, held: Sequence[str]) -> str:
+    """Why a fresh run may not start in `path`, and what to do instead."""
     shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
-    return (f"run directory {path} already holds a run ({shown}); pass --resume {path} to continue it, or "
-            f"choose another --run-dir")
+    what = f"pass --resume {path} to continue it" if has_checkpoint(path) else "it has no checkpoint to resume"
+    return f"run directory {path} already holds a run ({shown}); {what}, or choose another --run-dir"
 
 
 def _batch_number(value: Any) -> int | None:

@@ -286,12 +286,17 @@ def _checkpointed(edit: Callable[[Path], None] | None = None) -> Callable[[Path]
 
 
 def _edit_manifest(change: Callable[[dict], Any]) -> Callable[[Path], None]:
+    """Rewrite the checkpoint's manifest as `change(manifest)` returns it."""
+
     def edit(ckpt: Path) -> None:
         manifest = json.loads((ckpt / "manifest.json").read_text())
-        result = change(manifest)
-        (ckpt / "manifest.json").write_text(json.dumps(manifest if result is None else result))
+        (ckpt / "manifest.json").write_text(json.dumps(change(manifest)))
 
     return edit
+
+
+def _without(key: str) -> Callable[[dict], dict]:
+    return lambda manifest: {k: v for k, v in manifest.items() if k != key}
 
 
 def _flip_a_state_byte(ckpt: Path) -> None:
@@ -314,9 +319,9 @@ RESUME_CASES = [
     Case("resume on an unavailable device", ["--resume", "run", "--episodes", "4", "--device", "cuda:0"],
          setup=_checkpointed()),
     Case("resume manifest without config", ["--resume", "run", "--episodes", "4"],
-         setup=_checkpointed(_edit_manifest(lambda m: m.pop("config")))),
+         setup=_checkpointed(_edit_manifest(_without("config")))),
     Case("resume manifest without next_batch_idx", ["--resume", "run", "--episodes", "4"],
-         setup=_checkpointed(_edit_manifest(lambda m: m.pop("next_batch_idx")))),
+         setup=_checkpointed(_edit_manifest(_without("next_batch_idx")))),
     Case("resume manifest is a list", ["--resume", "run", "--episodes", "4"],
          setup=_checkpointed(_edit_manifest(lambda m: [m]))),
     Case("resume manifest not UTF-8", ["--resume", "run", "--episodes", "4"],
