@@ -59,6 +59,10 @@ class CheckpointError(SetupError, RuntimeError):
     """A checkpoint is missing, damaged, or does not fit the current run."""
 
 
+class NoCheckpoint(CheckpointError):
+    """The directory holds no checkpoint at all (not even a damaged one): a run stopped before its first."""
+
+
 # ----------------------------------------------------------------------------------------------
 # durable file operations
 # ----------------------------------------------------------------------------------------------
@@ -383,8 +387,9 @@ def find_checkpoint(path: str | Path) -> Found:
         if reason is None:
             return Found(candidate, tuple(skipped))
         skipped.append(f"{candidate.name} ({reason})")
-    detail = f": {'; '.join(skipped)}" if skipped else ""
-    raise CheckpointError(f"no intact checkpoint under {root}{detail}")
+    if not skipped:
+        raise NoCheckpoint(f"no checkpoint under {root} (the run wrote none)")
+    raise CheckpointError(f"no intact checkpoint under {root}: {'; '.join(skipped)}")
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

@@ -130,15 +130,18 @@ def start(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSp
     """A fresh learner, or the one of `config.resume_path`; metrics.csv's header, config.json; the opening
     events. A checkpoint that cannot be used is reported before anything is written."""
     learner, progress, manifest = fresh_learner(bundle, spec, config.seed), Progress(), None
-    if config.resume_path:
+    restart = config.resume_path is not None and preflight.restartable_run(config.resume_path) is not None
+    if config.resume_path and not restart:
         learner, progress, manifest = restore(config, bundle, learner)
     if out.dir is not None:
+        out.dir.write_config(config.to_dict())
         out.dir.use_columns(metric_columns(config.n_envs, update_metric_names(bundle, spec, learner)))
-        if manifest is not None:
+        if config.resume_path:
             out.dir.truncate_history(progress.next_batch_idx)
         else:
             out.dir.start_metrics()
-        out.dir.write_config(config.to_dict())
+    if restart:
+        out.console.warning(f"{config.resume_path} holds no checkpoint yet: the run restarts from batch 0")
     if manifest is not None:
         if manifest.get("_warning"):
             out.console.warning(f"checkpoint fallback: {manifest['_warning']}")

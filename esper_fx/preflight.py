@@ -12,10 +12,10 @@ import fcntl
 import os
 from pathlib import Path
 
-from esper_fx.checkpoint import find_checkpoint
+from esper_fx.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint
 from esper_fx.config import TrainingConfig
 from esper_fx.errors import DataError, DeviceUnavailableError, RunDirectoryError
-from esper_fx.telemetry import LOCK_NAME, refusal, run_dir_entries
+from esper_fx.telemetry import CONFIG_NAME, LOCK_NAME, refusal, run_dir_entries
 
 # Room left in a path for what a run writes inside its directory (checkpoints/.tmp-batch-.../state/...).
 RUN_DIR_PATH_RESERVE = 200
@@ -31,10 +31,32 @@ def check_before_writing(config: TrainingConfig) -> None:
 
 
 def resumed_run_dir(resume_path: str | None) -> Path | None:
-    """The run directory holding the checkpoint a resume starts from (None for a fresh run)."""
+    """The run directory holding the checkpoint a resume starts from (None for a fresh run); for a run
+    stopped before its first checkpoint, that run's directory (see `restartable_run`)."""
     if not resume_path:
         return None
-    return find_checkpoint(resume_path).path.parent.parent.resolve()
+    try:
+        return find_checkpoint(resume_path).path.parent.parent.resolve()
+    except NoCheckpoint:
+        restart = restartable_run(resume_path)
+        if restart is None:
+            raise
+        return restart
+
+
+def restartable_run(path: str | Path) -> Path | None:
+    """A run directory holding a run that was stopped (or failed) before its first checkpoint: its
+    config.json but no checkpoint. Resuming it restarts that run from batch 0 in place."""
+    p = Path(path)
+    if not (p / CONFIG_NAME).is_file():
+        return None
+    try:
+        find_checkpoint(p)
+    except NoCheckpoint:
+        return p.resolve()
+    except CheckpointError:
+        return None
+    return None
 
 
 # ----------------------------------------------------------------------------------------------

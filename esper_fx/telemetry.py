@@ -126,6 +126,7 @@ class _OutputErrors:
 
 
 LOCK_NAME = ".lock"  # flock()ed for the life of a run; the only file a fresh run directory may hold
+CONFIG_NAME = "config.json"
 
 
 def run_dir_entries(path: Path) -> list[str]:
@@ -195,8 +196,8 @@ class RunDirectory:
         return header or None
 
     def write_config(self, config_dict: Mapping[str, Any]) -> None:
-        with _writing(self.path / "config.json"):
-            _atomic_write_text(self.path / "config.json", json.dumps(to_jsonable(config_dict), indent=2) + "\n")
+        with _writing(self.path / CONFIG_NAME):
+            _atomic_write_text(self.path / CONFIG_NAME, json.dumps(to_jsonable(config_dict), indent=2) + "\n")
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         with _writing(self.path / "summary.json"):
@@ -390,10 +391,11 @@ class Console:
             print(text, file=self.stream, flush=True)
 
     def warning(self, text: str) -> None:
-        """A line that must be seen: on stderr, even when quiet."""
+        """A line that must be seen, even when quiet: above the progress bar on a terminal, else on stderr."""
         if self._progress is not None:
             self._progress.console.print(f"WARNING: {text}", highlight=False, markup=False)
-        print(f"WARNING: {text}", file=sys.stderr, flush=True)
+        else:
+            print(f"WARNING: {text}", file=sys.stderr, flush=True)
 
     def epoch_done(self, batch: int, epoch: int, samples: int) -> None:
         self._samples += samples

@@ -132,18 +132,9 @@ RESUME_OVERRIDABLE = ("n_episodes", "device", "env_devices", "run_dir", "checkpo
 
 
 def _resume_config(args: argparse.Namespace) -> TrainingConfig:
-    from esper_fx.checkpoint import CheckpointError, read_manifest
-
     if args.config is not None or args.preset is not None:
         raise ConfigError("--resume takes the configuration from the checkpoint: drop --config/--preset")
-    try:
-        manifest = read_manifest(args.resume_path)
-    except CheckpointError as exc:
-        raise ConfigError(f"cannot resume from {args.resume_path!r}: {exc}") from None
-    try:
-        saved = TrainingConfig.from_dict(manifest["config"])
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"cannot resume from {manifest['_path']}: its config is invalid: {exc}") from None
+    saved, run_dir = _resumed(args.resume_path)
     overrides = _overrides(args)
     overrides.pop("resume_path")
     for name, value in overrides.items():
@@ -152,12 +143,38 @@ def _resume_config(args: argparse.Namespace) -> TrainingConfig:
         if name not in RESUME_OVERRIDABLE and wanted != current:
             raise ConfigError(f"--resume: {name} cannot change on resume (the checkpoint has {current!r}, "
                               f"the command line {wanted!r})")
-    run_dir = overrides.pop("run_dir", None) or str(Path(manifest["_path"]).parent.parent)
+    run_dir = overrides.pop("run_dir", None) or run_dir
     overrides = {k: v for k, v in overrides.items() if k in RESUME_OVERRIDABLE}
     try:
         return saved.replace(**overrides, run_dir=run_dir, resume_path=str(args.resume_path))
     except (ValueError, TypeError) as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _resumed(path: str) -> tuple[TrainingConfig, str]:
+    """The configuration and the run directory a resume continues: the checkpoint's, or, for a run stopped
+    before its first checkpoint, its config.json (the run restarts from batch 0 in its directory)."""
+    from esper_fx.checkpoint import CheckpointError, NoCheckpoint, read_manifest
+    from esper_fx.preflight import restartable_run
+
+    try:
+        manifest = read_manifest(path)
+        source, config, run_dir = manifest["_path"], manifest["config"], str(Path(manifest["_path"]).parent.parent)
+    except NoCheckpoint as exc:
+        restart = restartable_run(path)
+        if restart is None:
+            raise ConfigError(f"cannot resume from {path!r}: {exc}") from None
+        source, run_dir = str(restart / "config.json"), str(restart)
+        try:
+            return TrainingConfig.from_json(source), run_dir
+        except ValueError as bad:
+            raise ConfigError(f"cannot resume from {path!r}: {bad}") from None
+    except CheckpointError as exc:
+        raise ConfigError(f"cannot resume from {path!r}: {exc}") from None
+    try:
+        return TrainingConfig.from_dict(config), run_dir
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"cannot resume from {source}: its config is invalid: {exc}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

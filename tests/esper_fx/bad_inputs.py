@@ -479,6 +479,30 @@ def run_case(case: Case, workdir: Path, code_root: Path = REPO) -> Outcome:
     return Outcome(case.name, code, err, wrote, "Traceback (most recent call last)" in err, case.late)
 
 
+@contextlib.contextmanager
+def offline():
+    """No dataset download in the fuzz, with or without a network: CIFAR-10's download and TinyStories'
+    `datasets.load_dataset` fail as they do offline (the in-process cases only)."""
+    import types
+
+    from hosts.data import external
+
+    def no_network(*args, **kwargs):
+        raise OSError("network disabled for the fuzz")
+
+    real_download, real_datasets = external._download_cifar, sys.modules.get("datasets")
+    external._download_cifar = no_network
+    sys.modules["datasets"] = types.SimpleNamespace(load_dataset=no_network)
+    try:
+        yield
+    finally:
+        external._download_cifar = real_download
+        if real_datasets is None:
+            sys.modules.pop("datasets", None)
+        else:
+            sys.modules["datasets"] = real_datasets
+
+
 def run_all(cases: list[Case] | None = None, workdir: Path | None = None, code_root: Path = REPO,
             echo: Callable[[str], None] | None = None) -> list[Outcome]:
     cases = all_cases() if cases is None else cases
@@ -486,11 +510,12 @@ def run_all(cases: list[Case] | None = None, workdir: Path | None = None, code_r
         cases = [c for c in cases if c.namespace is None]
     workdir = Path(tempfile.mkdtemp(prefix="fuzz-")) if workdir is None else workdir
     outcomes = []
-    for case in cases:
-        outcome = run_case(case, workdir, code_root)
-        outcomes.append(outcome)
-        if echo is not None:
-            echo(outcome.describe())
+    with offline():
+        for case in cases:
+            outcome = run_case(case, workdir, code_root)
+            outcomes.append(outcome)
+            if echo is not None:
+                echo(outcome.describe())
     return outcomes
 
 

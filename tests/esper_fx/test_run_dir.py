@@ -222,3 +222,23 @@ def test_a_row_with_new_columns_widens_the_header_and_keeps_earlier_rows(tmp_pat
     run_dir.append_metrics(later)
     rows = _metrics(tmp_path / "r")
     assert [r["batch"] for r in rows] == ["0", "1"] and rows[0]["ppo_custom"] == "" and rows[1]["ppo_custom"] == "1.5"
+
+
+def test_resuming_a_run_stopped_before_its_first_checkpoint_restarts_it_in_place(tmp_path, monkeypatch, capsys):
+    """A run killed (or out of disk) before its first checkpoint leaves config.json, events and rows but no
+    checkpoint: --resume restarts it from batch 0 in its own directory instead of leaving it unusable."""
+    import shutil
+
+    (tmp_path / "c.json").write_text(json.dumps({**TINY, "controller": "wait", "checkpoint_every": 10}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["--config", "c.json", "--run-dir", "r", "--quiet"]) == 0
+    reference = _metrics(tmp_path / "r")
+    shutil.rmtree(tmp_path / "r" / "checkpoints")
+    (tmp_path / "r" / "summary.json").unlink()
+    with open(tmp_path / "r" / "metrics.csv", "a") as fh:
+        fh.write("7,99\n")  # a stray row of the dead run
+    assert main(["--resume", "r", "--quiet"]) == 0
+    assert "holds no checkpoint yet: the run restarts from batch 0" in capsys.readouterr().err
+    drop = lambda rows: [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]  # noqa: E731
+    assert drop(_metrics(tmp_path / "r")) == drop(reference)
+    assert (tmp_path / "r" / "checkpoints" / "final").exists()
