@@ -37,8 +37,9 @@ from esper_fx.env_bridge import BridgedPool  # noqa: E402
 from esper_fx.errors import ControllerError, DataError  # noqa: E402
 from esper_fx.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary  # noqa: E402
 from esper_fx.history import SKIPPED_UPDATE, summarize_batch  # noqa: E402
-from esper_fx.run_state import Committed, Interrupted, LearnerState, Progress, advance, deferred_stops  # noqa: E402
-from esper_fx.run_state import fresh_learner, interrupted, restore, save, sigterm_stops, stop_signal  # noqa: E402
+from esper_fx.run_state import Committed, Interrupted, LearnerState, Progress, advance, fresh_learner  # noqa: E402
+from esper_fx.run_state import interrupted, restore, save  # noqa: E402
+from esper_fx.stopping import deferred_stops, sigterm_stops, stop_signal  # noqa: E402
 from esper_fx.telemetry import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns  # noqa: E402
 from esper_fx.telemetry import nonfinite_warning, reward_events, update_warning  # noqa: E402
 from hosts.data.external import DatasetUnavailableError  # noqa: E402

@@ -24,7 +24,7 @@ from esper_fx import checkpoint as ckpt
 from esper_fx.config import TrainingConfig
 from esper_fx.history import ROLLING_WINDOW, BatchSummary, as_summaries
 from esper_fx.step import init_key
-from esper_fx.stopping import Stop, deferred_stops, sigterm_stops, stop_signal  # noqa: F401 (the loop's)
+from esper_fx.stopping import deferred_stops
 from rl.normalize import OBS_NORM_MOMENTUM, RewardNormalizer, RunningMeanStd
 
 
