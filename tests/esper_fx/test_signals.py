@@ -19,8 +19,8 @@ def reference(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum, point", [(signal.SIGTERM, "inside batch 1"), (signal.SIGKILL, "inside batch 1"),
-                                           (signal.SIGINT, "last batch committed")])
+@pytest.mark.parametrize("signum, point", [(signal.SIGTERM, "batch 0 committed"), (signal.SIGKILL, "batch 0 committed"),
+                                           (signal.SIGINT, "after a checkpoint")])
 def test_a_stopped_and_resumed_run_equals_the_uninterrupted_one(reference, signum, point):
     work, cache, expected = reference
     trial = X.trial(work, cache, expected, point, signum)
