@@ -178,8 +178,8 @@ def train(runner: "Runner", state: Committed, out: RunLog, n_batches: int) -> Co
         while state.progress.next_batch_idx < n_batches:
             learner, progress, summary, events = run_batch(runner, state.learner, state.progress)
             with deferred_stops():  # a stop waits for the commit: the checkpoint never runs ahead of the files
-                state = commit_batch(runner, out, Committed(learner, progress, state.checkpoint,
-                                                            state.checkpoint_batch), summary, events, n_batches)
+                state = commit_batch(runner, out, state._replace(learner=learner, progress=progress), summary,
+                                     events, n_batches)
         if checkpoints is not None and state.progress.history:
             with deferred_stops():
                 path = save(checkpoints, config, runner.controller, state.learner, state.progress, final=True)
