@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import StrEnum
@@ -107,22 +108,15 @@ def _append_durably(path: Path, text: str) -> None:
         os.fsync(fh.fileno())
 
 
+@contextmanager
 def _writing(path: Path):
     """Turn an OSError while writing `path` into an OutputError naming the file and the cause."""
-    return _OutputErrors(path)
-
-
-class _OutputErrors:
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
-            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
-        return False
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 LOCK_NAME = ".lock"  # flock()ed for the life of a run; the only file a fresh run directory may hold
@@ -156,11 +150,10 @@ class RunDirectory:
         self._lock: Any = None
 
     @classmethod
-    def claim(cls, path: str | Path, columns: Sequence[str] | None = None, *,
-              may_hold_a_run: bool = False) -> "RunDirectory":
+    def claim(cls, path: str | Path, *, may_hold_a_run: bool = False) -> "RunDirectory":
         """Create (if needed) and lock the run directory for this run. Unless `may_hold_a_run` (a resume
         of the run it holds), it must hold nothing but its lock file. Raises RunDirectoryError."""
-        run_dir = cls(path, columns)
+        run_dir = cls(path)
         run_dir.lock()
         held = run_dir_entries(run_dir.path)
         if held and not may_hold_a_run:
