@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -354,6 +355,14 @@ class TrainingConfig:
         if key not in _PRESETS:
             raise ValueError(f"unknown preset {name!r}; available: {list(PRESET_NAMES)}")
         return cls(**{**_PRESETS[key], **overrides})
+
+
+def absolute_paths(config: TrainingConfig) -> TrainingConfig:
+    """The run directory and the resume path resolved once, against the directory the run started from
+    (orbax needs absolute paths, and a later chdir must not move the run)."""
+    changes = {name: os.path.abspath(getattr(config, name)) for name in ("run_dir", "resume_path")
+               if getattr(config, name)}
+    return config.replace(**changes) if changes else config
 
 
 def _nest(values: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 from esper_fx import controllers as ctl  # noqa: E402
 from esper_fx import preflight  # noqa: E402
 from esper_fx import step as S  # noqa: E402
-from esper_fx.config import TrainingConfig  # noqa: E402
+from esper_fx.config import TrainingConfig, absolute_paths  # noqa: E402
 from esper_fx.contracts import ACTION_HEADS, EventType  # noqa: E402
 from esper_fx.env_bridge import BridgedPool  # noqa: E402
 from esper_fx.errors import ControllerError, DataError  # noqa: E402
@@ -101,13 +101,6 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     return RunResult(history=progress.history, events=out.events, summary=summary, run_dir=out.path,
                      controller_state=state.learner.controller, best_controller_state=state.learner.best_controller,
                      config=config)
-
-
-def absolute_paths(config: TrainingConfig) -> TrainingConfig:
-    """The run directory and the resume path resolved once, against the directory the run started from."""
-    changes = {name: os.path.abspath(getattr(config, name)) for name in ("run_dir", "resume_path")
-               if getattr(config, name)}
-    return config.replace(**changes) if changes else config
 
 
 @contextmanager

@@ -5,9 +5,9 @@ normalisers, best controller state, root key; saved with orbax) and `Progress` (
 index, episodes, best-state tracking, history; saved in the manifest). Hosts are rebuilt every batch, so
 nothing else is needed to resume exactly.
 
-Stopping: SIGTERM is turned into `Stop`, a KeyboardInterrupt, so both signals take Ctrl-C's path.
-`deferred_stops` holds them while a batch is committed or a checkpoint written; `interrupted` turns a
-stop into `Interrupted` once the last committed batch is on disk.
+Stopping (`esper_fx.stopping`): SIGTERM takes Ctrl-C's path, and both wait while a batch is committed or
+a checkpoint written; `interrupted` turns a stop into `Interrupted` once the last committed batch is on
+disk.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from esper_fx import checkpoint as ckpt
 from esper_fx.config import TrainingConfig
 from esper_fx.history import ROLLING_WINDOW, BatchSummary, as_summaries
 from esper_fx.step import init_key
-from esper_fx.stopping import deferred_stops
+from esper_fx.stopping import deferred_stops, exit_code
 from rl.normalize import OBS_NORM_MOMENTUM, RewardNormalizer, RunningMeanStd
 
 
@@ -62,7 +62,7 @@ class Interrupted(Exception):
 
     @property
     def exit_code(self) -> int:
-        return 128 + self.signum
+        return exit_code(self.signum)
 
 
 def fresh_learner(controller: Any, spec: Any, seed: int) -> LearnerState:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from esper_fx.cli_run import EXIT_INTERRUPTED, config_summary, run_from_cli  # noqa: F401 (re-exported)
-from esper_fx.config import PRESET_NAMES, TrainingConfig
+from esper_fx.config import PRESET_NAMES, TrainingConfig, absolute_paths
 from esper_fx.controller_registry import REGISTRY
 from esper_fx.errors import SetupError
 from esper_fx.stopping import exit_code, sigterm_stops, stop_signal
@@ -93,7 +93,7 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
     if args.config is not None and args.preset is not None:
         raise ConfigError("--config replaces the preset: pass either --config or --preset, not both")
     if args.resume_path is not None:
-        return _absolute_paths(_resume_config(args)), args
+        return absolute_paths(_resume_config(args)), args
     try:
         if args.config is not None:
             base = TrainingConfig.from_json(args.config)
@@ -108,7 +108,7 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
     if config.run_dir is None and config.resume_path is None:
         label = Path(args.config).stem if args.config else (args.preset or "quickstart")
         config = config.replace(run_dir=default_run_dir(label))
-    return _absolute_paths(config), args
+    return absolute_paths(config), args
 
 
 def default_run_dir(label: str, now: datetime | None = None) -> str:
@@ -117,13 +117,6 @@ def default_run_dir(label: str, now: datetime | None = None) -> str:
     now = now or datetime.now(timezone.utc)
     stamp = now.strftime("%Y%m%dT%H%M%S") + f".{now.microsecond // 1000:03d}Z"
     return os.path.join(DEFAULT_RUNS_DIR, f"{label}-{stamp}-{secrets.token_hex(2)}")
-
-
-def _absolute_paths(config: TrainingConfig) -> TrainingConfig:
-    """Resolve the run directory and the resume path once, against the directory the user launched from."""
-    changes = {name: os.path.abspath(getattr(config, name)) for name in ("run_dir", "resume_path")
-               if getattr(config, name)}
-    return config.replace(**changes) if changes else config
 
 
 # On resume the checkpoint's config is authoritative; only these may differ (SPEC §7.8).
