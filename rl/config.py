@@ -50,6 +50,7 @@ EV_MIN_VAR = 1e-8  # explained variance is 0 when Var(R) <= 1e-8
 # Upper bounds on the PPO sizes: far beyond any useful run, and far below what exhausts a machine's memory
 # (an LSTM of width 100000 asked for 298 GiB).
 PPO_SIZE_LIMITS = {"lstm_hidden_dim": 4096, "update_epochs": 1000, "num_minibatches": 1024}
+COUNT_MAX = 2**62  # the bound of every other count (episodes to anneal over, the heuristic's epoch counts)
 
 
 def _store(settings: Any, name: str, value: Any) -> None:
@@ -87,7 +88,7 @@ class PPOConfig:
             _store(self, name, check.at_least_one(name, getattr(self, name)))
             check.at_most(name, getattr(self, name), PPO_SIZE_LIMITS[name])
         _store(self, "entropy_anneal_episodes",
-               check.int_between("entropy_anneal_episodes", self.entropy_anneal_episodes, 0, 2**62))
+               check.int_between("entropy_anneal_episodes", self.entropy_anneal_episodes, 0, COUNT_MAX))
         check.in_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check.in_range("clip_ratio", self.clip_ratio, 0.0, 1.0, low_open=True)
         check.in_range("gae_lambda", self.gae_lambda, 0.0, 1.0, low_open=False)
@@ -224,7 +225,7 @@ class HeuristicConfig:
             raise ValueError(f"heuristic.blend must be one of {list(BLEND_NAMES)} (got {self.blend!r})")
         for name in ("plateau_epochs_to_germinate", "min_epochs_before_germinate",
                      "cull_after_epochs_without_improvement", "embargo_epochs_after_cull"):
-            _store(self, name, check.int_between(f"heuristic.{name}", getattr(self, name), 0, 2**31 - 1))
+            _store(self, name, check.int_between(f"heuristic.{name}", getattr(self, name), 0, COUNT_MAX))
         for name in ("blueprint_penalty_on_cull", "blueprint_penalty_threshold", "blueprint_penalty_decay"):
             check.non_negative(f"heuristic.{name}", getattr(self, name))
         for name in ("cull_if_accuracy_drops_by", "min_improvement_to_fossilize",
