@@ -35,8 +35,10 @@ def integer(name: str, value: Any) -> int:
 def int_between(name: str, value: Any, low: int, high: int) -> int:
     """An integer in [low, high]."""
     v = integer(name, value)
-    if not low <= v <= high:
-        raise ValueError(f"{name} must be in [{low}, {high}] (got {value})")
+    if v < low:
+        raise ValueError(f"{name} must be >= {low} (got {value})")
+    if v > high:
+        raise ValueError(f"{name} must be <= {high} (got {value})")
     return v
 
 
