@@ -386,7 +386,8 @@ def find_checkpoint(path: str | Path) -> Found:
         reason = _intact_reason(candidate)
         if reason is None:
             return Found(candidate, tuple(skipped))
-        skipped.append(f"{candidate.name} ({reason})")
+        if not candidate.name.startswith(".tmp-"):  # an unfinished write never was a checkpoint
+            skipped.append(f"{candidate.name} ({reason})")
     if not skipped:
         raise NoCheckpoint(f"no checkpoint under {root} (the run wrote none)")
     raise CheckpointError(f"no intact checkpoint under {root}: {'; '.join(skipped)}")

@@ -193,3 +193,13 @@ def test_a_disk_that_fills_during_the_write_gives_one_line(tmp_path):
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     assert lines == [f"error: cannot write checkpoint {tmp_path / 'disk' / 'ck' / 'batch-000000'}: No space left on "
                      f"device"], lines[:20]
+
+
+def test_an_unfinished_first_write_is_no_checkpoint_at_all(tmp_path):
+    """SIGKILL during a run's first checkpoint leaves only a .tmp directory: that run has no checkpoint
+    (it restarts on --resume), rather than a damaged one."""
+    (tmp_path / "checkpoints" / ".tmp-batch-000001-36c3c5ee" / "state").mkdir(parents=True)
+    with pytest.raises(ckpt.NoCheckpoint):
+        ckpt.find_checkpoint(tmp_path)
+    _save(tmp_path / "checkpoints", 0)
+    assert ckpt.find_checkpoint(tmp_path).skipped == ()
