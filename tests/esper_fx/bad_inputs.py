@@ -275,7 +275,7 @@ def _checkpointed(edit: Callable[[Path], None] | None = None) -> Callable[[Path]
     """Copy the fuzz's finished run into the case's `run` and apply `edit` to its one checkpoint."""
 
     def setup(d: Path) -> None:
-        shutil.copytree(_finished_run(), d / "run", symlinks=True)
+        shutil.copytree(_finished_run(d.parent), d / "run", symlinks=True)
         lock = d / "run" / LOCK_NAME
         if lock.exists():
             lock.unlink()
@@ -359,19 +359,16 @@ def all_cases() -> list[Case]:
 # running them
 # ----------------------------------------------------------------------------------------------
 
-_FINISHED: dict[str, Path] = {}
-
-
-def _finished_run() -> Path:
-    """One finished run of the base config (a checkpoint to resume from), made once per process."""
-    if "run" not in _FINISHED:
-        root = Path(tempfile.mkdtemp(prefix="fuzz-finished-"))
+def _finished_run(workdir: Path) -> Path:
+    """One finished run of the base config (a checkpoint to resume from), made once per fuzz directory."""
+    root = workdir / "_finished"
+    if not (root / "run" / "summary.json").exists():
+        root.mkdir(exist_ok=True)
         (root / "base.json").write_text(json.dumps({**BASE, "n_episodes": 2}))
         code, err = _call_main(["--config", str(root / "base.json"), "--run-dir", str(root / "run"), "--quiet"], root)
         if code != 0:
             raise RuntimeError(f"the fuzz's reference run failed ({code}): {err[-2000:]}")
-        _FINISHED["run"] = root / "run"
-    return _FINISHED["run"]
+    return root / "run"
 
 
 def _write_files(d: Path, files: dict[str, Any]) -> None:

@@ -166,14 +166,15 @@ def trial(work: Path, cache: Path, reference: dict[str, Any], point: str, signum
 
 
 def run_matrix(points=tuple(POINTS), signals=SIGNALS, echo=print) -> list[Trial]:
-    work = Path(tempfile.mkdtemp(prefix="signals-"))
-    cache = work / "jax-cache"
-    reference = observe(reference_run(work, cache))
-    trials = []
-    for signum in signals:
-        for point in points:
-            trials.append(trial(work, cache, reference, point, signum))
-            echo(trials[-1].line())
+    with tempfile.TemporaryDirectory(prefix="signals-") as tmp:
+        work = Path(tmp)
+        cache = work / "jax-cache"
+        reference = observe(reference_run(work, cache))
+        trials = []
+        for signum in signals:
+            for point in points:
+                trials.append(trial(work, cache, reference, point, signum))
+                echo(trials[-1].line())
     return trials
 
 
