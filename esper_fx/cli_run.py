@@ -14,8 +14,10 @@ import signal
 import sys
 import time
 
+from esper_fx import compile_cache
 from esper_fx.config import TrainingConfig
 from esper_fx.stopping import exit_code, stop_signal
+from esper_fx.tensorboard_log import TB_SUBDIR
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1  # the run cannot go on (e.g. the controller produced no valid action); one line
@@ -67,12 +69,15 @@ def config_summary(config: TrainingConfig) -> list[str]:
     ]
 
 
-def run_from_cli(config: TrainingConfig, quiet: bool = False) -> int:
+def run_from_cli(config: TrainingConfig, quiet: bool = False, compile_cache_dir: str | None = None,
+                 compile_cache_enabled: bool | None = None) -> int:
     """Run `config` and return the exit code: 0 done, 2 a configuration or environment problem (one line on
     stderr), 1 a run that cannot go on (one line), 130 / 143 stopped by Ctrl-C / SIGTERM (after a
-    checkpoint of the last finished batch, with the command that resumes it)."""
+    checkpoint of the last finished batch, with the command that resumes it). Prints the summary, the final
+    table and where everything is. The compilation cache follows
+    `compile_cache.resolve_dir(compile_cache_dir, compile_cache_enabled)`."""
     try:
-        return _run(config, quiet)
+        return _run(config, quiet, compile_cache_dir, compile_cache_enabled)
     except KeyboardInterrupt as stop:  # during start-up, before run() could take over
         return _stopped_outside_training(config, stop_signal(stop))
     except Exception as exc:  # noqa: BLE001 - sorted below; anything else is a bug and keeps its traceback
@@ -83,21 +88,25 @@ def run_from_cli(config: TrainingConfig, quiet: bool = False) -> int:
         return code
 
 
-def _run(config: TrainingConfig, quiet: bool) -> int:
+def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
+         compile_cache_enabled: bool | None) -> int:
     for line in config_summary(config):
         print(line, flush=True)
     _limit_cpu_threads(config)
+    cache_dir = compile_cache.enable(compile_cache_dir, enabled=compile_cache_enabled)
     from esper_fx.loop import Interrupted, run
     from esper_fx.telemetry import final_table
 
     started = time.perf_counter()
     try:
-        result = run(config, quiet=quiet)
+        with compile_cache.counting() as cache_stats:
+            result = run(config, quiet=quiet)
     except Interrupted as exc:
         print(f"\nInterrupted ({signal.Signals(exc.signum).name}).", file=sys.stderr)
         if exc.checkpoint:
             print(f"Checkpoint written: {exc.checkpoint}", file=sys.stderr)
             print(f"Resume with: python -m esper_fx.train --resume {exc.run_dir}", file=sys.stderr)
+            print(f"Report of the finished batches: python -m esper_fx.report {exc.run_dir}", file=sys.stderr)
         else:
             print("No batch had finished, so there is nothing to resume.", file=sys.stderr)
         return exc.exit_code
@@ -107,8 +116,8 @@ def _run(config: TrainingConfig, quiet: bool) -> int:
     print(f"\nDone in {time.perf_counter() - started:.1f} s: {s['episodes']} episodes, final accuracy "
           f"{s['final_avg_accuracy']:.2f}% (best rolling {s['best_rolling_avg_accuracy']:.2f}%), seeds "
           f"germinated {s['seeds_created']}, fossilized {s['seeds_fossilized']}, culled {s['seeds_culled']}")
-    if result.run_dir:
-        print(f"Run directory: {result.run_dir}")
+    for line in where_lines(result, cache_stats.describe(cache_dir)):
+        print(line)
     return EXIT_OK
 
 
@@ -155,3 +164,18 @@ def _stopped_outside_training(config: TrainingConfig, signum: int) -> int:
     else:
         print(f"\nInterrupted ({name}) before the first batch finished: nothing to resume.", file=sys.stderr)
     return exit_code(signum)
+
+
+def where_lines(result, cache_line: str) -> list[str]:
+    """The run's last lines: the compilation cache, TensorBoard, the run directory, the report."""
+    lines = [cache_line]
+    first_action = (result.summary.get("timing") or {}).get("first_action_s")
+    if first_action is not None:
+        lines.append(f"First action after {first_action:.1f} s")
+    if result.run_dir:
+        if result.config is not None and result.config.tensorboard:
+            lines.append(f"TensorBoard: tensorboard --logdir {os.path.join(result.run_dir, TB_SUBDIR)}")
+        lines.append(f"Run directory: {result.run_dir}")
+    if result.report_path:
+        lines.append(f"Report: {result.report_path}")
+    return lines

@@ -123,6 +123,8 @@ class TrainingConfig:
     run_dir: str | None = None
     resume_path: str | None = None
     checkpoint_every: int = 10
+    tensorboard: bool = True  # TensorBoard scalars in <run_dir>/tb/
+    report: bool = True  # <run_dir>/plots/ and report.html at the end of the run
     # heuristic
     heuristic: HeuristicConfig = field(default_factory=HeuristicConfig)
 
@@ -168,7 +170,7 @@ class TrainingConfig:
             self._set("heuristic", HeuristicConfig.from_dict(self.heuristic))
         elif not isinstance(self.heuristic, HeuristicConfig):
             raise ValueError(f"heuristic must be a HeuristicConfig or a mapping (got {self.heuristic!r})")
-        for name in ("amp", "discard_rolled_back_envs", "use_telemetry"):
+        for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "tensorboard", "report"):
             check.boolean(name, getattr(self, name))
         if self.telemetry_level == TelemetryLevel.OFF:
             self._set("use_telemetry", False)

@@ -18,6 +18,7 @@ import os
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import math  # noqa: E402
+import signal  # noqa: E402
 import time  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -30,6 +31,7 @@ import numpy as np  # noqa: E402
 
 from esper_fx import controllers as ctl  # noqa: E402
 from esper_fx import preflight  # noqa: E402
+from esper_fx import report  # noqa: E402
 from esper_fx import step as S  # noqa: E402
 from esper_fx.config import TrainingConfig, absolute_paths  # noqa: E402
 from esper_fx.contracts import ACTION_HEADS, EventType  # noqa: E402
@@ -42,6 +44,7 @@ from esper_fx.run_state import interrupted, restore, save  # noqa: E402
 from esper_fx.stopping import deferred_stops, sigterm_stops, stop_signal  # noqa: E402
 from esper_fx.telemetry import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns  # noqa: E402
 from esper_fx.telemetry import nonfinite_warning, reward_events, update_warning  # noqa: E402
+from esper_fx.tensorboard_log import open_board  # noqa: E402
 from hosts.data.external import DatasetUnavailableError  # noqa: E402
 from hosts.env import EnvPool  # noqa: E402
 from rl import rewards as R  # noqa: E402
@@ -61,6 +64,7 @@ class RunResult:
     controller_state: Any = None
     best_controller_state: Any = None
     config: TrainingConfig | None = None
+    report_path: str | None = None  # <run_dir>/report.html, when written
 
 
 def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | None = None,
@@ -71,9 +75,10 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     controller: a registered name, a Controller bundle or a constructor (default: config.controller).
     reward_fn: a name (shaped, sparse, minimal, loss) or a function with the rl.rewards signature
     (default: config.reward's family and mode). run_dir: where to write config.json, events.jsonl,
-    metrics.csv, summary.json and checkpoints/ (default: config.run_dir; None writes nothing). A run
-    directory must be new or empty, unless the run resumes the run it holds; it is locked while the run
-    lives. pool: an env pool (default: `build_pool(config)`).
+    metrics.csv, summary.json, checkpoints/, the TensorBoard scalars tb/ (unless config.tensorboard is
+    off), and at the end plots/ and report.html (unless config.report is off) (default: config.run_dir;
+    None writes nothing). A run directory must be new or empty, unless the run resumes the run it holds;
+    it is locked while the run lives. pool: an env pool (default: `build_pool(config)`).
 
     Before anything is written, the run directory, the devices and the data are checked (a problem
     raises a `esper_fx.errors.SetupError` naming it). SIGTERM is handled like Ctrl-C: the last finished
@@ -86,21 +91,39 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     reward = resolve_reward_fn(config, reward_fn)
     pool = pool if pool is not None else build_pool(config)
     n_batches = math.ceil(config.n_episodes / config.n_envs)
-    with sigterm_stops(), open_run_log(config, Console(n_batches, config.max_epochs, quiet=quiet,
-                                                        stream=console_stream)) as out:
+    console = Console(n_batches, config.max_epochs, quiet=quiet, stream=console_stream, n_envs=config.n_envs,
+                      n_episodes=config.n_episodes)
+    with sigterm_stops(), open_run_log(config, console) as out:
         learner, progress = start(config, bundle, spec, out, n_batches)
+        out.console.start_at(progress.next_batch_idx)
         runner = Runner.build(config, spec, bundle, reward, pool, out.console)
         state = train(runner, Committed(runner.commit(learner), progress), out, n_batches)
-        out.console.close()
+        out.close()
         progress = state.progress
         summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
                               progress.best_avg_acc, progress.wall_time_s, state.checkpoint)
+        summary["timing"] = {"first_action_s": out.console.first_action_s}
+        report_path = None
         if out.dir is not None:
             with deferred_stops(reraise=False):  # the run is complete: a late Ctrl-C only waits for this
                 out.dir.write_summary(summary)
+            if config.report:
+                report_path = write_report(out)
     return RunResult(history=progress.history, events=out.events, summary=summary, run_dir=out.path,
                      controller_state=state.learner.controller, best_controller_state=state.learner.best_controller,
-                     config=config)
+                     config=config, report_path=report_path)
+
+
+def write_report(out: RunLog) -> str | None:
+    """plots/ and report.html of the finished run (its path, or None). The run is complete and on disk, so
+    neither a failure nor a stop (Ctrl-C, SIGTERM) during the report ends it badly: either leaves a warning
+    with the command that writes the report later."""
+    try:
+        return report.write_report_or_warn(out.path, out.console.line)
+    except KeyboardInterrupt as stop:
+        out.console.warning(f"report not written ({signal.Signals(stop_signal(stop)).name}): "
+                            f"python -m esper_fx.report {out.path}")
+        return None
 
 
 @contextmanager
@@ -111,17 +134,21 @@ def open_run_log(config: TrainingConfig, console: Console):
         resumed = preflight.resumed_run_dir(config.resume_path)
         run_dir = RunDirectory.claim(config.run_dir, may_hold_a_run=resumed is not None and
                                      Path(config.run_dir).resolve() == resumed)
+    out = RunLog(run_dir, console, open_board(config.run_dir, config.tensorboard, config.to_dict()))
     try:
-        yield RunLog(run_dir, console)
+        yield out
     finally:
-        console.close()
-        if run_dir is not None:
-            run_dir.close()
+        try:
+            out.close()
+        finally:  # the lock is released even if flushing the TensorBoard files failed
+            if run_dir is not None:
+                run_dir.close()
 
 
 def start(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSpec, out: RunLog,
           n_batches: int) -> tuple[LearnerState, Progress]:
-    """A fresh learner, or the one of `config.resume_path`; metrics.csv's header, config.json; the opening
+    """A fresh learner, or the one of `config.resume_path`; metrics.csv's header, config.json (on a resume,
+    metrics.csv, events.jsonl and the TensorBoard scalars truncated to the restored batches); the opening
     events. A checkpoint that cannot be used is reported before anything is written."""
     learner, progress, manifest = fresh_learner(bundle, spec, config.seed), Progress(), None
     restart = config.resume_path is not None and preflight.restartable_run(config.resume_path) is not None
@@ -131,7 +158,8 @@ def start(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSp
         out.dir.write_config(config.to_dict())
         out.dir.use_columns(metric_columns(config.n_envs, update_metric_names(bundle, spec, learner)))
         if config.resume_path:
-            out.dir.truncate_history(progress.next_batch_idx)
+            with deferred_stops():  # tb/: the kept scalars are written before the old files go
+                out.truncate_history(progress.next_batch_idx)
         else:
             out.dir.start_metrics()
     if restart:
@@ -162,17 +190,17 @@ def update_metric_names(bundle: ctl.Controller, spec: ctl.ControllerSpec, learne
 
 
 def train(runner: "Runner", state: Committed, out: RunLog, n_batches: int) -> Committed:
-    """Every remaining batch, each committed as one unit (its events, its metrics.csv row and, every
-    `checkpoint_every` batches, its checkpoint), then a final checkpoint. Ctrl-C or SIGTERM checkpoints
-    the last committed batch and raises `Interrupted`."""
+    """Every remaining batch, each committed as one unit (its events, its metrics.csv row, its TensorBoard
+    scalars and, every `checkpoint_every` batches, its checkpoint), then a final checkpoint. Ctrl-C or
+    SIGTERM checkpoints the last committed batch and raises `Interrupted`."""
     config = runner.config
     checkpoints = None if out.dir is None else out.dir.checkpoint_dir
     try:
         while state.progress.next_batch_idx < n_batches:
-            learner, progress, summary, events = run_batch(runner, state.learner, state.progress)
+            learner, progress, summary, events, components = run_batch(runner, state.learner, state.progress)
             with deferred_stops():  # a stop waits for the commit: the checkpoint never runs ahead of the files
                 state = commit_batch(runner, out, state._replace(learner=learner, progress=progress), summary,
-                                     events, n_batches)
+                                     events, n_batches, components)
         if checkpoints is not None and state.progress.history:
             with deferred_stops():
                 path = save(checkpoints, config, runner.controller, state.learner, state.progress, final=True)
@@ -180,16 +208,17 @@ def train(runner: "Runner", state: Committed, out: RunLog, n_batches: int) -> Co
                 out.log([Event(EventType.CHECKPOINT_SAVED, batch=state.progress.next_batch_idx - 1,
                                message=str(path))])
     except KeyboardInterrupt as stop:
-        out.console.close()
+        out.close()
         raise interrupted(checkpoints, out.path, config, runner.controller, state, stop_signal(stop)) from None
     return state
 
 
 def commit_batch(runner: "Runner", out: RunLog, state: Committed, summary: BatchSummary, events: list[Event],
-                 n_batches: int) -> Committed:
-    """Write a finished batch: console lines and warnings, events, its metrics.csv row, and its periodic
-    checkpoint. Runs with stops deferred, so the checkpoint of a batch always comes with its row and events."""
-    out.batch_done(summary, events, runner.config.n_episodes)
+                 n_batches: int, reward_components: dict[str, float] | None = None) -> Committed:
+    """Write a finished batch: console lines and warnings, events, its metrics.csv row, its TensorBoard
+    scalars, and its periodic checkpoint. Runs with stops deferred, so the checkpoint of a batch always comes
+    with its row, its events and its scalars."""
+    out.batch_done(summary, events, runner.config.n_episodes, reward_components)
     b = summary.batch
     if out.dir is not None and (b + 1) % runner.config.checkpoint_every == 0 and b + 1 < n_batches:
         path = save(out.dir.checkpoint_dir, runner.config, runner.controller, state.learner, state.progress)
@@ -231,10 +260,10 @@ class Runner:
         return jax.device_put(tree, self.device)
 
 
-def run_batch(runner: Runner, learner: LearnerState,
-              progress: Progress) -> tuple[LearnerState, Progress, BatchSummary, list[Event]]:
-    """E episodes of T epochs and the end-of-batch update: the new state, the batch's row and its events
-    (written by `commit_batch`; nothing is written here)."""
+def run_batch(runner: Runner, learner: LearnerState, progress: Progress
+              ) -> tuple[LearnerState, Progress, BatchSummary, list[Event], dict[str, float]]:
+    """E episodes of T epochs and the end-of-batch update: the new state, the batch's row, its events and
+    its reward components (written by `commit_batch`; nothing is written here)."""
     config, b = runner.config, progress.next_batch_idx
     n_active = min(config.n_envs, config.n_episodes - progress.episodes_completed)
     started = time.perf_counter()
@@ -244,13 +273,15 @@ def run_batch(runner: Runner, learner: LearnerState,
     record = EpochLog.start(runner.spec, n_active)
     for t in range(1, config.max_epochs + 1):
         episode, signals = run_epoch(runner, learner, episode, signals, b, t, record)
+    update_started = time.perf_counter()
     learner, ppo, skipped = end_of_batch(runner, learner._replace(reward_norm=episode.reward_norm),
                                          episode.rollout, b, record.panicked)
+    record.update_s = time.perf_counter() - update_started
     batch = record.finish(runner.pool, episode, ppo, skipped)
     summary = summarize_batch(batch, b, progress.episodes_completed, progress.recent_avg_acc, config.menu,
                               config.slot_ids, entropy_coef, time.perf_counter() - started)
     learner, progress = advance(learner, progress, summary)
-    return learner, progress, summary, batch_events(batch, summary)
+    return learner, progress, summary, batch_events(batch, summary), batch.reward_components
 
 
 def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, signals: dict, b: int, t: int,
@@ -261,6 +292,7 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
     episode, out = runner.step_fn(episode, learner.controller, learner.obs_rms, signals,
                                   S.act_key(learner.root_key, b, t), jnp.int32(t - 1), jnp.bool_(last))
     jax.block_until_ready(out.actions)
+    runner.console.action_ready(b, t)
     check_actions(out.ok, b, t, learner.controller, signals)
     record.controller_s += time.perf_counter() - started
     if last:
@@ -327,22 +359,25 @@ def nonzero(counts: dict[str, Any]) -> dict[str, int]:
 
 @dataclass
 class EpochLog:
-    """A batch's running record: events, action counts, panicking envs, controller time."""
+    """A batch's running record: events, action counts, panicking envs, reward components, timing."""
 
     head_counts: dict[str, list[int]]
     events: list[Event]
     reward_events: list[Event]
     panicked: np.ndarray  # [E] bool: envs the governor rolled back this batch
     seed_params: list[float]
+    components: list[dict]  # per epoch: reward term -> [E] (jax arrays, read back once per batch)
     controller_s: float = 0.0
+    update_s: float = 0.0
 
     @classmethod
     def start(cls, spec: ctl.ControllerSpec, n_envs: int) -> "EpochLog":
         heads = {h: [0] * n for h, n in zip(ACTION_HEADS, spec.head_sizes)}
-        return cls(heads, [], [], np.zeros(n_envs, bool), [])
+        return cls(heads, [], [], np.zeros(n_envs, bool), [], [])
 
     def epoch_done(self, result: Any, out: S.StepOut, b: int, t: int, debug: bool) -> None:
         count_heads(self.head_counts, result.actions, ACTION_HEADS)
+        self.components.append(out.components)
         for ev in result.events:
             if ev.event_type == EventType.GOVERNOR_ROLLBACK:
                 self.panicked[ev.env_id] = True
@@ -356,9 +391,19 @@ class EpochLog:
         return BatchRecord(
             env_results=pool.episode_results(), env_rewards=[float(r) for r in np.asarray(episode.reward_sum)],
             events=self.events, head_counts=self.head_counts, ppo=ppo,
-            timing={**pool.timing, "controller_s": self.controller_s}, seed_params=self.seed_params,
-            reward_events=self.reward_events, nonfinite=nonfinite,
+            timing={**pool.timing, "controller_s": self.controller_s, "update_s": self.update_s},
+            seed_params=self.seed_params, reward_events=self.reward_events, nonfinite=nonfinite,
+            reward_components=episode_component_means(self.components),
         )
+
+
+def episode_component_means(per_epoch: list[dict]) -> dict[str, float]:
+    """Each reward term summed over the episode's epochs, averaged over envs (one readback)."""
+    per_epoch = jax.device_get(per_epoch)
+    if not per_epoch:
+        return {}
+    return {name: float(np.mean(np.sum([np.asarray(c[name], np.float64) for c in per_epoch], axis=0)))
+            for name in per_epoch[0]}
 
 
 def batch_events(batch: BatchRecord, summary: BatchSummary) -> list[Event]:

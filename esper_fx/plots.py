@@ -34,7 +34,8 @@ from esper_fx.history import OP_NAMES, BatchSummary, as_summaries
 
 __all__ = [
     "StageInterval", "STAGE_COLORS", "events_to_intervals", "load_events",
-    "plot_runs", "plot_lifecycle", "plot_action_distribution", "plot_ppo_diagnostics",
+    "plot_runs", "plot_lifecycle", "plot_action_distribution", "plot_ppo_diagnostics", "plot_seed_events",
+    "plot_timing",
 ]
 
 DRAWN_STAGES: tuple[str, ...] = ("GERMINATED", "TRAINING", "BLENDING", "PROBATIONARY", "FOSSILIZED")
@@ -214,6 +215,7 @@ def plot_runs(runs: Any, metrics: Sequence[str] = ("avg_accuracy", "avg_reward")
         _plot_metric(ax, metric, run_map, x, rolling, env_band)
         _runs_legend(ax, rolling and metric == "avg_accuracy")
     axes[-1].set_xlabel("episodes completed" if x == "episodes_completed" else x)
+    axes[-1].xaxis.get_major_locator().set_params(integer=True)
     return fig
 
 
@@ -605,6 +607,65 @@ def plot_ppo_diagnostics(history: Any, *, fig: Figure | None = None) -> Figure:
         ax.grid(True, alpha=0.3)
     for ax in axes[4:]:
         ax.set_xlabel("batch")
+        ax.xaxis.get_major_locator().set_params(integer=True)
     note = f" ({len(skipped)} skipped update(s) shaded)" if skipped else ""
     fig.suptitle(f"PPO diagnostics, {len(updated)} update(s){note}", fontsize=11)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. seed events and timing per batch
+# ----------------------------------------------------------------------------------------------
+
+_SEED_EVENT_KEYS: tuple[tuple[str, str, str], ...] = (
+    ("seeds_created", "germinated", "C0"), ("seeds_fossilized", "fossilized", "C2"),
+    ("seeds_culled", "culled", "C3"), ("rollbacks", "governor rollbacks", "C7"),
+)
+LEGEND_HEADROOM = 1.35  # y range above the data, so that a legend at the top covers none of it
+_TIMING_KEYS: tuple[tuple[str, str], ...] = (
+    ("env_s", "env (host training, validation)"), ("bridge_s", "bridge"), ("controller_s", "controller step"),
+    ("update_s", "update"),
+)
+
+
+def plot_seed_events(history: Any, *, fig: Figure | None = None) -> Figure:
+    """Seeds germinated, fossilized and culled and governor rollbacks per batch, summed over envs."""
+    entries = _as_history(history)
+    fig = _new_figure(fig, (8.0, 3.0))
+    ax = fig.add_subplot()
+    xs = _x_values(entries, "batch")
+    for key, label, color in _SEED_EVENT_KEYS:
+        ax.plot(xs, _series(entries, key), marker=".", linewidth=1.3, color=color, label=label)
+    ax.set_xlabel("batch")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylabel("per batch")
+    ax.set_title("Seed events per batch (all envs)", fontsize=10)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1.0) * LEGEND_HEADROOM)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, ncols=4, loc="upper left")
+    return fig
+
+
+def plot_timing(history: Any, *, fig: Figure | None = None) -> Figure:
+    """Where each batch's wall time went: env, bridge, controller step and update (stacked), and the
+    batch's wall time as a line (the gap is the loop's own work). Batches without timing are left blank."""
+    entries = _as_history(history)
+    fig = _new_figure(fig, (8.0, 3.0))
+    ax = fig.add_subplot()
+    xs = _x_values(entries, "batch")
+    bottom = np.zeros(len(entries))
+    for key, label in _TIMING_KEYS:
+        values = np.nan_to_num(_series(entries, f"timing.{key}"))
+        if values.any():
+            ax.bar(xs, values, bottom=bottom, label=label, width=0.8)
+            bottom += values
+    ax.plot(xs, _series(entries, "wall_time_s"), color="black", marker=".", linewidth=1.0, label="batch wall time")
+    ax.set_xlabel("batch")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylabel("seconds")
+    ax.set_title("Time per batch", fontsize=10)
+    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1e-3) * LEGEND_HEADROOM)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right", ncols=3)
     return fig

@@ -282,11 +282,13 @@ def _csv_text(rows: Iterable[Sequence[Any]]) -> str:
 
 class RunLog:
     """Where a run's outputs go: events (kept in memory and appended to events.jsonl), metrics.csv rows,
-    config.json, summary.json and the console. `run_dir` None writes no file."""
+    config.json, summary.json, the TensorBoard scalars (`board`, optional) and the console. `run_dir` None
+    writes no file."""
 
-    def __init__(self, run_dir: RunDirectory | str | None, console: "Console"):
+    def __init__(self, run_dir: RunDirectory | str | None, console: "Console", board: Any = None):
         self.dir = run_dir if isinstance(run_dir, RunDirectory) or run_dir is None else RunDirectory(run_dir)
         self.console = console
+        self.board = board  # esper_fx.tensorboard_log.Board or None
         self.events: list[dict[str, Any]] = []
 
     @property
@@ -298,10 +300,12 @@ class RunLog:
         if self.dir is not None:
             self.dir.append_events(events)
 
-    def batch_done(self, summary: BatchSummary, events: Sequence[Event], total_episodes: int) -> None:
-        """The console lines (and warnings), the batch's events and its metrics.csv row."""
+    def batch_done(self, summary: BatchSummary, events: Sequence[Event], total_episodes: int,
+                   reward_components: Mapping[str, float] | None = None) -> None:
+        """The console lines (and warnings), the batch's events, its metrics.csv row and its TensorBoard
+        scalars."""
         self.console.batch_done(summary)
-        for line in format_batch_lines(summary, total_episodes):
+        for line in format_batch_lines(summary, total_episodes) + [self.console.time_line()]:
             self.console.line(line)
         for event in events:
             if event.severity == "warning" and event.event_type in WARNING_EVENTS:
@@ -309,6 +313,24 @@ class RunLog:
         self.log(events)
         if self.dir is not None:
             self.dir.append_metrics(summary)
+        if self.board is not None:
+            with _writing(self.board.log_dir):
+                self.board.add_batch(summary, reward_components, self.console.first_action_s)
+
+    def truncate_history(self, n_batches: int) -> None:
+        """On resume: metrics.csv, events.jsonl and the TensorBoard scalars keep batches 0 .. n_batches−1."""
+        if self.dir is not None:
+            self.dir.truncate_history(n_batches)
+        if self.board is not None:
+            with _writing(self.board.log_dir):
+                self.board.truncate(n_batches)
+
+    def close(self) -> None:
+        """Stop the progress display and flush the TensorBoard files."""
+        self.console.close()
+        if self.board is not None:
+            with _writing(self.board.log_dir):
+                self.board.close()
 
 
 # Columns of metrics.csv, in order; PPO metrics are prefixed "ppo_".
@@ -348,30 +370,39 @@ def flatten_metrics(entry: BatchSummary) -> dict[str, Any]:
 
 
 class Console:
-    """Per-batch lines (§7.7) and a rich progress bar when attached to a terminal."""
+    """Per-batch lines (§7.7) and, attached to a terminal, a rich progress bar: batch, episodes, epoch within
+    the batch, throughput, the last batch's numbers, elapsed time and ETA. Off a terminal the per-batch
+    lines carry the elapsed time and the ETA instead. It also notes when the first action is ready."""
 
-    def __init__(self, total_batches: int, n_epochs: int, quiet: bool = False, stream: TextIO | None = None):
+    def __init__(self, total_batches: int, n_epochs: int, quiet: bool = False, stream: TextIO | None = None,
+                 *, n_envs: int | None = None, n_episodes: int | None = None):
         self.stream = stream or sys.stdout
         self.quiet = quiet
         self.total_batches = total_batches
         self.n_epochs = n_epochs
+        self.n_envs = n_envs
+        self.n_episodes = n_episodes
+        self.first_action_s: float | None = None  # seconds from the start of the run to its first action
         self._progress = None
         self._task = None
         self._start = time.perf_counter()
         self._samples = 0
+        self._first_batch = 0  # the batch this process started at (later on a resume)
+        self._batches_done = 0  # in this process
         interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
         if interactive and not quiet:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
             self._progress = Progress(
                 TextColumn("[bold]batch {task.fields[batch]}/{task.fields[nbatches]}"),
+                TextColumn("{task.fields[episodes]}"),
                 TextColumn("epoch {task.fields[epoch]}/{task.fields[epochs]}"), BarColumn(),
                 TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[last]}"), TimeElapsedColumn(),
-                transient=False,
+                TextColumn("ETA"), TimeRemainingColumn(), transient=False,
             )
             self._progress.start()
             self._task = self._progress.add_task(
-                "run", total=total_batches * n_epochs, batch=0, nbatches=total_batches, epoch=0,
+                "run", total=total_batches * n_epochs, batch=0, nbatches=total_batches, episodes="", epoch=0,
                 epochs=n_epochs, rate="", last="",
             )
 
@@ -390,24 +421,59 @@ class Console:
         else:
             print(f"WARNING: {text}", file=sys.stderr, flush=True)
 
+    def start_at(self, batch: int) -> None:
+        """A resumed run starts at `batch`: the bar and the ETA count only the batches left."""
+        self._first_batch = batch
+        if self._progress is not None and batch > 0:
+            self._progress.reset(self._task, completed=batch * self.n_epochs)  # (fields given here replace all)
+            self._progress.update(self._task, batch=batch, episodes=self.episodes_text(batch))
+
+    def action_ready(self, batch: int, epoch: int) -> None:
+        """The controller's actions of (batch, epoch) are ready; the first time, say how long it took."""
+        if self.first_action_s is None:
+            self.first_action_s = time.perf_counter() - self._start
+            self.line(f"First action after {self.first_action_s:.1f} s (batch {batch}, epoch {epoch})")
+
     def epoch_done(self, batch: int, epoch: int, samples: int) -> None:
+        """`samples`: the epoch's training steps over all envs (the loop passes steps x envs)."""
         self._samples += samples
         if self._progress is None:
             return
         elapsed = max(time.perf_counter() - self._start, 1e-9)
-        self._progress.update(self._task, advance=1, batch=batch + 1, epoch=epoch,
-                              rate=f"{self._samples / elapsed:,.0f} samples/s")
+        self._progress.update(self._task, advance=1, batch=batch + 1, episodes=self.episodes_text(batch),
+                              epoch=epoch, rate=f"{self._samples / elapsed:,.1f} train steps/s")
 
     def batch_done(self, entry: BatchSummary) -> None:
+        self._batches_done += 1
         if self._progress is not None:
             last = (f"acc {entry.avg_accuracy:.1f}% reward {entry.avg_reward:+.2f} "
                     f"seeds +{entry.seeds_created}/F{entry.seeds_fossilized}/C{entry.seeds_culled}")
             self._progress.update(self._task, last=last)
 
+    def episodes_text(self, batch: int) -> str:
+        """'episodes 3-4/8' for batch 1 of 2 envs and 8 episodes ('' when the sizes are unknown)."""
+        if self.n_envs is None or self.n_episodes is None:
+            return ""
+        first = batch * self.n_envs + 1
+        return f"episodes {first}-{min(first + self.n_envs - 1, self.n_episodes)}/{self.n_episodes}"
+
+    def time_line(self) -> str:
+        """Elapsed time and the ETA of the remaining batches, from this process's pace so far."""
+        elapsed = time.perf_counter() - self._start
+        left = self.total_batches - self._first_batch - self._batches_done
+        eta = elapsed / max(self._batches_done, 1) * max(left, 0)
+        return f"  Elapsed {format_duration(elapsed)}, ETA {format_duration(eta)} ({max(left, 0)} batches left)"
+
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+def format_duration(seconds: float) -> str:
+    """h:mm:ss"""
+    seconds = max(int(round(seconds)), 0)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 # Events whose warnings are also printed on stderr (the governor's are printed as console lines).

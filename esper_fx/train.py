@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from esper_fx import compile_cache
 from esper_fx.cli_run import EXIT_INTERRUPTED, config_summary, run_from_cli  # noqa: F401 (re-exported)
 from esper_fx.config import PRESET_NAMES, TrainingConfig, absolute_paths
 from esper_fx.controller_registry import REGISTRY
@@ -72,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoint every N batches")
     p.add_argument("--telemetry-level", dest="telemetry_level",
                    help="off, minimal, normal (default) or debug; off also removes telemetry features")
+    p.add_argument("--no-tensorboard", action="store_false", dest="tensorboard", default=None,
+                   help="no TensorBoard scalars in <run dir>/tb/")
+    p.add_argument("--no-report", action="store_false", dest="report", default=None,
+                   help="no plots/ and report.html at the end of the run")
+    p.add_argument("--no-compile-cache", action="store_false", dest="compile_cache", default=None,
+                   help=f"do not use JAX's persistent compilation cache (also {compile_cache.ENV_SWITCH}=0)")
+    p.add_argument("--compile-cache-dir", dest="compile_cache_dir", metavar="DIR",
+                   help=f"compilation cache directory (also {compile_cache.ENV_DIR}; default "
+                        f"{compile_cache.default_dir()})")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
 
@@ -79,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 _FIELD_FLAGS = (
     "controller", "task", "seed", "n_episodes", "n_envs", "max_epochs", "slots", "device", "env_devices",
     "data_path", "num_workers", "data_root", "amp", "amp_dtype", "data_split", "val_samples", "run_dir",
-    "resume_path", "checkpoint_every", "telemetry_level",
+    "resume_path", "checkpoint_every", "telemetry_level", "tensorboard", "report",
 )
 
 
@@ -121,7 +131,7 @@ def default_run_dir(label: str, now: datetime | None = None) -> str:
 
 # On resume the checkpoint's config is authoritative; only these may differ (SPEC §7.8).
 RESUME_OVERRIDABLE = ("n_episodes", "device", "env_devices", "run_dir", "checkpoint_every", "data_root",
-                      "num_workers", "data_path", "amp", "amp_dtype")
+                      "num_workers", "data_path", "amp", "amp_dtype", "tensorboard", "report")
 
 
 def _resume_config(args: argparse.Namespace) -> TrainingConfig:
@@ -182,7 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt as stop:
             print(f"\nInterrupted ({signal.Signals(stop_signal(stop)).name}) before the run started.", file=sys.stderr)
             return exit_code(stop_signal(stop))
-        return run_from_cli(config, quiet=args.quiet)
+        return run_from_cli(config, quiet=args.quiet, compile_cache_dir=args.compile_cache_dir,
+                            compile_cache_enabled=args.compile_cache)
 
 
 if __name__ == "__main__":

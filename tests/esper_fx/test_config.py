@@ -24,7 +24,7 @@ SPEC_DEFAULTS = {
     "param_budget": 500000, "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0,
     "discard_rolled_back_envs": False, "use_telemetry": True, "telemetry_level": "normal",
     "plateau_threshold": 0.5, "improvement_threshold": 2.0, "run_dir": None, "resume_path": None,
-    "checkpoint_every": 10,
+    "checkpoint_every": 10, "tensorboard": True, "report": True,
 }
 
 
