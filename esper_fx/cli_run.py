@@ -1,21 +1,28 @@
 """Runs a validated configuration from the command line: summary, training, final table, exit code.
 
 Imports only the configuration at module level: jax and torch load when a run starts, so a bad command
-line is rejected without them.
+line is rejected without them. Exit codes: 0 done; 2 a configuration or environment problem, found
+before anything is written where it can be (one line on stderr naming the field, file or device); 1 a
+run that cannot go on (one line); 130 Ctrl-C and 143 SIGTERM, after a checkpoint of the last finished
+batch and the command that resumes it.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
 from esper_fx import compile_cache
 from esper_fx.config import TrainingConfig
+from esper_fx.stopping import exit_code, stop_signal
 from esper_fx.tensorboard_log import TB_SUBDIR
 
 EXIT_OK = 0
-EXIT_INTERRUPTED = 130
+EXIT_RUN_FAILED = 1  # the run cannot go on (e.g. the controller produced no valid action); one line
+EXIT_SETUP_ERROR = 2  # a configuration or environment problem; one line
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGTERM exits 143: 128 + the signal's number
 
 
 def limit_cpu_threads(config: TrainingConfig, say=print) -> None:
@@ -64,8 +71,25 @@ def config_summary(config: TrainingConfig) -> list[str]:
 
 def run_from_cli(config: TrainingConfig, quiet: bool = False, compile_cache_dir: str | None = None,
                  compile_cache_enabled: bool | None = None) -> int:
-    """Print the summary, run, print the final table and where everything is. The compilation cache
-    follows `compile_cache.resolve_dir(compile_cache_dir, compile_cache_enabled)`."""
+    """Run `config` and return the exit code: 0 done, 2 a configuration or environment problem (one line on
+    stderr), 1 a run that cannot go on (one line), 130 / 143 stopped by Ctrl-C / SIGTERM (after a
+    checkpoint of the last finished batch, with the command that resumes it). Prints the summary, the final
+    table and where everything is. The compilation cache follows
+    `compile_cache.resolve_dir(compile_cache_dir, compile_cache_enabled)`."""
+    try:
+        return _run(config, quiet, compile_cache_dir, compile_cache_enabled)
+    except KeyboardInterrupt as stop:  # during start-up, before run() could take over
+        return _stopped_outside_training(config, stop_signal(stop))
+    except Exception as exc:  # noqa: BLE001 - sorted below; anything else is a bug and keeps its traceback
+        code = _error_exit_code(exc)
+        if code is None:
+            raise
+        print(f"esper_fx.train: error: {one_line(exc)}{_resume_hint(config)}", file=sys.stderr)
+        return code
+
+
+def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
+         compile_cache_enabled: bool | None) -> int:
     for line in config_summary(config):
         print(line, flush=True)
     limit_cpu_threads(config, lambda line: print(line, flush=True))
@@ -78,14 +102,14 @@ def run_from_cli(config: TrainingConfig, quiet: bool = False, compile_cache_dir:
         with compile_cache.counting() as cache_stats:
             result = run(config, quiet=quiet)
     except Interrupted as exc:
-        print("\nInterrupted.", file=sys.stderr)
+        print(f"\nInterrupted ({signal.Signals(exc.signum).name}).", file=sys.stderr)
         if exc.checkpoint:
             print(f"Checkpoint written: {exc.checkpoint}", file=sys.stderr)
             print(f"Resume with: python -m esper_fx.train --resume {exc.run_dir}", file=sys.stderr)
             print(f"Report of the finished batches: python -m esper_fx.report {exc.run_dir}", file=sys.stderr)
         else:
             print("No batch had finished, so there is nothing to resume.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exc.exit_code
     print()
     print(final_table(result.history))
     s = result.summary
@@ -95,6 +119,51 @@ def run_from_cli(config: TrainingConfig, quiet: bool = False, compile_cache_dir:
     for line in where_lines(result, cache_stats.describe(cache_dir)):
         print(line)
     return EXIT_OK
+
+
+def _error_exit_code(exc: BaseException) -> int | None:
+    """2 for a configuration or environment problem, 1 for a run that cannot go on, None for a bug."""
+    from esper_fx.errors import RunFailure, SetupError
+
+    if isinstance(exc, (SetupError, OSError)):
+        return EXIT_SETUP_ERROR
+    if isinstance(exc, RunFailure):
+        return EXIT_RUN_FAILED
+    return None
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: an OSError with its file, anything else its first line."""
+    if isinstance(exc, OSError) and exc.filename and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:2000]
+
+
+def _resume_hint(config: TrainingConfig) -> str:
+    """'; the run can be resumed with ...' when the run directory holds a checkpoint."""
+    if not _has_checkpoint(config.run_dir):
+        return ""
+    return f" (the run directory keeps its last checkpoint: python -m esper_fx.train --resume {config.run_dir})"
+
+
+def _has_checkpoint(run_dir: str | None) -> bool:
+    if not run_dir or not os.path.isdir(os.path.join(run_dir, "checkpoints")):
+        return False
+    from esper_fx.checkpoint import has_checkpoint
+
+    return has_checkpoint(run_dir)
+
+
+def _stopped_outside_training(config: TrainingConfig, signum: int) -> int:
+    """A stop while the run was starting (or closing): nothing new to save; say whether a checkpoint exists."""
+    name = signal.Signals(signum).name
+    if _has_checkpoint(config.run_dir):
+        print(f"\nInterrupted ({name}) outside training; the run directory keeps its last checkpoint.\n"
+              f"Resume with: python -m esper_fx.train --resume {config.run_dir}", file=sys.stderr)
+    else:
+        print(f"\nInterrupted ({name}) before the first batch finished: nothing to resume.", file=sys.stderr)
+    return exit_code(signum)
 
 
 def where_lines(result, cache_line: str) -> list[str]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
@@ -63,6 +65,15 @@ class TelemetryLevel(StrEnum):
     NORMAL = "normal"
     DEBUG = "debug"
 
+
+# Seeds seed torch (which takes 64-bit integers) and jax (signed 64-bit) with seed + small offsets.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+# Upper bounds on the run's sizes: far beyond any useful run, far below what exhausts a machine's memory.
+SIZE_LIMITS = {"n_episodes": 2**40, "n_envs": 1024, "max_epochs": 10_000, "checkpoint_every": 2**40}
+DATA_SIZE_LIMITS = {"synthetic_train_samples": 1_000_000, "synthetic_test_samples": 1_000_000,
+                    "batch_size_per_env": 65_536, "val_batch_size": 65_536, "num_workers": 256}
+POLICY_DEVICE = re.compile(r"auto|cpu|cuda:\d+")
+ENV_DEVICE = re.compile(r"cpu|cuda:\d+")
 
 # The nested groups whose fields are flat keys of the run: group field -> its dataclass.
 FLAT_GROUPS: Mapping[str, type] = {"ppo": PPOConfig, "reward": RewardSettings}
@@ -153,14 +164,14 @@ class TrainingConfig:
                  "telemetry_level": TelemetryLevel}
         for name, cls in enums.items():
             self._set(name, check.enum(name, cls, getattr(self, name)))
-        REGISTRY.canonical(self.controller)
+        REGISTRY.canonical(check.text("controller", self.controller))
         for name in ("slots", "env_devices", "blueprint_menu", "static_seeds"):
             value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, str) or not hasattr(value, "__iter__"):
-                raise ValueError(f"{name} must be a list of strings (got {value!r})")
-            self._set(name, tuple(value))
+            if value is not None:
+                self._set(name, check.string_list(name, value))
+        for name in ("run_dir", "resume_path"):
+            self._set(name, check.text(name, getattr(self, name), optional=True))
+        check.text("data_root", self.data_root)
         for name, section in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
             value = getattr(self, name)
             if isinstance(value, Mapping):
@@ -177,22 +188,24 @@ class TrainingConfig:
 
     def _validate_counts(self) -> None:
         for name in ("n_episodes", "n_envs", "max_epochs", "checkpoint_every"):
-            check.at_least_one(name, getattr(self, name))
+            self._set(name, check.at_least_one(name, getattr(self, name)))
+        for name in ("seed", "data_seed"):
+            self._set(name, check.int_between(name, getattr(self, name), SEED_MIN, SEED_MAX))
+        self._set("chunk_length", check.integer("chunk_length", self.chunk_length))
+        self._set("max_seeds", check.optional_at_least("max_seeds", self.max_seeds, 1))
+        for name, limit in SIZE_LIMITS.items():
+            check.at_most(name, getattr(self, name), limit)
         if self.ppo.num_minibatches > self.n_envs:
             raise ValueError(
                 f"num_minibatches must be <= n_envs (got num_minibatches={self.ppo.num_minibatches}, "
                 f"n_envs={self.n_envs})"
             )
-        if check.integer("chunk_length", self.chunk_length) != self.max_epochs:
+        if self.chunk_length != self.max_epochs:
             raise ValueError(
                 f"chunk_length must match max_epochs (got chunk_length={self.chunk_length}, "
                 f"max_epochs={self.max_epochs})"
             )
-        check.integer("seed", self.seed)
-        check.integer("data_seed", self.data_seed)
-        check.optional_at_least("max_seeds", self.max_seeds, 1)
-        check.at_least_one("min_cull_age", self.min_cull_age)
-        self._set("min_cull_age", check.integer("min_cull_age", self.min_cull_age))
+        self._set("min_cull_age", check.at_least_one("min_cull_age", self.min_cull_age))
 
     def _validate_thresholds(self) -> None:
         check.number("plateau_threshold", self.plateau_threshold)
@@ -219,18 +232,23 @@ class TrainingConfig:
 
     def _validate_data(self) -> None:
         for name in ("batch_size_per_env", "val_samples", "val_batch_size", "num_workers"):
-            check.optional_at_least(name, getattr(self, name), 1 if name != "num_workers" else 0)
-        check.optional_at_least("max_train_batches", self.max_train_batches, 0)
+            self._set(name, check.optional_at_least(name, getattr(self, name), 1 if name != "num_workers" else 0))
+        self._set("max_train_batches", check.optional_at_least("max_train_batches", self.max_train_batches, 0))
         for name in ("synthetic_train_samples", "synthetic_test_samples"):
-            if not check.integer(name, getattr(self, name)) >= 10:
+            self._set(name, check.integer(name, getattr(self, name)))
+            if not getattr(self, name) >= 10:
                 raise ValueError(f"{name} must be >= 10 (got {getattr(self, name)})")
-        if not isinstance(self.device, str) or not self.device:
-            raise ValueError(f"device must be a device string such as 'cpu', 'cuda:0' or 'auto' "
-                             f"(got {self.device!r})")
-        if self.env_devices is not None and len(self.env_devices) > self.n_envs:
-            raise ValueError(f"env_devices lists {len(self.env_devices)} devices but n_envs is {self.n_envs}")
-        if not isinstance(self.data_root, str):
-            raise ValueError(f"data_root must be a path string (got {self.data_root!r})")
+        for name, limit in DATA_SIZE_LIMITS.items():
+            check.at_most(name, getattr(self, name), limit)
+        if not isinstance(self.device, str) or not POLICY_DEVICE.fullmatch(self.device):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda:N' (got {self.device!r})")
+        if self.env_devices is not None:
+            bad = [d for d in self.env_devices if not ENV_DEVICE.fullmatch(d)]
+            if not self.env_devices or bad:
+                raise ValueError(f"env_devices must list one or more of 'cpu' and 'cuda:N' "
+                                 f"(got {list(self.env_devices)!r})")
+            if len(self.env_devices) > self.n_envs:
+                raise ValueError(f"env_devices lists {len(self.env_devices)} devices but n_envs is {self.n_envs}")
 
     def _validate_menu_and_rotation(self) -> None:
         topology = self.topology
@@ -347,6 +365,8 @@ class TrainingConfig:
             raise ValueError(f"config file not found: {path}") from None
         except OSError as exc:
             raise ValueError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"config file {path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -363,6 +383,14 @@ class TrainingConfig:
         if key not in _PRESETS:
             raise ValueError(f"unknown preset {name!r}; available: {list(PRESET_NAMES)}")
         return cls(**{**_PRESETS[key], **overrides})
+
+
+def absolute_paths(config: TrainingConfig) -> TrainingConfig:
+    """The run directory and the resume path resolved once, against the directory the run started from
+    (orbax needs absolute paths, and a later chdir must not move the run)."""
+    changes = {name: os.path.abspath(getattr(config, name)) for name in ("run_dir", "resume_path")
+               if getattr(config, name)}
+    return config.replace(**changes) if changes else config
 
 
 def _nest(values: dict[str, Any]) -> dict[str, Any]:

@@ -356,6 +356,7 @@ class EventType(StrEnum):
     CHECKPOINT_SAVED = "CHECKPOINT_SAVED"
     CHECKPOINT_LOADED = "CHECKPOINT_LOADED"
     REWARD_COMPUTED = "REWARD_COMPUTED"
+    NONFINITE_SKIPPED = "NONFINITE_SKIPPED"  # NaN/inf observation rows or rewards left out of the normalisers
 
 
 # --------------------------------------------------------------------------------------

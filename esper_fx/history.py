@@ -82,6 +82,7 @@ class BatchRecord:
     timing: dict[str, float]
     seed_params: list[float]  # per env, from the last epoch's signals
     reward_events: list[Any] = field(default_factory=list)  # telemetry.Event (REWARD_COMPUTED, debug level)
+    nonfinite: dict[str, int] = field(default_factory=dict)  # what the normalisers left out: NaN/inf counts
     reward_components: dict[str, float] = field(default_factory=dict)  # term -> episode sum, mean over envs
 
 

@@ -18,8 +18,11 @@ import os
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import math  # noqa: E402
+import signal  # noqa: E402
 import time  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 import jax  # noqa: E402
@@ -27,17 +30,22 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from esper_fx import controllers as ctl  # noqa: E402
+from esper_fx import preflight  # noqa: E402
 from esper_fx import report  # noqa: E402
 from esper_fx import step as S  # noqa: E402
-from esper_fx.config import TrainingConfig  # noqa: E402
+from esper_fx.config import TrainingConfig, absolute_paths  # noqa: E402
 from esper_fx.contracts import ACTION_HEADS, EventType  # noqa: E402
 from esper_fx.env_bridge import BridgedPool  # noqa: E402
+from esper_fx.errors import ControllerError, DataError  # noqa: E402
 from esper_fx.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary  # noqa: E402
 from esper_fx.history import SKIPPED_UPDATE, summarize_batch  # noqa: E402
-from esper_fx.run_state import Interrupted, LearnerState, Progress, advance, fresh_learner, interrupted  # noqa: E402
-from esper_fx.run_state import restore, save  # noqa: E402
-from esper_fx.telemetry import Console, Event, RunLog, lifecycle_event, reward_events  # noqa: E402
+from esper_fx.run_state import Committed, Interrupted, LearnerState, Progress, advance, fresh_learner  # noqa: E402
+from esper_fx.run_state import interrupted, restore, save  # noqa: E402
+from esper_fx.stopping import deferred_stops, sigterm_stops, stop_signal  # noqa: E402
+from esper_fx.telemetry import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns  # noqa: E402
+from esper_fx.telemetry import nonfinite_warning, reward_events, update_warning  # noqa: E402
 from esper_fx.tensorboard_log import open_board  # noqa: E402
+from hosts.data.external import DatasetUnavailableError  # noqa: E402
 from hosts.env import EnvPool  # noqa: E402
 from rl import rewards as R  # noqa: E402
 from rl import rollout as rollout_lib  # noqa: E402
@@ -70,75 +78,155 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     (default: config.reward's family and mode). run_dir: where to write config.json, events.jsonl,
     metrics.csv, summary.json, checkpoints/, the TensorBoard scalars tb/ (unless config.tensorboard is
     off), and at the end plots/ and report.html (unless config.report is off) (default: config.run_dir;
-    None writes nothing). pool: an env pool (default: `build_pool(config)`).
+    None writes nothing). A run directory must be new or empty, unless the run resumes the run it holds;
+    it is locked while the run lives. pool: an env pool (default: `build_pool(config)`).
+
+    Before anything is written, the run directory, the devices and the data are checked (a problem
+    raises a `esper_fx.errors.SetupError` naming it). SIGTERM is handled like Ctrl-C: the last finished
+    batch is checkpointed and `Interrupted` raised.
     """
-    if run_dir is not None:
-        config = config.replace(run_dir=str(run_dir))
+    config = absolute_paths(config if run_dir is None else config.replace(run_dir=str(run_dir)))
+    preflight.check_before_writing(config)
     spec = ctl.ControllerSpec.from_config(config)
     bundle = ctl.build(controller if controller is not None else config.controller_name, spec)
+    reward = resolve_reward_fn(config, reward_fn)
+    pool = pool if pool is not None else build_pool(config)
     n_batches = math.ceil(config.n_episodes / config.n_envs)
     console = Console(n_batches, config.max_epochs, quiet=quiet, stream=console_stream, n_envs=config.n_envs,
                       n_episodes=config.n_episodes)
-    out = RunLog(config.run_dir, console, open_board(config.run_dir, config.tensorboard, config.to_dict()))
-    learner, progress = start(config, bundle, spec, out, n_batches)
-    out.console.start_at(progress.next_batch_idx)
-    runner = Runner.build(config, spec, bundle, resolve_reward_fn(config, reward_fn),
-                          pool if pool is not None else build_pool(config), out.console)
-    learner = runner.commit(learner)
-    learner, progress, checkpoint = train(runner, learner, progress, out, n_batches)
-    out.close()
-    summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
-                          progress.best_avg_acc, progress.wall_time_s, checkpoint)
-    summary["timing"] = {"first_action_s": out.console.first_action_s}
-    report_path = None
-    if out.dir is not None:
-        out.dir.write_summary(summary)
-        if config.report:
-            report_path = report.write_report_or_warn(out.path, out.console.line)
+    with sigterm_stops(), open_run_log(config, console) as out:
+        learner, progress = start(config, bundle, spec, out, n_batches)
+        out.console.start_at(progress.next_batch_idx)
+        runner = Runner.build(config, spec, bundle, reward, pool, out.console)
+        state = train(runner, Committed(runner.commit(learner), progress), out, n_batches)
+        out.close()
+        progress = state.progress
+        summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
+                              progress.best_avg_acc, progress.wall_time_s, state.checkpoint)
+        summary["timing"] = {"first_action_s": out.console.first_action_s}
+        report_path = None
+        if out.dir is not None:
+            with deferred_stops(reraise=False):  # the run is complete: a late Ctrl-C only waits for this
+                out.dir.write_summary(summary)
+            if config.report:
+                report_path = write_report(out)
     return RunResult(history=progress.history, events=out.events, summary=summary, run_dir=out.path,
-                     controller_state=learner.controller, best_controller_state=learner.best_controller,
-                     config=config, obs_rms=learner.obs_rms, report_path=report_path)
+                     controller_state=state.learner.controller, best_controller_state=state.learner.best_controller,
+                     config=config, obs_rms=state.learner.obs_rms, report_path=report_path)
+
+
+def write_report(out: RunLog) -> str | None:
+    """plots/ and report.html of the finished run (its path, or None). The run is complete and on disk, so
+    neither a failure nor a stop (Ctrl-C, SIGTERM) during the report ends it badly: either leaves a warning
+    with the command that writes the report later."""
+    try:
+        return report.write_report_or_warn(out.path, out.console.line)
+    except KeyboardInterrupt as stop:
+        out.console.warning(f"report not written ({signal.Signals(stop_signal(stop)).name}): "
+                            f"python -m esper_fx.report {out.path}")
+        return None
+
+
+@contextmanager
+def open_run_log(config: TrainingConfig, console: Console):
+    """The run's outputs, with its run directory claimed (created, locked, checked) for as long as it runs."""
+    run_dir = None
+    if config.run_dir:
+        resumed = preflight.resumed_run_dir(config.resume_path)
+        run_dir = RunDirectory.claim(config.run_dir, may_hold_a_run=resumed is not None and
+                                     Path(config.run_dir).resolve() == resumed)
+    out = RunLog(run_dir, console, open_board(config.run_dir, config.tensorboard, config.to_dict()))
+    try:
+        yield out
+    finally:
+        try:
+            out.close()
+        finally:  # the lock is released even if flushing the TensorBoard files failed
+            if run_dir is not None:
+                run_dir.close()
 
 
 def start(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSpec, out: RunLog,
           n_batches: int) -> tuple[LearnerState, Progress]:
-    """A fresh learner, or the one of `config.resume_path`; config.json; the opening events."""
+    """A fresh learner, or the one of `config.resume_path`; metrics.csv's header, config.json (on a resume,
+    metrics.csv, events.jsonl and the TensorBoard scalars truncated to the restored batches); the opening
+    events. A checkpoint that cannot be used is reported before anything is written."""
     learner, progress, manifest = fresh_learner(bundle, spec, config.seed), Progress(), None
-    if config.resume_path:
+    restart = config.resume_path is not None and preflight.restartable_run(config.resume_path) is not None
+    if config.resume_path and not restart:
         learner, progress, manifest = restore(config, bundle, learner)
-        if out.dir is not None:
-            out.dir.truncate_history(progress.next_batch_idx)
     if out.dir is not None:
         out.dir.write_config(config.to_dict())
+        out.dir.use_columns(metric_columns(config.n_envs, update_metric_names(bundle, spec, learner)))
+        if config.resume_path:
+            with deferred_stops():  # tb/: the kept scalars are written before the old files go
+                out.truncate_history(progress.next_batch_idx)
+        else:
+            out.dir.start_metrics()
+    if restart:
+        out.console.warning(f"{config.resume_path} holds no checkpoint yet: the run restarts from batch 0")
     if manifest is not None:
+        if manifest.get("_warning"):
+            out.console.warning(f"checkpoint fallback: {manifest['_warning']}")
         out.console.line(f"Checkpoint loaded from {manifest['_path']} (next batch {progress.next_batch_idx})")
-        out.log([Event(EventType.CHECKPOINT_LOADED, message=manifest["_path"], batch=progress.next_batch_idx)])
+        out.log([Event(EventType.CHECKPOINT_LOADED, message=manifest["_path"], batch=progress.next_batch_idx,
+                       severity="warning" if manifest.get("_warning") else "info",
+                       data={"fallback": manifest["_warning"]} if manifest.get("_warning") else {})])
     out.log([Event(EventType.TRAINING_STARTED, message=f"{config.task.value} / {bundle.name}",
                    data={"n_batches": n_batches, "start_batch": progress.next_batch_idx})])
     return learner, progress
 
 
-def train(runner: "Runner", learner: LearnerState, progress: Progress, out: RunLog,
-          n_batches: int) -> tuple[LearnerState, Progress, str | None]:
-    """Every remaining batch, a checkpoint every `checkpoint_every` and a final one. Ctrl-C checkpoints
-    the last finished batch and raises `Interrupted`."""
-    config, checkpoint = runner.config, None
+def update_metric_names(bundle: ctl.Controller, spec: ctl.ControllerSpec, learner: LearnerState) -> list[str] | None:
+    """The names of the metrics the controller's update reports (traced, not run), as metrics.csv's PPO
+    columns; None for a controller that does not learn, or whose update cannot be traced abstractly."""
+    if not bundle.learns:
+        return None
+    rollout = S.new_episode(bundle, spec, learner.reward_norm, spec.n_envs).rollout
+    try:
+        _, metrics = jax.eval_shape(bundle.update, learner.controller, rollout, jax.random.PRNGKey(0))
+    except Exception:  # noqa: BLE001 - a custom update that only runs on concrete values: columns grow
+        return None
+    return sorted(set(metrics) | {"early_stopped"})
+
+
+def train(runner: "Runner", state: Committed, out: RunLog, n_batches: int) -> Committed:
+    """Every remaining batch, each committed as one unit (its events, its metrics.csv row, its TensorBoard
+    scalars and, every `checkpoint_every` batches, its checkpoint), then a final checkpoint. Ctrl-C or
+    SIGTERM checkpoints the last committed batch and raises `Interrupted`."""
+    config = runner.config
     checkpoints = None if out.dir is None else out.dir.checkpoint_dir
     try:
-        while progress.next_batch_idx < n_batches:
-            b = progress.next_batch_idx
-            learner, progress = run_batch(runner, learner, progress, out)
-            if checkpoints is not None and (b + 1) % config.checkpoint_every == 0 and b + 1 < n_batches:
-                checkpoint = str(save(checkpoints, config, runner.controller, learner, progress))
-                out.console.line(f"Checkpoint saved: {checkpoint}")
-                out.log([Event(EventType.CHECKPOINT_SAVED, batch=b, message=checkpoint)])
-    except KeyboardInterrupt:
+        while state.progress.next_batch_idx < n_batches:
+            learner, progress, summary, events, components = run_batch(runner, state.learner, state.progress)
+            with deferred_stops():  # a stop waits for the commit: the checkpoint never runs ahead of the files
+                state = commit_batch(runner, out, state._replace(learner=learner, progress=progress), summary,
+                                     events, n_batches, components)
+        if checkpoints is not None and state.progress.history:
+            with deferred_stops():
+                path = save(checkpoints, config, runner.controller, state.learner, state.progress, final=True)
+                state = state.saved(path)
+                out.log([Event(EventType.CHECKPOINT_SAVED, batch=state.progress.next_batch_idx - 1,
+                               message=str(path))])
+    except KeyboardInterrupt as stop:
         out.close()
-        raise interrupted(checkpoints, out.path, config, runner.controller, learner, progress) from None
-    if checkpoints is not None and progress.history:
-        checkpoint = str(save(checkpoints, config, runner.controller, learner, progress, final=True))
-        out.log([Event(EventType.CHECKPOINT_SAVED, batch=progress.next_batch_idx - 1, message=checkpoint)])
-    return learner, progress, checkpoint
+        raise interrupted(checkpoints, out.path, config, runner.controller, state, stop_signal(stop)) from None
+    return state
+
+
+def commit_batch(runner: "Runner", out: RunLog, state: Committed, summary: BatchSummary, events: list[Event],
+                 n_batches: int, reward_components: dict[str, float] | None = None) -> Committed:
+    """Write a finished batch: console lines and warnings, events, its metrics.csv row, its TensorBoard
+    scalars, and its periodic checkpoint. Runs with stops deferred, so the checkpoint of a batch always comes
+    with its row, its events and its scalars."""
+    out.batch_done(summary, events, runner.config.n_episodes, reward_components)
+    b = summary.batch
+    if out.dir is not None and (b + 1) % runner.config.checkpoint_every == 0 and b + 1 < n_batches:
+        path = save(out.dir.checkpoint_dir, runner.config, runner.controller, state.learner, state.progress)
+        state = state.saved(path)
+        out.console.line(f"Checkpoint saved: {path}")
+        out.log([Event(EventType.CHECKPOINT_SAVED, batch=b, message=str(path))])
+    return state
 
 
 # ----------------------------------------------------------------------------------------------
@@ -175,9 +263,10 @@ class Runner:
         return jax.device_put(tree, self.device)
 
 
-def run_batch(runner: Runner, learner: LearnerState, progress: Progress,
-              out: RunLog) -> tuple[LearnerState, Progress]:
-    """E episodes of T epochs, the end-of-batch update, and the batch's row, events and metrics."""
+def run_batch(runner: Runner, learner: LearnerState, progress: Progress
+              ) -> tuple[LearnerState, Progress, BatchSummary, list[Event], dict[str, float]]:
+    """E episodes of T epochs and the end-of-batch update: the new state, the batch's row, its events and
+    its reward components (written by `commit_batch`; nothing is written here)."""
     config, b = runner.config, progress.next_batch_idx
     n_active = min(config.n_envs, config.n_episodes - progress.episodes_completed)
     started = time.perf_counter()
@@ -188,15 +277,14 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress,
     for t in range(1, config.max_epochs + 1):
         episode, signals = run_epoch(runner, learner, episode, signals, b, t, record)
     update_started = time.perf_counter()
-    learner, ppo = end_of_batch(runner, learner._replace(reward_norm=episode.reward_norm), episode.rollout, b,
-                                record.panicked)
+    learner, ppo, skipped = end_of_batch(runner, learner._replace(reward_norm=episode.reward_norm),
+                                         episode.rollout, b, record.panicked)
     record.update_s = time.perf_counter() - update_started
-    batch = record.finish(runner.pool, episode, ppo)
+    batch = record.finish(runner.pool, episode, ppo, skipped)
     summary = summarize_batch(batch, b, progress.episodes_completed, progress.recent_avg_acc, config.menu,
                               config.slot_ids, entropy_coef, time.perf_counter() - started)
     learner, progress = advance(learner, progress, summary)
-    out.batch_done(summary, batch_events(batch, summary), config.n_episodes, batch.reward_components)
-    return learner, progress
+    return learner, progress, summary, batch_events(batch, summary), batch.reward_components
 
 
 def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, signals: dict, b: int, t: int,
@@ -209,7 +297,7 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
                                   jnp.bool_(last))
     jax.block_until_ready(out.actions)
     runner.console.action_ready(b, t)
-    check_actions(out.ok, b, t)
+    check_actions(out.ok, b, t, learner.controller, signals)
     record.controller_s += time.perf_counter() - started
     if last:
         record.seed_params = [float(p) for p in np.asarray(signals["seed_params"]).tolist()]
@@ -222,26 +310,50 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
     return episode, result.signals
 
 
-def check_actions(ok: jax.Array, b: int, t: int) -> None:
+def check_actions(ok: jax.Array, b: int, t: int, controller_state: Any = (), signals: dict | None = None) -> None:
+    """Every env got a valid action; otherwise a ControllerError naming the batch, epoch, envs and cause."""
     ok = np.asarray(ok)
-    if not bool(np.all(ok)):
-        raise RuntimeError(f"batch {b} epoch {t}: the controller produced an invalid action (a head with no "
-                           f"valid entry or non-finite logits) for envs {np.flatnonzero(~ok).tolist()}")
+    if bool(np.all(ok)):
+        return
+    envs = np.flatnonzero(~ok).tolist()
+    raise ControllerError(f"batch {b} epoch {t}: the controller produced no valid action for envs {envs}: "
+                          f"{invalid_action_cause(controller_state, signals, envs)}")
 
 
-def end_of_batch(runner: Runner, learner: LearnerState, rollout: Any, b: int,
-                 panicked: np.ndarray) -> tuple[LearnerState, dict[str, Any] | None]:
-    """§7.6: optional discard, one normaliser update with all E·T raw rows, then the update."""
+def invalid_action_cause(controller_state: Any, signals: dict | None, envs: list[int]) -> str:
+    """Why a policy can have produced no valid action: NaN parameters, a NaN observation, or the masks."""
+    bad = [jax.tree_util.keystr(path) for path, leaf in jax.tree_util.tree_leaves_with_path(controller_state)
+           if jnp.issubdtype(jnp.asarray(leaf).dtype, jnp.inexact) and not bool(np.all(np.isfinite(leaf)))]
+    if bad:
+        return (f"its state holds NaN or inf values ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}), "
+                f"e.g. from a damaged checkpoint or a diverged custom update")
+    obs = None if signals is None else np.asarray(signals.get("obs"))
+    if obs is not None and obs.ndim == 2 and not np.all(np.isfinite(obs[envs])):
+        return "their observation holds NaN or inf values"
+    return "a head had no valid entry under the action masks, or its logits were not finite"
+
+
+def end_of_batch(runner: Runner, learner: LearnerState, rollout: Any, b: int, panicked: np.ndarray
+                 ) -> tuple[LearnerState, dict[str, Any] | None, dict[str, int]]:
+    """§7.6: optional discard, one normaliser update with all E·T raw rows, then the update. Also returns
+    how many observation rows and rewards the normalisers left out for holding NaN or inf."""
     if not runner.controller.learns:
-        return learner, None
+        return learner, None, {}
     rollout_lib.check_rollout(rollout)
+    skipped = {"rewards": int(jnp.sum(rollout.valid & ~jnp.isfinite(rollout.raw_rewards)))}
     if runner.config.discard_rolled_back_envs and panicked.any():
         rollout = rollout_lib.discard_envs(rollout, jnp.asarray(~panicked))
     if int(jnp.sum(rollout.step_count)) == 0:
-        return learner, dict(SKIPPED_UPDATE)
-    obs_rms = learner.obs_rms.update(rollout.raw_obs)
+        return learner, dict(SKIPPED_UPDATE), nonzero(skipped)
+    obs_rms, skipped["observation_rows"] = learner.obs_rms.update_counted(rollout.raw_obs)
     cstate, metrics = runner.controller.update(learner.controller, rollout, S.update_key(learner.root_key, b))
-    return learner._replace(controller=cstate, obs_rms=obs_rms), metrics_to_python(jax.device_get(metrics))
+    skipped = {k: int(v) for k, v in skipped.items()}
+    return (learner._replace(controller=cstate, obs_rms=obs_rms), metrics_to_python(jax.device_get(metrics)),
+            nonzero(skipped))
+
+
+def nonzero(counts: dict[str, Any]) -> dict[str, int]:
+    return {k: int(v) for k, v in counts.items() if int(v)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -278,12 +390,13 @@ class EpochLog:
             components = {k: np.asarray(v) for k, v in out.components.items()}
             self.reward_events += reward_events(np.asarray(out.reward), components, result.actions, b, t)
 
-    def finish(self, pool: BridgedPool, episode: S.EpisodeState, ppo: dict[str, Any] | None) -> BatchRecord:
+    def finish(self, pool: BridgedPool, episode: S.EpisodeState, ppo: dict[str, Any] | None,
+               nonfinite: dict[str, int]) -> BatchRecord:
         return BatchRecord(
             env_results=pool.episode_results(), env_rewards=[float(r) for r in np.asarray(episode.reward_sum)],
             events=self.events, head_counts=self.head_counts, ppo=ppo,
             timing={**pool.timing, "controller_s": self.controller_s, "update_s": self.update_s},
-            seed_params=self.seed_params, reward_events=self.reward_events,
+            seed_params=self.seed_params, reward_events=self.reward_events, nonfinite=nonfinite,
             reward_components=episode_component_means(self.components),
         )
 
@@ -298,10 +411,17 @@ def episode_component_means(per_epoch: list[dict]) -> dict[str, float]:
 
 
 def batch_events(batch: BatchRecord, summary: BatchSummary) -> list[Event]:
-    """The batch's lifecycle events, BATCH_COMPLETED, PPO_UPDATE_COMPLETED and (debug) REWARD_COMPUTED."""
+    """The batch's lifecycle events, BATCH_COMPLETED, PPO_UPDATE_COMPLETED (a warning when the update was
+    skipped or a step refused), NONFINITE_SKIPPED if the normalisers left data out, and (debug)
+    REWARD_COMPUTED."""
     events = batch.events + [Event(EventType.BATCH_COMPLETED, batch=summary.batch, data=summary.event_data())]
     if batch.ppo is not None:
-        events.append(Event(EventType.PPO_UPDATE_COMPLETED, batch=summary.batch, data=batch.ppo))
+        warning = update_warning(batch.ppo)
+        events.append(Event(EventType.PPO_UPDATE_COMPLETED, batch=summary.batch, data=batch.ppo,
+                            message=warning or "", severity="warning" if warning else "info"))
+    if batch.nonfinite:
+        events.append(Event(EventType.NONFINITE_SKIPPED, batch=summary.batch, data=dict(batch.nonfinite),
+                            message=nonfinite_warning(batch.nonfinite), severity="warning"))
     return events + batch.reward_events
 
 
@@ -339,5 +459,9 @@ def resolve_policy_device(name: str) -> jax.Device:
 
 
 def build_pool(config: TrainingConfig) -> EnvPool:
-    """The run's env pool, built from the config's pool fields."""
-    return EnvPool(config)
+    """The run's env pool, built from the config's pool fields. A dataset that cannot be loaded, or that
+    does not fit the configuration (a batch larger than the training split), raises DataError."""
+    try:
+        return EnvPool(config)
+    except (DatasetUnavailableError, ValueError) as exc:
+        raise DataError(str(exc)) from exc

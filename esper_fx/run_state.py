@@ -1,17 +1,19 @@
-"""A run's state between batches, its checkpoints and Ctrl-C (SPEC §7.8, ARCHITECTURE §5).
+"""A run's state between batches, its checkpoints, Ctrl-C and SIGTERM (SPEC §7.8, ARCHITECTURE §5).
 
 Between batches a run is `LearnerState` (the JAX pytrees: controller state, observation and reward
 normalisers, best controller state, root key; saved with orbax) and `Progress` (plain python: batch
 index, episodes, best-state tracking, history; saved in the manifest). Hosts are rebuilt every batch, so
-nothing else is needed to resume exactly. `save` finishes a checkpoint even if Ctrl-C arrives while it
-writes; `interrupted` turns Ctrl-C into `Interrupted` once the last finished batch is on disk.
+nothing else is needed to resume exactly.
+
+Stopping (`esper_fx.stopping`): SIGTERM takes Ctrl-C's path, and both wait while a batch is committed or
+a checkpoint written; `interrupted` turns a stop into `Interrupted` once the last committed batch is on
+disk.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import signal
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -22,6 +24,7 @@ from esper_fx import checkpoint as ckpt
 from esper_fx.config import TrainingConfig
 from esper_fx.history import ROLLING_WINDOW, BatchSummary, as_summaries
 from esper_fx.step import init_key
+from esper_fx.stopping import deferred_stops, exit_code
 from rl.normalize import OBS_NORM_MOMENTUM, RewardNormalizer, RunningMeanStd
 
 
@@ -48,12 +51,18 @@ class Progress:
 
 
 class Interrupted(Exception):
-    """Raised by `run` after SIGINT once a checkpoint of the last finished batch is on disk."""
+    """Raised by `run` after SIGINT (Ctrl-C) or SIGTERM once a checkpoint of the last finished batch is on
+    disk. `exit_code` is the shell's convention for the signal: 130 for SIGINT, 143 for SIGTERM."""
 
-    def __init__(self, run_dir: str | None, checkpoint: str | None):
+    def __init__(self, run_dir: str | None, checkpoint: str | None, signum: int = signal.SIGINT):
         self.run_dir = run_dir
         self.checkpoint = checkpoint
-        super().__init__(f"interrupted; checkpoint: {checkpoint}")
+        self.signum = int(signum)
+        super().__init__(f"interrupted by {signal.Signals(self.signum).name}; checkpoint: {checkpoint}")
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.signum)
 
 
 def fresh_learner(controller: Any, spec: Any, seed: int) -> LearnerState:
@@ -111,8 +120,8 @@ def manifest_for(config: TrainingConfig, controller: Any, progress: Progress) ->
 
 def save(checkpoint_dir: Path, config: TrainingConfig, controller: Any, learner: LearnerState, progress: Progress,
          *, final: bool = False) -> Path:
-    """A checkpoint of the last finished batch (Ctrl-C waits until it is complete)."""
-    with _SigintDeferred():
+    """A checkpoint of the last finished batch (Ctrl-C and SIGTERM wait until it is complete)."""
+    with deferred_stops():
         return ckpt.save_checkpoint(checkpoint_dir, progress.next_batch_idx - 1, learner._asdict(),
                                     manifest_for(config, controller, progress), final=final)
 
@@ -131,36 +140,29 @@ def restore(config: TrainingConfig, controller: Any, template: LearnerState
     return LearnerState(**trees), progress, manifest
 
 
-# ----------------------------------------------------------------------------------------------
-# Ctrl-C
-# ----------------------------------------------------------------------------------------------
+class Committed(NamedTuple):
+    """A run's state after its last committed batch, and the checkpoint last written (if any)."""
+
+    learner: LearnerState
+    progress: Progress
+    checkpoint: str | None = None
+    checkpoint_batch: int | None = None
+
+    def saved(self, path: Path) -> "Committed":
+        return self._replace(checkpoint=str(path), checkpoint_batch=self.progress.next_batch_idx - 1)
+
+    @property
+    def on_disk(self) -> bool:
+        """The last committed batch is already in a checkpoint."""
+        return self.checkpoint is not None and self.checkpoint_batch == self.progress.next_batch_idx - 1
 
 
 def interrupted(checkpoint_dir: Path | None, run_dir: str | None, config: TrainingConfig, controller: Any,
-                learner: LearnerState, progress: Progress) -> Interrupted:
-    """After Ctrl-C: checkpoint the last finished batch (if any, and if the run writes files)."""
-    saved = None
-    if checkpoint_dir is not None and progress.next_batch_idx > 0:
-        saved = save(checkpoint_dir, config, controller, learner, progress)
-    return Interrupted(run_dir, str(saved) if saved else None)
-
-
-class _SigintDeferred:
-    """Finish a checkpoint write before honouring Ctrl-C (main thread only)."""
-
-    def __enter__(self):
-        self._old = None
-        self._hit = False
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def _handler(self, signum, frame):
-        self._hit = True
-
-    def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-        if self._hit and exc[0] is None:
-            raise KeyboardInterrupt
-        return False
+                state: Committed, signum: int) -> Interrupted:
+    """After Ctrl-C or SIGTERM: checkpoint the last committed batch (if any, if the run writes files, and
+    if it is not on disk already). A second signal meanwhile is ignored: the run is stopping."""
+    with deferred_stops(reraise=False):
+        saved = state.checkpoint if state.on_disk else None
+        if saved is None and checkpoint_dir is not None and state.progress.next_batch_idx > 0:
+            saved = str(save(checkpoint_dir, config, controller, state.learner, state.progress))
+    return Interrupted(run_dir, saved, signum)

@@ -8,20 +8,24 @@ types are the contracts' (`esper_fx.contracts.EventType`, re-exported here); a b
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import math
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, TextIO
 
+from esper_fx.checkpoint import fsync_dir, has_checkpoint, write_durably
 from esper_fx.contracts import EventType
-from esper_fx.history import BatchSummary
+from esper_fx.errors import OutputError, RunDirectoryError
+from esper_fx.history import OP_NAMES, BatchSummary
 
 
 def utc_now() -> str:
@@ -90,23 +94,92 @@ def reward_events(reward: Sequence[float], components: Mapping[str, Sequence[flo
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
+    """Replace `path` by a durable copy of `text`: write a temporary file, fsync, rename, fsync the directory."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    write_durably(tmp, text.encode("utf-8"))
+    tmp.replace(path)
+    fsync_dir(path.parent)
+
+
+def _append_durably(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8", newline="") as fh:
         fh.write(text)
         fh.flush()
-    tmp.replace(path)
+        os.fsync(fh.fileno())
+
+
+@contextmanager
+def _writing(path: Path):
+    """Turn an OSError while writing `path` into an OutputError naming the file and the cause."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+LOCK_NAME = ".lock"  # flock()ed for the life of a run; the only file a fresh run directory may hold
+CONFIG_NAME = "config.json"
+
+
+def run_dir_entries(path: Path) -> list[str]:
+    """What a run directory holds besides its lock file (empty for a directory a run may start in)."""
+    try:
+        return sorted(name for name in os.listdir(path) if name != LOCK_NAME)
+    except FileNotFoundError:
+        return []
 
 
 class RunDirectory:
-    """Files of one run: config.json, events.jsonl, metrics.csv, summary.json (and checkpoints/)."""
+    """Files of one run: config.json, events.jsonl, metrics.csv, summary.json (and checkpoints/).
 
-    def __init__(self, path: str | Path):
+    `columns` fixes metrics.csv's header (see `metric_columns`); without it the header is the first
+    row's keys, widened (the file rewritten) if a later row brings new ones. `claim` takes the
+    run's lock; `close` releases it.
+    """
+
+    def __init__(self, path: str | Path, columns: Sequence[str] | None = None):
         self.path = Path(os.path.abspath(path))  # resolved once: a later chdir cannot move the run
-        self.path.mkdir(parents=True, exist_ok=True)
+        with _writing(self.path):
+            self.path.mkdir(parents=True, exist_ok=True)
         self.events_path = self.path / "events.jsonl"
         self.metrics_path = self.path / "metrics.csv"
         self.checkpoint_dir = self.path / "checkpoints"
-        self._metric_columns: list[str] | None = self._existing_columns()
+        self._metric_columns: list[str] | None = list(columns) if columns else self._existing_columns()
+        self._lock: Any = None
+
+    @classmethod
+    def claim(cls, path: str | Path, *, may_hold_a_run: bool = False) -> "RunDirectory":
+        """Create (if needed) and lock the run directory for this run. Unless `may_hold_a_run` (a resume
+        of the run it holds), it must hold nothing but its lock file. Raises RunDirectoryError."""
+        run_dir = cls(path)
+        run_dir.lock()
+        held = run_dir_entries(run_dir.path)
+        if held and not may_hold_a_run:
+            run_dir.close()
+            raise RunDirectoryError(refusal(run_dir.path, held))
+        return run_dir
+
+    def lock(self) -> None:
+        with _writing(self.path / LOCK_NAME):
+            fh = open(self.path / LOCK_NAME, "a+b")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            raise RunDirectoryError(f"run directory {self.path} is in use by another run (its {LOCK_NAME} "
+                                    f"is locked)") from None
+        self._lock = fh
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the flock
+            self._lock = None
+
+    def use_columns(self, columns: Sequence[str]) -> None:
+        """Fix metrics.csv's header (before the first row; a resume rewrites the file with it)."""
+        self._metric_columns = list(columns)
 
     def _existing_columns(self) -> list[str] | None:
         if not self.metrics_path.exists():
@@ -116,46 +189,95 @@ class RunDirectory:
         return header or None
 
     def write_config(self, config_dict: Mapping[str, Any]) -> None:
-        _atomic_write_text(self.path / "config.json", json.dumps(to_jsonable(config_dict), indent=2) + "\n")
+        with _writing(self.path / CONFIG_NAME):
+            _atomic_write_text(self.path / CONFIG_NAME, json.dumps(to_jsonable(config_dict), indent=2) + "\n")
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
-        _atomic_write_text(self.path / "summary.json", json.dumps(to_jsonable(summary), indent=2) + "\n")
+        with _writing(self.path / "summary.json"):
+            _atomic_write_text(self.path / "summary.json", json.dumps(to_jsonable(summary), indent=2) + "\n")
 
     def append_events(self, events: Iterable[Event]) -> None:
         lines = [json.dumps(e.to_dict()) for e in events]
         if lines:
-            with open(self.events_path, "a", encoding="utf-8") as fh:
-                fh.write("\n".join(lines) + "\n")
+            with _writing(self.events_path):
+                _append_durably(self.events_path, "\n".join(lines) + "\n")
+
+    def start_metrics(self) -> None:
+        """Write metrics.csv's header now (a fresh run with fixed columns)."""
+        if self._metric_columns and not self.metrics_path.exists():
+            with _writing(self.metrics_path):
+                _atomic_write_text(self.metrics_path, _csv_text([self._metric_columns]))
 
     def append_metrics(self, row: BatchSummary) -> None:
         flat = flatten_metrics(row)
-        if self._metric_columns is None:
-            self._metric_columns = list(flat)
-            with open(self.metrics_path, "w", newline="", encoding="utf-8") as fh:
-                csv.writer(fh, lineterminator="\n").writerow(self._metric_columns)
-        with open(self.metrics_path, "a", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=self._metric_columns, extrasaction="ignore", restval="",
-                                    lineterminator="\n")
-            writer.writerow(flat)
+        with _writing(self.metrics_path):
+            if self._metric_columns is None:
+                self._metric_columns = list(flat)
+            new = [k for k in flat if k not in self._metric_columns]
+            if new:  # a row with columns the header lacks: widen the header, keep every earlier row
+                self._rewrite_metrics(self._metric_rows(), self._metric_columns + new)
+            if not self.metrics_path.exists():
+                _atomic_write_text(self.metrics_path, _csv_text([self._metric_columns]))
+            _append_durably(self.metrics_path, _csv_text([[_cell(flat.get(k)) for k in self._metric_columns]]))
+
+    def _metric_rows(self) -> list[dict[str, str]]:
+        if not self.metrics_path.exists():
+            return []
+        with open(self.metrics_path, newline="", encoding="utf-8", errors="replace") as fh:
+            return list(csv.DictReader(fh))
+
+    def _rewrite_metrics(self, rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> None:
+        self._metric_columns = list(columns)
+        table = [list(columns)] + [[row.get(k) or "" for k in columns] for row in rows]
+        _atomic_write_text(self.metrics_path, _csv_text(table))
 
     def truncate_history(self, n_batches: int) -> None:
-        """On resume: keep only the metrics rows and batch events of the first n_batches batches."""
-        if self.metrics_path.exists():
-            with open(self.metrics_path, newline="", encoding="utf-8") as fh:
-                rows = list(csv.reader(fh))
-            buffer = io.StringIO()
-            csv.writer(buffer, lineterminator="\n").writerows(rows[: n_batches + 1])
-            _atomic_write_text(self.metrics_path, buffer.getvalue())
+        """On resume: keep exactly the metrics rows and events of batches 0 .. n_batches−1 (by batch number,
+        the last row of each), and give metrics.csv this run's header."""
+        if self.metrics_path.exists() or self._metric_columns:
+            with _writing(self.metrics_path):
+                rows = {}
+                for row in self._metric_rows():
+                    batch = _batch_number(row.get("batch"))
+                    if batch is not None and batch < n_batches:
+                        rows[batch] = row
+                columns = self._metric_columns or self._existing_columns() or []
+                self._rewrite_metrics([rows[b] for b in sorted(rows)], columns)
         if self.events_path.exists():
             kept = []
-            for line in self.events_path.read_text(encoding="utf-8").splitlines():
+            for line in self.events_path.read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
                     batch = json.loads(line).get("batch")
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, AttributeError):
                     continue
-                if batch is None or batch < n_batches:
+                if batch is None or (isinstance(batch, int) and batch < n_batches):
                     kept.append(line)
-            _atomic_write_text(self.events_path, "\n".join(kept) + ("\n" if kept else ""))
+            with _writing(self.events_path):
+                _atomic_write_text(self.events_path, "\n".join(kept) + ("\n" if kept else ""))
+
+
+def refusal(path: Path, held: Sequence[str]) -> str:
+    """Why a fresh run may not start in `path`, and what to do instead."""
+    shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+    what = f"pass --resume {path} to continue it" if has_checkpoint(path) else "it has no checkpoint to resume"
+    return f"run directory {path} already holds a run ({shown}); {what}, or choose another --run-dir"
+
+
+def _batch_number(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _cell(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def _csv_text(rows: Iterable[Sequence[Any]]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return buffer.getvalue()
 
 
 class RunLog:
@@ -163,8 +285,8 @@ class RunLog:
     config.json, summary.json, the TensorBoard scalars (`board`, optional) and the console. `run_dir` None
     writes no file."""
 
-    def __init__(self, run_dir: str | None, console: "Console", board: Any = None):
-        self.dir = RunDirectory(run_dir) if run_dir else None
+    def __init__(self, run_dir: RunDirectory | str | None, console: "Console", board: Any = None):
+        self.dir = run_dir if isinstance(run_dir, RunDirectory) or run_dir is None else RunDirectory(run_dir)
         self.console = console
         self.board = board  # esper_fx.tensorboard_log.Board or None
         self.events: list[dict[str, Any]] = []
@@ -180,21 +302,35 @@ class RunLog:
 
     def batch_done(self, summary: BatchSummary, events: Sequence[Event], total_episodes: int,
                    reward_components: Mapping[str, float] | None = None) -> None:
-        """The console lines, the batch's events, its metrics.csv row and its TensorBoard scalars."""
+        """The console lines (and warnings), the batch's events, its metrics.csv row and its TensorBoard
+        scalars."""
         self.console.batch_done(summary)
         for line in format_batch_lines(summary, total_episodes) + [self.console.time_line()]:
             self.console.line(line)
+        for event in events:
+            if event.severity == "warning" and event.event_type in WARNING_EVENTS:
+                self.console.warning(f"batch {summary.batch}: {event.message}")
         self.log(events)
         if self.dir is not None:
             self.dir.append_metrics(summary)
         if self.board is not None:
-            self.board.add_batch(summary, reward_components, self.console.first_action_s)
+            with _writing(self.board.log_dir):
+                self.board.add_batch(summary, reward_components, self.console.first_action_s)
+
+    def truncate_history(self, n_batches: int) -> None:
+        """On resume: metrics.csv, events.jsonl and the TensorBoard scalars keep batches 0 .. n_batches−1."""
+        if self.dir is not None:
+            self.dir.truncate_history(n_batches)
+        if self.board is not None:
+            with _writing(self.board.log_dir):
+                self.board.truncate(n_batches)
 
     def close(self) -> None:
         """Stop the progress display and flush the TensorBoard files."""
         self.console.close()
         if self.board is not None:
-            self.board.close()
+            with _writing(self.board.log_dir):
+                self.board.close()
 
 
 # Columns of metrics.csv, in order; PPO metrics are prefixed "ppo_".
@@ -202,6 +338,15 @@ METRIC_SCALARS = (
     "batch", "episodes_completed", "avg_accuracy", "rolling_avg_accuracy", "avg_reward", "entropy_coef",
     "seeds_created", "seeds_fossilized", "seeds_culled", "rollbacks", "wall_time_s",
 )
+
+
+def metric_columns(n_envs: int, ppo_keys: Iterable[str] | None) -> list[str]:
+    """metrics.csv's complete header, fixed before the first row: the scalars, one accuracy per env, the
+    action counts per op, and `ppo_<key>` for every metric the controller's update reports."""
+    columns = list(METRIC_SCALARS) + [f"env{i}_accuracy" for i in range(n_envs)]
+    for kind in ("action_counts", "successful_action_counts"):
+        columns += [f"{kind}_{op}" for op in OP_NAMES]
+    return columns + [f"ppo_{key}" for key in sorted(ppo_keys or ())]
 
 
 def flatten_metrics(entry: BatchSummary) -> dict[str, Any]:
@@ -269,6 +414,13 @@ class Console:
         else:
             print(text, file=self.stream, flush=True)
 
+    def warning(self, text: str) -> None:
+        """A line that must be seen, even when quiet: above the progress bar on a terminal, else on stderr."""
+        if self._progress is not None:
+            self._progress.console.print(f"WARNING: {text}", highlight=False, markup=False)
+        else:
+            print(f"WARNING: {text}", file=sys.stderr, flush=True)
+
     def start_at(self, batch: int) -> None:
         """A resumed run starts at `batch`: the bar and the ETA count only the batches left."""
         self._first_batch = batch
@@ -322,6 +474,32 @@ def format_duration(seconds: float) -> str:
     """h:mm:ss"""
     seconds = max(int(round(seconds)), 0)
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+# Events whose warnings are also printed on stderr (the governor's are printed as console lines).
+WARNING_EVENTS = (EventType.PPO_UPDATE_COMPLETED, EventType.NONFINITE_SKIPPED)
+
+
+def update_warning(ppo: Mapping[str, Any]) -> str | None:
+    """What to shout about an update: skipped entirely, or stopped at a step that was not finite."""
+    if ppo.get("skipped"):
+        return f"the PPO update was skipped ({ppo.get('reason', 'no valid transitions')})"
+    if ppo.get("nonfinite_skipped"):
+        return (f"the PPO update stopped at a step whose loss, gradients or new parameters were NaN or inf; "
+                f"the parameters of the last finite step are kept ({int(ppo.get('n_steps_taken', 0))} steps "
+                f"taken)")
+    return None
+
+
+def nonfinite_warning(counts: Mapping[str, int]) -> str:
+    """The NONFINITE_SKIPPED message: what the normalisers left out."""
+    parts = []
+    if counts.get("rewards"):
+        parts.append(f"{counts['rewards']} NaN/inf rewards were left out of the reward normaliser")
+    if counts.get("observation_rows"):
+        parts.append(f"{counts['observation_rows']} observation rows with NaN/inf (or overflowing) values were "
+                     f"left out of the observation normaliser")
+    return "; ".join(parts)
 
 
 def format_batch_lines(entry: BatchSummary, total_episodes: int) -> list[str]:

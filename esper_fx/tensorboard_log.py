@@ -116,13 +116,24 @@ def truncate_board(log_dir: Path, first_batch: int) -> None:
 
 class Board:
     """The TensorBoard writer of one run. It opens on the first batch it writes, dropping what an earlier
-    process wrote from that batch on (`truncate_board`), and writes the run's config as text."""
+    process wrote from that batch on (`truncate_board`; a resume already does so at its start, `truncate`),
+    and writes the run's config as text."""
 
     def __init__(self, run_dir: str | Path, config: Mapping[str, Any]):
         self.log_dir = Path(run_dir) / TB_SUBDIR
         self._config = dict(config)
         self._writer = None
         self._unavailable = False
+
+    def truncate(self, first_batch: int) -> None:
+        """Drop what an earlier process wrote from `first_batch` on, before this process writes anything: a
+        resume truncates metrics.csv and events.jsonl at its start, and TensorBoard follows at once (not only
+        at the first batch written, which a run stopped again during its start-up never reaches)."""
+        if self._writer is None and not self._unavailable:
+            try:
+                truncate_board(self.log_dir, first_batch)
+            except ImportError:
+                pass  # no tensorboard package: `_open` warns when the first batch is written
 
     def add_batch(self, summary: BatchSummary, reward_components: Mapping[str, float] | None = None,
                   first_action_s: float | None = None) -> None:
@@ -150,9 +161,9 @@ class Board:
         return self._writer
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()  # (a write error of its thread is raised here once, not again at a later close)
 
 
 def open_board(run_dir: str | Path | None, enabled: bool, config: Mapping[str, Any]) -> Board | None:

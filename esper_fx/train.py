@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
+import signal
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,13 +20,16 @@ from typing import Any, Sequence
 
 from esper_fx import compile_cache
 from esper_fx.cli_run import EXIT_INTERRUPTED, config_summary, run_from_cli  # noqa: F401 (re-exported)
-from esper_fx.config import PRESET_NAMES, TrainingConfig
+from esper_fx.config import PRESET_NAMES, TrainingConfig, absolute_paths
 from esper_fx.controller_registry import REGISTRY
+from esper_fx.errors import SetupError
+from esper_fx.stopping import exit_code, sigterm_stops, stop_signal
 
 EXIT_CONFIG_ERROR = 2
+DEFAULT_RUNS_DIR = "runs"
 
 
-class ConfigError(ValueError):
+class ConfigError(SetupError, ValueError):
     """A configuration problem reported to the user as one line, exit code 2."""
 
 
@@ -60,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--amp-dtype", dest="amp_dtype", help="float16 (default) or bfloat16")
     p.add_argument("--data-split", dest="data_split", help="shared (default) or full")
     p.add_argument("--val-samples", type=int, dest="val_samples", help="first N validation samples")
-    p.add_argument("--run-dir", dest="run_dir", metavar="DIR", help="run directory (default "
-                   "runs/<preset>-<UTC timestamp>)")
+    p.add_argument("--run-dir", dest="run_dir", metavar="DIR", help="run directory, new or empty (default "
+                   "runs/<preset>-<UTC timestamp>-<random suffix>)")
     p.add_argument("--resume", dest="resume_path", metavar="PATH", help="resume from a run directory "
                    "or checkpoint")
     p.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", metavar="N",
@@ -98,7 +103,7 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
     if args.config is not None and args.preset is not None:
         raise ConfigError("--config replaces the preset: pass either --config or --preset, not both")
     if args.resume_path is not None:
-        return _absolute_paths(_resume_config(args)), args
+        return absolute_paths(_resume_config(args)), args
     try:
         if args.config is not None:
             base = TrainingConfig.from_json(args.config)
@@ -111,17 +116,17 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
     except (ValueError, TypeError) as exc:
         raise ConfigError(str(exc)) from None
     if config.run_dir is None and config.resume_path is None:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         label = Path(args.config).stem if args.config else (args.preset or "quickstart")
-        config = config.replace(run_dir=os.path.join("runs", f"{label}-{stamp}"))
-    return _absolute_paths(config), args
+        config = config.replace(run_dir=default_run_dir(label))
+    return absolute_paths(config), args
 
 
-def _absolute_paths(config: TrainingConfig) -> TrainingConfig:
-    """Resolve the run directory and the resume path once, against the directory the user launched from."""
-    changes = {name: os.path.abspath(getattr(config, name)) for name in ("run_dir", "resume_path")
-               if getattr(config, name)}
-    return config.replace(**changes) if changes else config
+def default_run_dir(label: str, now: datetime | None = None) -> str:
+    """runs/<label>-<UTC timestamp to the millisecond>-<4 random hex digits>: two launches in the same
+    second (or millisecond) get different directories (and the run directory's lock catches the rest)."""
+    now = now or datetime.now(timezone.utc)
+    stamp = now.strftime("%Y%m%dT%H%M%S") + f".{now.microsecond // 1000:03d}Z"
+    return os.path.join(DEFAULT_RUNS_DIR, f"{label}-{stamp}-{secrets.token_hex(2)}")
 
 
 # On resume the checkpoint's config is authoritative; only these may differ (SPEC §7.8).
@@ -130,24 +135,18 @@ RESUME_OVERRIDABLE = ("n_episodes", "device", "env_devices", "run_dir", "checkpo
 
 
 def _resume_config(args: argparse.Namespace) -> TrainingConfig:
-    from esper_fx.checkpoint import CheckpointError, read_manifest, resolve_checkpoint
-
     if args.config is not None or args.preset is not None:
         raise ConfigError("--resume takes the configuration from the checkpoint: drop --config/--preset")
-    try:
-        manifest = read_manifest(args.resume_path)
-        saved = TrainingConfig.from_dict(manifest["config"])
-    except (CheckpointError, ValueError, KeyError) as exc:
-        raise ConfigError(f"cannot resume from {args.resume_path}: {exc}") from None
+    saved, run_dir = _resumed(args.resume_path)
     overrides = _overrides(args)
     overrides.pop("resume_path")
     for name, value in overrides.items():
-        current = getattr(saved, name)
-        if name not in RESUME_OVERRIDABLE and value != current and not (
-                isinstance(current, tuple) and tuple(value) == current):
-            raise ConfigError(f"--resume: {name} cannot change on resume (checkpoint has {current!r})")
-    ckpt_dir = resolve_checkpoint(args.resume_path)
-    run_dir = overrides.pop("run_dir", None) or str(ckpt_dir.parent.parent)
+        current = saved.to_dict()[name]
+        wanted = list(value) if isinstance(value, (list, tuple)) else value
+        if name not in RESUME_OVERRIDABLE and wanted != current:
+            raise ConfigError(f"--resume: {name} cannot change on resume (the checkpoint has {current!r}, "
+                              f"the command line {wanted!r})")
+    run_dir = overrides.pop("run_dir", None) or run_dir
     overrides = {k: v for k, v in overrides.items() if k in RESUME_OVERRIDABLE}
     try:
         return saved.replace(**overrides, run_dir=run_dir, resume_path=str(args.resume_path))
@@ -155,14 +154,46 @@ def _resume_config(args: argparse.Namespace) -> TrainingConfig:
         raise ConfigError(str(exc)) from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _resumed(path: str) -> tuple[TrainingConfig, str]:
+    """The configuration and the run directory a resume continues: the checkpoint's, or, for a run stopped
+    before its first checkpoint, its config.json (the run restarts from batch 0 in its directory)."""
+    from esper_fx.checkpoint import CheckpointError, NoCheckpoint, read_manifest
+    from esper_fx.preflight import restartable_run
+
     try:
-        config, args = resolve_config(argv)
-    except ConfigError as exc:
-        print(f"esper_fx.train: error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
-    return run_from_cli(config, quiet=args.quiet, compile_cache_dir=args.compile_cache_dir,
-                        compile_cache_enabled=args.compile_cache)
+        manifest = read_manifest(path)
+        source, config, run_dir = manifest["_path"], manifest["config"], str(Path(manifest["_path"]).parent.parent)
+    except NoCheckpoint as exc:
+        restart = restartable_run(path)
+        if restart is None:
+            raise ConfigError(f"cannot resume from {path!r}: {exc}") from None
+        source, run_dir = str(restart / "config.json"), str(restart)
+        try:
+            return TrainingConfig.from_json(source), run_dir
+        except ValueError as bad:
+            raise ConfigError(f"cannot resume from {path!r}: {bad}") from None
+    except CheckpointError as exc:
+        raise ConfigError(f"cannot resume from {path!r}: {exc}") from None
+    try:
+        return TrainingConfig.from_dict(config), run_dir
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"cannot resume from {source}: its config is invalid: {exc}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The exit code of one command line (see `esper_fx.cli_run`). SIGTERM is taken like Ctrl-C from the
+    start: a run stopped at any point ends with a message, never a traceback."""
+    with sigterm_stops():
+        try:
+            config, args = resolve_config(argv)
+        except ConfigError as exc:
+            print(f"esper_fx.train: error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG_ERROR
+        except KeyboardInterrupt as stop:
+            print(f"\nInterrupted ({signal.Signals(stop_signal(stop)).name}) before the run started.", file=sys.stderr)
+            return exit_code(stop_signal(stop))
+        return run_from_cli(config, quiet=args.quiet, compile_cache_dir=args.compile_cache_dir,
+                            compile_cache_enabled=args.compile_cache)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,17 @@ ADV_EPS = 1e-8  # advantage normalisation: (A − mean)/(std + 1e-8)
 EV_MIN_VAR = 1e-8  # explained variance is 0 when Var(R) <= 1e-8
 
 
+# Upper bounds on the PPO sizes: far beyond any useful run, and far below what exhausts a machine's memory
+# (an LSTM of width 100000 asked for 298 GiB).
+PPO_SIZE_LIMITS = {"lstm_hidden_dim": 4096, "update_epochs": 1000, "num_minibatches": 1024}
+COUNT_MAX = 2**62  # the bound of every other count (episodes to anneal over, the heuristic's epoch counts)
+
+
+def _store(settings: Any, name: str, value: Any) -> None:
+    """Set a field of a frozen settings dataclass to its checked value (a whole-number float -> int)."""
+    object.__setattr__(settings, name, value)
+
+
 @dataclass(frozen=True)
 class PPOConfig:
     """Every settable PPO hyperparameter (frozen and hashable: a static jit argument).
@@ -82,13 +93,16 @@ class PPOConfig:
         check.boolean("clip_value", self.clip_value)
         check.boolean("horizon_bootstrap", self.horizon_bootstrap)
         for name in ("update_epochs", "num_minibatches", "lstm_hidden_dim"):
-            check.at_least_one(name, getattr(self, name))
+            _store(self, name, check.at_least_one(name, getattr(self, name)))
+            check.at_most(name, getattr(self, name), PPO_SIZE_LIMITS[name])
+        _store(self, "entropy_anneal_episodes",
+               check.int_between("entropy_anneal_episodes", self.entropy_anneal_episodes, 0, COUNT_MAX))
         check.in_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check.in_range("clip_ratio", self.clip_ratio, 0.0, 1.0, low_open=True)
         check.in_range("gae_lambda", self.gae_lambda, 0.0, 1.0, low_open=False)
         for name in ("lr", "adam_eps", "value_clip", "max_grad_norm"):
             check.positive(name, getattr(self, name))
-        for name in ("entropy_coef", "entropy_coef_min", "value_coef", "weight_decay", "entropy_anneal_episodes"):
+        for name in ("entropy_coef", "entropy_coef_min", "value_coef", "weight_decay"):
             check.non_negative(name, getattr(self, name))
         for name in ("entropy_coef_start", "entropy_coef_end"):
             if getattr(self, name) is not None:
@@ -175,7 +189,7 @@ class RewardSettings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "reward_family", check.enum("reward_family", RewardFamily, self.reward_family))
         object.__setattr__(self, "reward_mode", check.enum("reward_mode", RewardMode, self.reward_mode))
-        check.positive("param_budget", self.param_budget)
+        _store(self, "param_budget", check.at_least_one("param_budget", self.param_budget))
         check.positive("sparse_reward_scale", self.sparse_reward_scale)
         check.non_negative("param_penalty_weight", self.param_penalty_weight)
         reward_fn_name(self.reward_family, self.reward_mode)
@@ -223,17 +237,18 @@ class HeuristicConfig:
 
     def __post_init__(self) -> None:
         if self.blueprint_rotation is not None:
-            if isinstance(self.blueprint_rotation, str):
-                raise ValueError("heuristic.blueprint_rotation must be a list of blueprint names")
-            object.__setattr__(self, "blueprint_rotation", tuple(self.blueprint_rotation))
-        if self.blend not in BLEND_NAMES:
+            _store(self, "blueprint_rotation", check.string_list("heuristic.blueprint_rotation",
+                                                                 self.blueprint_rotation))
+        if not isinstance(self.blend, str) or self.blend not in BLEND_NAMES:
             raise ValueError(f"heuristic.blend must be one of {list(BLEND_NAMES)} (got {self.blend!r})")
         for name in ("plateau_epochs_to_germinate", "min_epochs_before_germinate",
                      "cull_after_epochs_without_improvement", "embargo_epochs_after_cull"):
-            if not check.integer(f"heuristic.{name}", getattr(self, name)) >= 0:
-                raise ValueError(f"heuristic.{name} must be >= 0 (got {getattr(self, name)})")
+            _store(self, name, check.int_between(f"heuristic.{name}", getattr(self, name), 0, COUNT_MAX))
         for name in ("blueprint_penalty_on_cull", "blueprint_penalty_threshold", "blueprint_penalty_decay"):
             check.non_negative(f"heuristic.{name}", getattr(self, name))
+        for name in ("cull_if_accuracy_drops_by", "min_improvement_to_fossilize",
+                     "ransomware_contribution_threshold", "ransomware_improvement_threshold"):
+            check.number(f"heuristic.{name}", getattr(self, name))
 
     def rotation(self, topology: str) -> tuple[str, ...]:
         return self.blueprint_rotation or default_rotation(topology)

@@ -10,6 +10,9 @@ where δ = μ_b − mean is taken before the update.
 `RewardNormalizer` (§12.9): a scalar Welford (count, mean, M2) shared by every env. Each reward, in
 production order, first updates the statistics and is then divided (no mean subtraction) by
 max(1e-8, √(M2/(count − 1))) and clipped to ±10; while count < 2 the reward is only clipped.
+
+Both skip non-finite input: an observation row or a reward holding NaN or inf (a user's reward function,
+an overflow) is left out of the statistics, which therefore stay finite for the rest of the run.
 """
 
 from __future__ import annotations
@@ -54,18 +57,34 @@ class RunningMeanStd:
     def update(self, batch: jax.Array, mask: jax.Array | None = None) -> "RunningMeanStd":
         """Merge a batch `[..., *shape]` (leading axes flattened); rows where `mask` is False are ignored.
 
-        A batch with no (unmasked) rows returns the state unchanged.
+        A batch with no (unmasked, finite) rows returns the state unchanged; see `update_counted`.
+        """
+        return self.update_counted(batch, mask)[0]
+
+    def update_counted(self, batch: jax.Array, mask: jax.Array | None = None) -> tuple["RunningMeanStd", jax.Array]:
+        """`update`, and how many unmasked rows it left out for holding NaN or inf (int32 scalar).
+
+        A row with any non-finite feature never reaches the statistics; a batch whose merge would overflow
+        them (finite but huge values) is left out whole, so the state is always finite.
         """
         chex.assert_equal_shape_suffix([jnp.asarray(batch), self.mean], self.mean.ndim)
         x = jnp.asarray(batch, jnp.float32).reshape((-1,) + self.mean.shape)
         w = jnp.ones(x.shape[:1], jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32).reshape(-1)
         chex.assert_shape(w, x.shape[:1])
+        features = tuple(range(1, x.ndim))
+        finite = jnp.all(jnp.isfinite(x), axis=features)
+        bad_rows = jnp.sum((w > 0) & ~finite).astype(jnp.int32)
+        w = jnp.where(finite, w, 0.0)
+        x = jnp.where(finite.reshape((-1,) + (1,) * self.mean.ndim), x, 0.0)
         n = jnp.sum(w)
         wx = w.reshape((-1,) + (1,) * self.mean.ndim)
         mu_b = jnp.sum(wx * x, axis=0) / jnp.maximum(n, 1.0)
         var_b = jnp.sum(wx * (x - mu_b) ** 2, axis=0) / jnp.maximum(n, 1.0)
         new = self._merge(mu_b, var_b, n)
-        return jax.tree.map(lambda a, b: jnp.where(n > 0, a, b), new, self)
+        merged_ok = jnp.all(jnp.isfinite(new.mean)) & jnp.all(jnp.isfinite(new.var)) & jnp.isfinite(new.count)
+        take = (n > 0) & merged_ok
+        skipped = bad_rows + jnp.where((n > 0) & ~merged_ok, n, 0.0).astype(jnp.int32)
+        return jax.tree.map(lambda a, b: jnp.where(take, a, b), new, self), skipped
 
     def _merge(self, mu_b: jax.Array, var_b: jax.Array, n: jax.Array) -> "RunningMeanStd":
         delta = mu_b - self.mean
@@ -123,7 +142,9 @@ class RewardNormalizer:
     def update_and_normalize(
         self, rewards: jax.Array, mask: jax.Array | None = None
     ) -> tuple["RewardNormalizer", jax.Array]:
-        """Process a 1-D sequence in order; entries with `mask` False are scaled without an update."""
+        """Process a 1-D sequence in order; entries with `mask` False are scaled without an update, and so
+        is a reward that is NaN or ±inf or would make the statistics overflow (its scaled value is NaN or
+        ±clip: the statistics stay finite for every later reward)."""
         chex.assert_type(jnp.asarray(rewards), float)
         r = jnp.asarray(rewards, jnp.float32).reshape(-1)
         m = jnp.ones(r.shape, bool) if mask is None else jnp.asarray(mask, bool).reshape(-1)
@@ -136,6 +157,7 @@ class RewardNormalizer:
             delta = x - mean
             mean1 = mean + delta / c1
             m2_1 = m2 + delta * (x - mean1)
+            use = use & jnp.isfinite(x) & jnp.isfinite(mean1) & jnp.isfinite(m2_1)  # NaN/inf never enter
             count, mean, m2 = (jnp.where(use, a, b) for a, b in ((c1, count), (mean1, mean), (m2_1, m2)))
             return (count, mean, m2), self._scale(x, count, m2)
 

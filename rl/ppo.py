@@ -9,7 +9,8 @@
 - `update(train_state, rollout, key, cfg, n_envs)` (§11.5), one jitted call: GAE per env, explained variance,
   global advantage normalisation, then update_epochs × num_minibatches steps over permuted env groups
   (array-split semantics). approx_kl is checked before every gradient step (stop above 1.5·target_kl,
-  ending the whole update); a non-finite loss or gradient skips the step and ends the update.
+  ending the whole update); a non-finite loss, gradient, new parameter or optimizer moment skips the step
+  (the previous parameters and optimizer state are kept) and ends the update.
   `train_steps` increments unless there was no valid transition at all.
 """
 
@@ -457,11 +458,15 @@ def _minibatch_step(loop: _LoopState, batch: Batch, u, g, beta, static: _Static)
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(loop.flat_params)
     metrics = {**aux, **flat_grad_norms(grads, static.segments)}
     kl_stop = jnp.asarray(False) if cfg.kl_stop is None else aux["approx_kl"] > cfg.kl_stop
-    finite = jnp.isfinite(loss) & jnp.all(jnp.isfinite(grads))
-    take = ~kl_stop & finite
     updates, opt_state = static.tx.update(grads, loop.opt_state, loop.flat_params)
+    new_params = loop.flat_params + updates
+    # the step is taken only if everything it reads and writes is finite: a NaN or inf loss, gradient,
+    # new parameter or optimizer moment (an overflowing step) keeps the previous ones
+    finite = (jnp.isfinite(loss) & jnp.all(jnp.isfinite(grads)) & jnp.all(jnp.isfinite(new_params))
+              & _all_finite(opt_state))
+    take = ~kl_stop & finite
     return _LoopState(
-        flat_params=jnp.where(take, loop.flat_params + updates, loop.flat_params),
+        flat_params=jnp.where(take, new_params, loop.flat_params),
         opt_state=jax.tree.map(lambda new, old: jnp.where(take, new, old), opt_state, loop.opt_state),
         stopped=~take,
         early_stop=jnp.where(kl_stop, jnp.stack([u + 1, g]).astype(jnp.int32), loop.early_stop),
@@ -470,6 +475,12 @@ def _minibatch_step(loop: _LoopState, batch: Batch, u, g, beta, static: _Static)
         sums=jax.tree.map(lambda s, x: s + jnp.where(take, x, 0.0), loop.sums, metrics),
         check=metrics,
     )
+
+
+def _all_finite(tree: Any) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
 def _metric_template(static: _Static, flat_params, data: Batch, beta) -> dict:

@@ -5,14 +5,16 @@ dataset, where it was looked for, what to install or download, and the offline t
 instead. **[fix]** The reference silently fell back to random mock data.
 
 CIFAR-10 is read from the torchvision on-disk format (`<data_root>/cifar-10-batches-py`, Python
-pickles). When the directory is absent and download is allowed, torchvision's CIFAR10 downloads and
-verifies it first. TinyStories needs the `text` extra (tiktoken, datasets); its windowing is the
+pickles) with a restricted unpickler that admits numpy arrays only: a planted file cannot run code, and a
+malformed one is the clear unreadable-dataset error. When the directory is absent and download is
+allowed, torchvision's CIFAR10 downloads and verifies it first (a failed attempt leaves nothing behind). TinyStories needs the `text` extra (tiktoken, datasets); its windowing is the
 pure function `chunk_tokens`, testable without either package.
 """
 
 from __future__ import annotations
 
 import pickle
+import shutil
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -49,14 +51,43 @@ def _cifar_missing(root: Path, reason: str) -> DatasetUnavailableError:
     )
 
 
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickles a CIFAR-10 batch file and nothing else: only numpy's array reconstruction may be named,
+    so a planted pickle cannot run code (it fails with UnpicklingError instead)."""
+
+    ALLOWED = frozenset({
+        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+        ("numpy", "ndarray"), ("numpy", "dtype"),
+        ("_codecs", "encode"),  # how protocol-2 pickles written by Python 3 spell a bytes object
+    })
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a CIFAR-10 batch file")
+        return super().find_class(module, name)
+
+
+def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(images uint8 [N,3,32,32], labels int64 [N]) of one batch file; ValueError if it is not one."""
+    with open(path, "rb") as fh:
+        entry = _CifarUnpickler(fh, encoding="latin1").load()
+    if not isinstance(entry, dict):
+        raise ValueError(f"{path.name} holds a {type(entry).__name__}, not a CIFAR-10 batch")
+    entry = {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in entry.items()}
+    data = entry.get("data")
+    labels = entry.get("labels", entry.get("fine_labels"))
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+        raise ValueError(f"{path.name} has no uint8 'data' array of shape [N, 3072]")
+    labels = np.asarray(labels if isinstance(labels, (list, np.ndarray)) else [], dtype=np.int64).reshape(-1)
+    if labels.shape[0] != data.shape[0] or not np.all((labels >= 0) & (labels < 10)):
+        raise ValueError(f"{path.name} has no 'labels' list of {data.shape[0]} classes in 0..9")
+    return data.reshape(-1, 3, 32, 32), labels
+
+
 def _read_cifar_batches(folder: Path, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    images, labels = [], []
-    for name in names:
-        with open(folder / name, "rb") as fh:
-            entry = pickle.load(fh, encoding="latin1")
-        images.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        labels.append(np.asarray(entry.get("labels", entry.get("fine_labels")), dtype=np.int64))
-    return np.concatenate(images), np.concatenate(labels)
+    parts = [_read_cifar_batch(folder / name) for name in names]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 def _download_cifar(root: Path) -> None:
@@ -66,22 +97,33 @@ def _download_cifar(root: Path) -> None:
         CIFAR10(str(root), train=train, download=True)
 
 
+def _download_or_explain(root: Path) -> None:
+    """Download CIFAR-10 into root; on failure remove what the attempt created and raise the clear error."""
+    created = None if root.exists() else root
+    try:
+        _download_cifar(root)
+    except Exception as exc:  # network, disk or integrity failure: all mean "not available"
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise _cifar_missing(root, f"download failed: {type(exc).__name__}: {exc}") from exc
+
+
 def load_cifar10(data_root: str | Path, download: bool = True):
     """(x_train uint8 [50000,3,32,32], y_train int64, x_test uint8, y_test int64) as CPU tensors."""
     root = Path(data_root)
     folder = root / CIFAR_DIR
+    if root.exists() and not root.is_dir():
+        raise _cifar_missing(root, "data_root is not a directory")
     files = CIFAR_TRAIN_FILES + CIFAR_TEST_FILES
     if not all((folder / f).is_file() for f in files):
         if not download:
             raise _cifar_missing(root, "files missing and download disabled")
-        try:
-            _download_cifar(root)
-        except Exception as exc:  # network, disk or integrity failure: all mean "not available"
-            raise _cifar_missing(root, f"download failed: {type(exc).__name__}: {exc}") from exc
+        _download_or_explain(root)
     try:
         x_train, y_train = _read_cifar_batches(folder, CIFAR_TRAIN_FILES)
         x_test, y_test = _read_cifar_batches(folder, CIFAR_TEST_FILES)
-    except (OSError, pickle.UnpicklingError, KeyError, ValueError, EOFError) as exc:
+    except (OSError, pickle.UnpicklingError, KeyError, ValueError, EOFError, TypeError, AttributeError,
+            IndexError, MemoryError) as exc:
         raise _cifar_missing(root, f"unreadable files: {type(exc).__name__}: {exc}") from exc
     return tuple(torch.from_numpy(a) for a in (x_train, y_train, x_test, y_test))
 
@@ -165,7 +207,8 @@ def _stories(split: str, data_root: Path, max_samples: int | None) -> list[str]:
 def load_tinystories(data_root: str | Path, max_samples: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(train blocks, validation blocks): int32 [n, 257] CPU tensors of GPT-2 tokens."""
     root = Path(data_root)
-    encode = gpt2_encoder(root)
-    train = token_blocks(_stories("train", root, max_samples), encode)
-    val = token_blocks(_stories("validation", root, max_samples), encode)
-    return train, val
+    if root.exists() and not root.is_dir():
+        raise _tinystories_missing("data_root is not a directory", root)
+    stories = {split: _stories(split, root, max_samples) for split in ("train", "validation")}
+    encode = gpt2_encoder(root)  # after the data: a missing dataset is reported before any tokenizer download
+    return token_blocks(stories["train"], encode), token_blocks(stories["validation"], encode)

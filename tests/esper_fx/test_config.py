@@ -177,3 +177,51 @@ def test_from_json_reports_file_problems(tmp_path):
     ok = tmp_path / "ok.json"
     ok.write_text(json.dumps({"n_envs": 2, "task": "shapes10"}))
     assert TrainingConfig.from_json(ok).n_envs == 2
+
+
+# Issue 12, defect 10: non-finite and ill-typed values were accepted.
+@pytest.mark.parametrize("kwargs, field", [
+    ({"lr": math.inf}, "lr"), ({"lr": math.nan}, "lr"), ({"adam_eps": math.inf}, "adam_eps"),
+    ({"entropy_coef": math.inf}, "entropy_coef"), ({"entropy_coef_start": math.nan}, "entropy_coef_start"),
+    ({"plateau_threshold": math.nan}, "plateau_threshold"), ({"plateau_threshold": math.inf}, "plateau_threshold"),
+    ({"improvement_threshold": -math.inf}, "improvement_threshold"), ({"max_grad_norm": math.inf}, "max_grad_norm"),
+    ({"value_coef": math.inf}, "value_coef"), ({"param_penalty_weight": math.inf}, "param_penalty_weight"),
+    ({"param_budget": math.inf}, "param_budget"), ({"param_budget": 1.5}, "param_budget"),
+    ({"heuristic": {"cull_if_accuracy_drops_by": "2"}}, "heuristic.cull_if_accuracy_drops_by"),
+    ({"heuristic": {"min_improvement_to_fossilize": math.nan}}, "heuristic.min_improvement_to_fossilize"),
+    ({"heuristic": {"ransomware_contribution_threshold": math.inf}}, "heuristic.ransomware_contribution_threshold"),
+    ({"heuristic": {"blueprint_penalty_decay": math.inf}}, "heuristic.blueprint_penalty_decay"),
+    ({"heuristic": {"plateau_epochs_to_germinate": 2.5}}, "heuristic.plateau_epochs_to_germinate"),
+    ({"slots": {"r0c1": True}}, "slots"), ({"slots": [1]}, "slots"), ({"entropy_anneal_episodes": 2.5},
+                                                                      "entropy_anneal_episodes"),
+    # issue 12, defect 12: values that crashed (or exhausted memory) after the run directory was written
+    ({"seed": 2**63}, "seed"), ({"seed": -(2**63) - 1}, "seed"), ({"data_seed": 2**64}, "data_seed"),
+    ({"run_dir": 5}, "run_dir"), ({"run_dir": ""}, "run_dir"), ({"resume_path": 5}, "resume_path"),
+    ({"env_devices": [1]}, "env_devices"), ({"env_devices": []}, "env_devices"), ({"device": "banana"}, "device"),
+    ({"lstm_hidden_dim": 100000}, "lstm_hidden_dim"), ({"n_envs": 10**6}, "n_envs"),
+    ({"max_epochs": 10**8}, "max_epochs"), ({"synthetic_train_samples": 10**12}, "synthetic_train_samples"),
+    ({"data_root": ""}, "data_root"), ({"controller": None}, "controller"),
+])
+def test_non_finite_ill_typed_and_oversized_values_are_rejected_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError) as info:
+        TrainingConfig(**kwargs)
+    assert field in str(info.value)
+
+
+def test_whole_number_floats_become_ints():
+    """Issue 12, defect 12: `"n_envs": 2.0` was validated as an int but kept as a float."""
+    c = TrainingConfig.from_dict({"n_envs": 2.0, "max_epochs": 6.0, "seed": 7.0, "lstm_hidden_dim": 64.0,
+                                  "batch_size_per_env": 32.0, "entropy_anneal_episodes": 4.0,
+                                  "heuristic": {"plateau_epochs_to_germinate": 2.0}})
+    for value in (c.n_envs, c.max_epochs, c.chunk_length, c.seed, c.lstm_hidden_dim, c.batch_size_per_env,
+                  c.entropy_anneal_episodes, c.heuristic.plateau_epochs_to_germinate):
+        assert type(value) is int
+    assert '"n_envs": 2,' in json.dumps(c.to_dict()) and '"seed": 7,' in json.dumps(c.to_dict())
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
+    """Issue 12, defect 15: the non-UTF-8 config error did not name the file."""
+    path = tmp_path / "latin.json"
+    path.write_bytes(b"{\"task\": \"caf\xe9\"}")
+    with pytest.raises(ValueError, match="latin.json is not UTF-8"):
+        TrainingConfig.from_json(path)

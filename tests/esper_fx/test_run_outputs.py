@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 import csv
+import fcntl
 import html.parser
 import io
+import json
 import os
 import shutil
 import signal
@@ -25,8 +27,8 @@ import esper_fx
 from esper_fx import loop, plots, report
 from esper_fx.config import TrainingConfig
 from esper_fx.history import BatchSummary
-from esper_fx.tensorboard_log import TB_SUBDIR, batch_scalars
-from esper_fx.telemetry import Console
+from esper_fx.tensorboard_log import TB_SUBDIR, Board, batch_scalars
+from esper_fx.telemetry import LOCK_NAME, Console
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = dict(task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256,
@@ -362,6 +364,88 @@ def test_a_failing_plot_is_reported_in_the_page_and_the_rest_is_written(finished
 
 def test_report_command_fails_cleanly_on_a_directory_without_a_run(tmp_path):
     assert report.main([str(tmp_path)]) == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# with issue 12's run directory: the batch commit, truncation on resume, the lock, stops
+# ----------------------------------------------------------------------------------------------
+
+
+def test_a_stop_inside_the_scalars_of_a_batch_keeps_tensorboard_with_the_checkpoint_and_metrics_csv(tmp_path,
+                                                                                                   monkeypatch):
+    """The TensorBoard scalars belong to the batch's commit: a stop while they are written waits for the
+    commit, so the checkpoint, metrics.csv and TensorBoard hold the same batches, and after the resume too."""
+    config = tiny(controller="random", n_episodes=6, checkpoint_every=1, report=False)
+    original, calls = Board.add_batch, {"n": 0}
+
+    def interrupting(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Board, "add_batch", interrupting)
+    with pytest.raises(loop.Interrupted) as info:
+        esper_fx.run(config, run_dir=tmp_path / "r")
+    monkeypatch.undo()
+    done = json.loads((Path(info.value.checkpoint) / "manifest.json").read_text())["next_batch_idx"]
+    assert done == 2
+    assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1]
+    assert [int(r["batch"]) for r in metrics_rows(tmp_path / "r")] == [0, 1]
+    esper_fx.run(config.replace(resume_path=str(tmp_path / "r")), run_dir=tmp_path / "r")
+    board, rows = read_board(tmp_path / "r"), metrics_rows(tmp_path / "r")
+    assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1, 2]
+    assert [board["timing/batch_s"][int(r["batch"])] for r in rows] == [float(r["wall_time_s"]) for r in rows]
+
+
+def test_a_resume_stopped_before_its_first_batch_leaves_tensorboard_as_metrics_csv(tmp_path):
+    """A resume truncates metrics.csv and events.jsonl at its start; TensorBoard follows at once, so a resume
+    stopped again before it finished a batch leaves no scalars of batches metrics.csv no longer has."""
+    config = tiny(controller="random", n_episodes=6, checkpoint_every=1, report=False)
+    esper_fx.run(config, run_dir=tmp_path / "r")
+    resumed = config.replace(resume_path=str(tmp_path / "r" / "checkpoints" / "batch-000001"))
+    pool = loop.build_pool(resumed)
+    original = pool.apply
+
+    def interrupting_apply(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(*args, **kwargs)
+
+    pool.apply = interrupting_apply
+    with pytest.raises(loop.Interrupted):
+        esper_fx.run(resumed, run_dir=tmp_path / "r", pool=pool)
+    assert [int(r["batch"]) for r in metrics_rows(tmp_path / "r")] == [0, 1]
+    assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1]
+
+
+def test_the_report_reads_a_run_directory_whose_lock_is_held(finished, tmp_path):
+    """The report takes no lock: it works on the directory of a run that is still running."""
+    _, run_dir, _ = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("plots", "report.html"))
+    with open(copy / LOCK_NAME, "a+b") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert report.main([str(copy)]) == 0
+        assert len(parse_page(copy / report.REPORT_NAME).images) == len(check_pngs(copy / report.PLOTS_SUBDIR))
+
+
+def test_a_stop_while_the_report_is_drawn_only_skips_the_report(tmp_path, monkeypatch, capsys):
+    """The run is complete when its report is drawn: SIGTERM (or Ctrl-C) there skips the report, keeps the
+    run's result and says how to write the report later."""
+    original = report.write_report
+
+    def stopped(run_dir):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return original(run_dir)
+
+    monkeypatch.setattr(report, "write_report", stopped)
+    result = esper_fx.run(tiny(controller="wait", n_episodes=2), run_dir=tmp_path / "r")
+    assert result.report_path is None and [h.batch for h in result.history] == [0]
+    assert (tmp_path / "r" / "summary.json").exists() and (tmp_path / "r" / "checkpoints" / "final").exists()
+    assert not (tmp_path / "r" / report.REPORT_NAME).exists()
+    assert f"report not written (SIGTERM): python -m esper_fx.report {tmp_path / 'r'}" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert report.main([str(tmp_path / "r")]) == 0
 
 
 # ----------------------------------------------------------------------------------------------

@@ -162,3 +162,34 @@ def test_masked_rewards_are_scaled_without_updating_the_statistics():
                                                               jnp.array([True, True, False, True]))
     np.testing.assert_allclose(state.stats(), (3.0, 4.0, 8.0), rtol=1e-6)
     np.testing.assert_allclose(out, [2.0, 2.8284, 10.0, 3.0], atol=1e-4)
+
+
+def test_non_finite_observation_rows_are_left_out_and_counted():
+    """Issue 12, defect 8: one NaN row poisoned the observation normaliser for good."""
+    rng = np.random.default_rng(0)
+    clean = rng.normal(size=(6, 3)).astype(np.float32)
+    dirty = np.concatenate([clean[:2], [[np.nan, 0, 0]], clean[2:4], [[0, np.inf, 0]], clean[4:]]).astype(np.float32)
+    for momentum in (None, 0.99):
+        state = RunningMeanStd.init(3, momentum)
+        got, skipped = jax.jit(lambda s, x: s.update_counted(x))(state, jnp.asarray(dirty))
+        want = state.update(jnp.asarray(clean))
+        assert int(skipped) == 2
+        chex.assert_trees_all_close(got, want, rtol=1e-6)
+
+
+def test_an_overflowing_observation_batch_is_left_out_whole():
+    state = RunningMeanStd.init(2)
+    got, skipped = state.update_counted(jnp.asarray([[3e38, 0.0], [-3e38, 0.0]], jnp.float32))
+    assert int(skipped) == 2 and bool(jnp.all(jnp.isfinite(got.var)))
+    chex.assert_trees_all_equal(got, state)
+
+
+def test_non_finite_rewards_never_reach_the_reward_statistics():
+    """Issue 12, defect 8: one NaN or huge reward made mean/M2 NaN or inf for the rest of the run."""
+    rewards = jnp.asarray([1.0, np.nan, 2.0, np.inf, -np.inf, 3.0, 3e38, -3e38, 4.0], jnp.float32)
+    state, out = jax.jit(lambda s, r: s.update_and_normalize(r))(RewardNormalizer.init(), rewards)
+    want, _ = RewardNormalizer.init().update_and_normalize(jnp.asarray([1.0, 2.0, 3.0, 4.0], jnp.float32))
+    assert all(np.isfinite(v) for v in state.stats())
+    assert np.allclose(state.stats(), want.stats(), rtol=1e-6)
+    later, scaled = state.update_and_normalize(jnp.asarray([5.0], jnp.float32))
+    assert np.all(np.isfinite(np.asarray(scaled))) and all(np.isfinite(v) for v in later.stats())

@@ -509,3 +509,15 @@ def test_the_mlp_variant_updates_with_an_empty_carry():
     new, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG, E)
     assert int(metrics["n_steps_taken"]) == 1 and abs(float(metrics["ratio_max"]) - 1) < 1e-5
     assert not tree_equal(new.params, state.params)
+
+
+def test_a_step_that_would_write_non_finite_parameters_keeps_the_old_ones(fresh):
+    """Issue 12, defect 9: the guard checked loss and gradients but not the parameters after the step, so a
+    learning rate that overflows float32 (1e39 passes as a finite python float) wrote NaN parameters."""
+    state, ro = fresh
+    overflowing = ppo.PPOConfig(lr=1e39)
+    new, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), overflowing, E)
+    m = metrics_to_python(metrics)
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(new.params))
+    assert m["nonfinite_skipped"] is True and m["n_steps_taken"] == 0
+    assert tree_equal(new.params, state.params) and tree_equal(new.opt_state, state.opt_state)

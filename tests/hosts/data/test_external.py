@@ -162,3 +162,61 @@ def test_tinystories_loader_with_fake_packages_keeps_the_first_max_samples(tmp_p
     assert train.shape == (3, 257) and val.shape == (1, 257)  # 400 tokens -> 2 windows, "cd" -> 1
     data = load_task_data(get_task("tinystories"), "cpu", data_root=tmp_path, max_samples=1)
     assert data.kind == "lm" and data.n_train == 2 and data.x_train.dtype == torch.int32
+
+
+# ------------------------------------------------------------------------------------------
+# issue 12: hostile or malformed files, and what is checked first
+# ------------------------------------------------------------------------------------------
+
+
+def test_a_planted_cifar_pickle_cannot_run_code(tmp_path, monkeypatch):
+    """Issue 12, defect 16: the CIFAR-10 batch files were unpickled without restriction."""
+    write_cifar10_fixture(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    planted = b"cos\nsystem\n(S'touch PWNED'\ntR."
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").write_bytes(planted)
+    with pytest.raises(X.DatasetUnavailableError, match="os.system is not allowed") as info:
+        X.load_cifar10(tmp_path, download=False)
+    assert not (tmp_path / "PWNED").exists() and "shapes10" in str(info.value)
+
+
+@pytest.mark.parametrize("entry", [
+    [1, 2, 3], {"labels": [1]}, {"data": np.zeros((2, 3072), np.float32), "labels": [1, 2]},
+    {"data": np.zeros((2, 3072), np.uint8), "labels": [1]}, {"data": np.zeros((2, 3072), np.uint8), "labels": [1, 12]},
+    {"data": np.zeros((2, 10), np.uint8), "labels": [1, 2]},
+])
+def test_a_malformed_cifar_batch_is_the_clear_dataset_error(tmp_path, entry):
+    import pickle
+
+    write_cifar10_fixture(tmp_path)
+    with open(tmp_path / "cifar-10-batches-py" / "test_batch", "wb") as fh:
+        pickle.dump(entry, fh, protocol=2)
+    with pytest.raises(X.DatasetUnavailableError, match="unreadable files"):
+        X.load_cifar10(tmp_path, download=False)
+
+
+def test_a_failed_download_leaves_no_directory_behind(tmp_path, monkeypatch):
+    def half_download(root):
+        (root / "cifar-10-batches-py").mkdir(parents=True)
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(X, "_download_cifar", half_download)
+    with pytest.raises(X.DatasetUnavailableError, match="download failed"):
+        X.load_cifar10(tmp_path / "data", download=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tinystories_checks_its_data_before_fetching_a_tokenizer(tmp_path, monkeypatch):
+    """Issue 12, defect 12: a TinyStories run needed a tokenizer download before it checked its data."""
+    fetched = []
+    monkeypatch.setattr(X, "gpt2_encoder", lambda root: fetched.append(root) or (lambda text: [1]))
+
+    class Offline:
+        @staticmethod
+        def load_dataset(*args, **kwargs):
+            raise ConnectionError("offline")
+
+    monkeypatch.setitem(sys.modules, "datasets", Offline)
+    with pytest.raises(X.DatasetUnavailableError, match="offline"):
+        X.load_tinystories(tmp_path)
+    assert fetched == []

@@ -1,0 +1,20 @@
+"""The fuzz of bad inputs (tests/esper_fx/bad_inputs.py): every one is a clean rejection (issue 12, defect 12).
+
+Each of the ~180 cases (command-line flags, JSON configs, filesystem situations) must end with exit code 2,
+one line on stderr naming the problem, no traceback, and nothing written. Most run in-process; the few
+that need a full disk or a read-only mount run in a subprocess inside a private mount namespace.
+"""
+
+import pytest
+
+from tests.esper_fx import bad_inputs
+
+
+@pytest.mark.slow
+def test_every_bad_input_is_rejected_cleanly_with_nothing_written(tmp_path):
+    outcomes = bad_inputs.run_all(workdir=tmp_path)
+    counts = bad_inputs.counts(outcomes)
+    assert counts["cases"] >= 100
+    bad = [o.describe() for o in outcomes if not o.clean]
+    assert not bad, "\n".join(bad)
+    assert counts["clean"] == counts["cases"] and counts["tracebacks"] == 0
