@@ -142,10 +142,10 @@ def test_a_stop_during_start_up_prints_no_traceback(tmp_path, monkeypatch, capsy
     monkeypatch.chdir(tmp_path)
     (tmp_path / "c.json").write_text(json.dumps(TINY))
 
-    def stopped(config):
+    def stopped(config, say=print):
         os.kill(os.getpid(), signum)
 
-    monkeypatch.setattr(cli_run, "_limit_cpu_threads", stopped)
+    monkeypatch.setattr(cli_run, "limit_cpu_threads", stopped)
     assert main(["--config", "c.json", "--run-dir", "r", "--quiet"]) == code
     err = capsys.readouterr().err
     assert "Traceback" not in err and "nothing to resume" in err
