@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from esper_fx.contracts import TOPOLOGIES, SeedStage, sort_slot_ids
+from hosts.models.layout import to_layout
 from hosts.seeds.blending import DEFAULT_BLEND
 from hosts.seeds.lifecycle import GateResult
 from hosts.seeds.slot_report import SlotReport
@@ -14,13 +15,14 @@ from hosts.seeds.slot import SeedSlot
 
 class MorphogeneticModel(nn.Module):
     """`host` must provide injection_specs(), forward_to_segment() and forward_from_segment().
-    `slots` are the enabled slot ids; each gets a SeedSlot of that injection point's width."""
+    `slots` are the enabled slot ids; each gets a SeedSlot of that injection point's width. A CNN host is
+    put in the channels_last layout (`hosts.models.layout`), and its slots place their seeds the same way."""
 
     def __init__(self, host: nn.Module, slots, topology: str, *, task_config: object | None = None) -> None:
         super().__init__()
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}; expected one of {list(TOPOLOGIES)}")
-        self.host, self.topology = host, topology
+        self.host, self.topology = to_layout(host, topology), topology
         specs = {spec.slot_id: spec for spec in host.injection_specs()}
         for slot_id in slots:
             if slot_id not in specs:
