@@ -47,6 +47,29 @@ class MorphogeneticModel(nn.Module):
             prev = slot_id
         return self.host.forward_from_segment(prev, x)
 
+    def forward_with_counterfactuals(self, x: torch.Tensor, cf_slots) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The real output and, per slot in `cf_slots`, the output with that slot's seed left out (what
+        `force_alpha(0.0)` on it gives), from one pass.
+
+        The host up to the first counterfactual slot runs once. At each counterfactual slot the input the
+        slot received on the real branch joins the batch as a new branch that skips the slot; from there
+        on every branch runs stacked along the batch dimension (a seed, a blend gate and an eval-mode host
+        act on each sample alone, so stacking changes nothing but float reassociation).
+        """
+        wanted = set(cf_slots)
+        if not wanted:
+            return self(x), {}
+        n, prev, branches = x.shape[0], None, []
+        for slot_id in self.slot_order:
+            h = self.host.forward_to_segment(slot_id, x, prev)
+            x = self.slots[slot_id](h)
+            if slot_id in wanted:
+                x = torch.cat([x, h[:n]])
+                branches.append(slot_id)
+            prev = slot_id
+        outputs = self.host.forward_from_segment(prev, x).split(n)
+        return outputs[0], dict(zip(branches, outputs[1:]))
+
     def slot(self, slot_id: str) -> SeedSlot:
         """The SeedSlot of an enabled slot id; unknown ids raise ValueError listing the enabled ones."""
         if slot_id not in self.slots:
