@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 from esper_fx import controllers as ctl  # noqa: E402
 from esper_fx import step as S  # noqa: E402
 from esper_fx.config import TrainingConfig  # noqa: E402
-from esper_fx.contracts import ACTION_HEADS, EventType  # noqa: E402
+from esper_fx.contracts import ACTION_HEADS, EventType, SignalColumn, signal_columns  # noqa: E402
 from esper_fx.env_bridge import BridgedPool  # noqa: E402
 from esper_fx.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary  # noqa: E402
 from esper_fx.history import SKIPPED_UPDATE, summarize_batch  # noqa: E402
@@ -146,14 +146,19 @@ class Runner:
     device: jax.Device
     step_fn: Callable
     bootstrap_fn: Callable | None
+    episode_fn: Callable
+    columns: dict[str, SignalColumn]
 
     @classmethod
     def build(cls, config: TrainingConfig, spec: ctl.ControllerSpec, controller: ctl.Controller,
               reward_fn: Callable, pool: Any, console: Console) -> "Runner":
         reward_config = R.RewardConfig.from_training_config(config)
-        return cls(config, spec, controller, pool if isinstance(pool, BridgedPool) else BridgedPool(pool),
-                   console, resolve_policy_device(config.device), S.make_step(controller, reward_fn, reward_config),
-                   S.make_bootstrap(controller) if controller.learns else None)
+        columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
+        return cls(config, spec, controller, pool if isinstance(pool, BridgedPool) else BridgedPool(pool, columns),
+                   console, resolve_policy_device(config.device),
+                   S.make_step(controller, reward_fn, reward_config, columns, spec.max_epochs),
+                   S.make_bootstrap(controller, columns) if controller.learns else None,
+                   S.make_new_episode(controller, spec), columns)
 
     def commit(self, tree: Any) -> Any:
         """Everything the jitted functions see is committed to the policy device, so jit's cache key
@@ -168,7 +173,7 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress,
     n_active = min(config.n_envs, config.n_episodes - progress.episodes_completed)
     started = time.perf_counter()
     entropy_coef = config.entropy_coefficient(int(np.asarray(getattr(learner.controller, "train_steps", 0))))
-    episode = runner.commit(S.new_episode(runner.controller, runner.spec, learner.reward_norm, n_active))
+    episode = runner.commit(runner.episode_fn(learner.reward_norm, n_active))
     signals = runner.pool.reset(b, n_active)
     record = EpochLog.start(runner.spec, n_active)
     for t in range(1, config.max_epochs + 1):
@@ -188,14 +193,14 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
     """One host epoch: the controller step on `signals`, the actions in the pool, the next signals."""
     last = t == runner.config.max_epochs
     started = time.perf_counter()
-    episode, out = runner.step_fn(episode, learner.controller, learner.obs_rms, signals,
-                                  S.act_key(learner.root_key, b, t), jnp.int32(t - 1), jnp.bool_(last))
-    jax.block_until_ready(out.actions)
-    check_actions(out.ok, b, t)
+    episode, out = runner.step_fn(episode, learner.controller, learner.obs_rms, signals, learner.root_key,
+                                  np.array([b, t], np.int32))
+    decision = np.asarray(out.decision)  # the epoch's one read-back: [E, 5] = actions, ok
+    check_actions(decision[:, 4] != 0, b, t)
     record.controller_s += time.perf_counter() - started
     if last:
-        record.seed_params = [float(p) for p in np.asarray(signals["seed_params"]).tolist()]
-    result = runner.pool.step(out.actions, bootstrap=last and runner.controller.learns)
+        record.seed_params = host_field(signals, runner.columns, "seed_params")
+    result = runner.pool.step(decision[:, :4], bootstrap=last and runner.controller.learns)
     if result.bootstrap is not None:
         values = runner.bootstrap_fn(learner.controller, episode.carry, learner.obs_rms, result.bootstrap)
         episode = S.with_bootstrap(episode, values)
@@ -204,7 +209,13 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
     return episode, result.signals
 
 
-def check_actions(ok: jax.Array, b: int, t: int) -> None:
+def host_field(packed: dict, columns: dict[str, SignalColumn], name: str) -> list[float]:
+    """One per-env field of packed jax signals as python floats (one small read-back)."""
+    column = columns[name]
+    return [float(v) for v in np.asarray(packed[column.dtype])[:, column.start].tolist()]
+
+
+def check_actions(ok: np.ndarray, b: int, t: int) -> None:
     ok = np.asarray(ok)
     if not bool(np.all(ok)):
         raise RuntimeError(f"batch {b} epoch {t}: the controller produced an invalid action (a head with no "

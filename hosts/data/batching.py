@@ -159,6 +159,7 @@ def crop_flip_rows(samples: torch.Tensor, crops: torch.Tensor, flips: torch.Tens
     Row (b, i, j) of the output reads image samples[b] at row dy − 4 + i and column dx − 4 + j (or
     W − 1 − j when flipped); outside the image it reads `pad_row`, the padding pixel. Every in-range row
     lies below pad_row, and an out-of-range row or column adds at least pad_row, so one clamp finds them.
+    The [B·H·W] sum is formed in int32 when the table is small enough (half the index traffic).
     """
     ar_h = torch.arange(h, device=samples.device)
     ar_w = torch.arange(w, device=samples.device)
@@ -166,6 +167,8 @@ def crop_flip_rows(samples: torch.Tensor, crops: torch.Tensor, flips: torch.Tens
     cols = crops[:, 1:2] - PAD + torch.where(flips.view(-1, 1), (w - 1) - ar_w, ar_w)  # [B, W]
     row_start = torch.where((rows >= 0) & (rows < h), (samples.view(-1, 1) * h + rows) * w, pad_row)
     col = torch.where((cols >= 0) & (cols < w), cols, pad_row)
+    if 2 * pad_row < torch.iinfo(torch.int32).max:
+        row_start, col = row_start.int(), col.int()
     return (row_start.unsqueeze(2) + col.unsqueeze(1)).clamp_(max=pad_row).view(-1)
 
 
