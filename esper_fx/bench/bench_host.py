@@ -18,10 +18,14 @@ For each preset (`--preset`, default quickstart and shapes10 at the sizes of `pr
 Every timed epoch starts from freshly built models (`pool.reset`, untimed). The candidates are timed
 interleaved. Ratios: env_epoch / bare_cl (target ≤ 1.1), env-epoch / floor (target ≤ 3), where an
 env-epoch is one env's share (the E-env epoch / E). Time to first action (cold and warm persistent JAX
-compilation cache, fresh processes) comes from `first_action.py` (skipped with --quick).
+compilation cache, fresh processes) comes from `first_action.py`; `torch_compile_case` times the bare
+loop of the first preset under `torch.compile` against eager, with its compile time (both skipped with
+--quick).
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.nn.functional as F
@@ -179,17 +183,44 @@ def _case(settings: BenchSettings, preset: str, rate: float) -> dict:
     }
 
 
+def torch_compile_case(settings: BenchSettings, preset: str) -> dict:
+    """The bare channels_last loop of one env with its model under `torch.compile` (inductor), against
+    the same loop eager: the compile time (first step and first validation batch) and the epoch times.
+    The env pool does not compile its hosts: on this CPU it lost (see docs/PERFORMANCE.md)."""
+    device = "cuda:0" if settings.device.name == "cuda" else "cpu"
+    pool = EnvPool(bench_config(preset, n_envs=N_ENVS, device=device, seed=settings.seed, quick=settings.quick))
+    pool.reset(0)
+    train, val = epoch_batches(pool)
+    env = pool.envs[0]
+    compiled = torch.compile(env.model)
+    started = time.perf_counter()
+    bare_epoch(compiled, env.host_optimizer, train[0][:1], val[0][:1])
+    settings.device.torch_sync()
+    compile_s = time.perf_counter() - started
+    run = lambda model: lambda: bare_epoch(model, env.host_optimizer, train[0], val[0])  # noqa: E731
+    reps = settings.reps(REPS)
+    timings = measure_interleaved({"eager": Candidate(run(env.model), settings.device.torch_sync),
+                                   "compiled": Candidate(run(compiled), settings.device.torch_sync)},
+                                  reps.warmup, reps.reps)
+    return {"preset": preset, "compile_s": compile_s, "eager": timings["eager"].as_dict(),
+            "compiled": timings["compiled"].as_dict(),
+            "compiled_over_eager": timings["compiled"].median_s / timings["eager"].median_s}
+
+
 def _first_action(settings: BenchSettings, preset: str) -> dict:
     device = "cuda:0" if settings.device.name == "cuda" else "cpu"
     return first_action.measure(preset, n_envs=N_ENVS, device=device, seed=settings.seed, quick=settings.quick)
 
 
-def _headline(cases: list[dict], starts: list[dict]) -> str:
+def _headline(cases: list[dict], starts: list[dict], compiled) -> str:
     parts = [f"{c['preset']} E={c['n_envs']}: {c['env_epochs_per_s']:.2f} env-epochs/s, "
              f"{c['ratio']:.2f}× bare channels_last (NCHW {c['bare_nchw_over_bare_cl']:.2f}×), "
              f"{c['env_epoch_over_floor']:.2f}× the FLOP floor" for c in cases]
     parts += [f"first action {s['preset']}: cold {s['cold']['total_s']:.1f} s, warm {s['warm']['total_s']:.1f} s"
               for s in starts]
+    if isinstance(compiled, dict):
+        parts.append(f"torch.compile ({compiled['preset']}, one env): {compiled['compile_s']:.0f} s to compile, "
+                     f"{compiled['compiled_over_eager']:.2f}× the eager epoch")
     return "; ".join(parts)
 
 
@@ -198,6 +229,7 @@ def run(settings: BenchSettings) -> dict:
     presets = settings.presets or DEFAULT_PRESETS
     cases = [_case(settings, preset, rate) for preset in presets]
     starts = [] if settings.quick else [_first_action(settings, preset) for preset in presets]
+    compiled = "skipped with --quick" if settings.quick else torch_compile_case(settings, presets[0])
     met = {
         "over_bare": all(c["ratio"] <= TARGET_OVER_BARE for c in cases),
         "over_floor": all(c["env_epoch_over_floor"] <= TARGET_OVER_FLOOR for c in cases),
@@ -214,8 +246,9 @@ def run(settings: BenchSettings) -> dict:
         "matmul_flops_per_s": rate,
         "cases": cases,
         "first_action": starts if starts else "skipped with --quick",
+        "torch_compile": compiled,
         "target": {"max_over_bare": TARGET_OVER_BARE, "max_over_floor": TARGET_OVER_FLOOR,
                    "max_first_action_warm_s": TARGET_FIRST_ACTION_WARM_S, "met": all(v is not False for v in met.values()),
                    "met_by_target": met},
-        "headline": _headline(cases, starts),
+        "headline": _headline(cases, starts, compiled),
     }
