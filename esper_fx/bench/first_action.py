@@ -57,16 +57,11 @@ class StopAtFirstAction:
         raise FirstAction
 
 
-def time_to_first_action(config) -> dict[str, float]:
-    """Run `config` until its first actions; returns the unix-time marks of the phases."""
-    marks = {"imports_start": time.time()}
-    import torch
-
+def time_to_first_action(config, marks: dict[str, float] | None = None) -> dict[str, float]:
+    """Run `config` until its first actions; returns the unix-time marks of the phases (after `marks`)."""
+    marks = {"imports_start": time.time(), "imports_end": time.time()} if marks is None else dict(marks)
     from esper_fx.loop import build_pool, run
 
-    if not str(config.device).startswith("cuda"):
-        torch.set_num_threads(1)  # as the command line does on CPU runs
-    marks["imports_end"] = time.time()
     pool = StopAtFirstAction(build_pool(config))
     marks["pool_built"] = time.time()
     try:
@@ -126,11 +121,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
+    marks = {"imports_start": time.time()}
+    import torch
+
+    import esper_fx.loop  # noqa: F401  (what the command line loads before a run starts)
     from esper_fx.bench.presets import N_ENVS, bench_config
 
+    if not args.device.startswith("cuda"):
+        torch.set_num_threads(1)  # as the command line does on CPU runs
+    marks["imports_end"] = time.time()
     config = bench_config(args.preset, n_envs=args.n_envs or N_ENVS, device=args.device, seed=args.seed,
                           quick=args.quick)
-    marks = time_to_first_action(config)
+    marks = time_to_first_action(config, marks)
     print(MARKER + json.dumps({"spawned_at": SPAWNED_AT, **marks}), flush=True)
     return 0
 
