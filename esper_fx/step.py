@@ -37,7 +37,8 @@ def init_key(root_key: jax.Array) -> jax.Array:
     return jax.random.fold_in(root_key, INIT_STREAM)
 
 
-def act_key(root_key: jax.Array, batch_idx: int, epoch: int) -> jax.Array:
+def act_key(root_key: jax.Array, batch_idx: int | jax.Array, epoch: int | jax.Array) -> jax.Array:
+    """Epoch `epoch` (1..T) of batch `batch_idx`: python ints or int32 scalars (inside the jitted step)."""
     return jax.random.fold_in(jax.random.fold_in(root_key, batch_idx), epoch)
 
 
