@@ -7,25 +7,22 @@ through JAX's own environment variables (`JAX_COMPILATION_CACHE_DIR`, a zero min
 entry size, so every function is cached). Each child runs `esper_fx.run` on the benchmark configuration as
 the command line would (one torch thread on the CPU) and stops at the first `pool.step`, when the first
 actions have been computed and read back; it prints one JSON line with its clock marks. The parent
-measures from just before the spawn, so imports count.
+measures from just before the spawn, so the interpreter's start-up and every import count.
 
     python -m esper_fx.bench.first_action --preset quickstart [--n-envs 4] [--device cpu] [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
-
-SPAWNED_AT = time.time()  # first statement after the docstring: as close to the start as python allows
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any, Sequence  # noqa: E402
+from pathlib import Path
+from typing import Any, Sequence
 
 MARKER = "FIRST_ACTION "
 CACHE_ENV = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
@@ -72,7 +69,8 @@ def time_to_first_action(config, marks: dict[str, float] | None = None) -> dict[
 
 
 def phases(marks: dict[str, float], spawned_at: float) -> dict[str, float]:
-    """Seconds of each phase, from the marks of `time_to_first_action` and the spawn time."""
+    """Seconds of each phase, from the marks of `time_to_first_action` and the time of the spawn (the
+    interpreter's start-up and the import of the bench package come first)."""
     return {
         "interpreter_s": marks["imports_start"] - spawned_at,
         "imports_s": marks["imports_end"] - marks["imports_start"],
@@ -99,7 +97,7 @@ def _spawn(args: list[str], cache_dir: str) -> dict[str, float]:
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"first-action child failed ({done.returncode}): {done.stderr[-2000:]}")
     marks = json.loads(lines[-1][len(MARKER):])
-    return {**phases(marks, marks.pop("spawned_at")), "wall_s": marks["first_action"] - started}
+    return phases(marks, started)
 
 
 def measure(preset: str, *, n_envs: int, device: str, seed: int, quick: bool) -> dict[str, Any]:
@@ -133,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = bench_config(args.preset, n_envs=args.n_envs or N_ENVS, device=args.device, seed=args.seed,
                           quick=args.quick)
     marks = time_to_first_action(config, marks)
-    print(MARKER + json.dumps({"spawned_at": SPAWNED_AT, **marks}), flush=True)
+    print(MARKER + json.dumps(marks), flush=True)
     return 0
 
 
