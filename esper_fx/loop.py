@@ -16,6 +16,11 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# One OpenBLAS thread (unless set): JAX's CPU LAPACK kernels (the QR of the controller's orthogonal
+# initialisation) run on scipy's OpenBLAS, whose spinning worker threads stalled that initialisation for
+# 3-8 s instead of 10 ms whenever other processes kept the cores busy. The parameters are bit-identical.
+# It takes effect if set before that library loads, which happens at the first LAPACK call.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import math  # noqa: E402
 import time  # noqa: E402
