@@ -8,9 +8,10 @@ the reward read. A constant only one side reads lives on that side (`hosts/...`,
 
 from __future__ import annotations
 
+import math
 import re
 from enum import IntEnum, StrEnum
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 # --------------------------------------------------------------------------------------
 # §1.1 Seed stages
@@ -329,6 +330,53 @@ SIGNAL_FIELDS: Mapping[str, tuple[str, str]] = {
 }
 
 SIGNAL_DTYPES = frozenset({"float32", "int32", "bool"})
+
+# --------------------------------------------------------------------------------------
+# The hand-off: the signals packed into one [E, W] buffer per dtype
+# --------------------------------------------------------------------------------------
+# The fields of one dtype sit side by side, in SIGNAL_FIELDS order, each flattened to [E, width]. Three
+# buffers cross the bridge instead of one tensor per field; the jitted controller step unpacks them (free
+# under jit). `unpack_signals` slices with `buffer[:, start:stop]` and `.reshape`, so the same function
+# unpacks torch tensors, numpy arrays and jax arrays.
+
+PACKED_DTYPES: tuple[str, ...] = ("float32", "int32", "bool")
+
+
+class SignalColumn(NamedTuple):
+    """Where one field lives in its dtype's packed buffer: columns [start, stop), trailing shape."""
+
+    dtype: str
+    start: int
+    stop: int
+    shape: tuple[int, ...]  # the field's shape after the env axis: () or (n,)
+
+
+def signal_columns(num_slots: int, num_blueprints: int, obs_dim: int) -> dict[str, SignalColumn]:
+    """Every SIGNAL_FIELDS entry's columns for slot-head size S, menu size B and observation size D."""
+    sizes = {"S": num_slots, "B": num_blueprints, "D": obs_dim}
+    widths = dict.fromkeys(PACKED_DTYPES, 0)
+    columns = {}
+    for name, (shape, dtype) in SIGNAL_FIELDS.items():
+        dims = [token.strip() for token in shape.strip("[]").split(",")][1:]  # the first is E
+        trailing = tuple(sizes[d] if d in sizes else int(d) for d in dims)
+        width = math.prod(trailing)
+        columns[name] = SignalColumn(dtype, widths[dtype], widths[dtype] + width, trailing)
+        widths[dtype] += width
+    return columns
+
+
+def packed_widths(columns: Mapping[str, SignalColumn]) -> dict[str, int]:
+    """W per dtype: the number of columns of each packed buffer."""
+    return {dtype: max((c.stop for c in columns.values() if c.dtype == dtype), default=0) for dtype in PACKED_DTYPES}
+
+
+def unpack_signals(packed: Mapping[str, Any], columns: Mapping[str, SignalColumn]) -> dict[str, Any]:
+    """The SIGNAL_FIELDS dict viewed out of the packed buffers {dtype: [E, W]} (views, no copies)."""
+    out = {}
+    for name, column in columns.items():
+        buffer = packed[column.dtype]
+        out[name] = buffer[:, column.start:column.stop].reshape((buffer.shape[0],) + column.shape)
+    return out
 
 # Per-head sizes given S and B.
 

@@ -30,7 +30,7 @@ from esper_fx import checkpoint as ckpt  # noqa: E402
 from esper_fx import controllers as ctl  # noqa: E402
 from esper_fx import step as S  # noqa: E402
 from esper_fx.config import TrainingConfig  # noqa: E402
-from esper_fx.contracts import EventType  # noqa: E402
+from esper_fx.contracts import EventType, signal_columns  # noqa: E402
 from esper_fx.env_bridge import BridgedPool  # noqa: E402
 from esper_fx.loop import EpochLog, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch  # noqa: E402
 from esper_fx.ppo_controller import frozen  # noqa: E402
@@ -89,7 +89,7 @@ class Arm:
     controller: ctl.Controller
     policy: Policy | None = None
     per_seed: Callable[[int], dict[str, Any]] | None = None  # config overrides of one seed (static_final)
-    _step: Callable | None = field(default=None, repr=False)
+    _step: tuple | None = field(default=None, repr=False)  # (step, new episode, signal columns), built once
 
     @classmethod
     def build(cls, name: str, config: TrainingConfig, controller: str | ctl.Controller | None = None,
@@ -114,7 +114,7 @@ class Arm:
         config = episode_config(self.config, seed, **overrides)
         runner = self._runner(config)
         learner = runner.commit(self._learner(config, runner.spec))
-        episode = runner.commit(S.new_episode(self.controller, runner.spec, learner.reward_norm, 1))
+        episode = runner.commit(runner.episode_fn(learner.reward_norm, 1))
         record = EpochLog.start(runner.spec, 1)
         signals = runner.pool.reset(0, 1)
         for t in range(1, config.max_epochs + 1):
@@ -126,12 +126,17 @@ class Arm:
                        time.perf_counter() - started)
 
     def _runner(self, config: TrainingConfig) -> Runner:
+        """A runner over a fresh pool for one episode; the jitted step is built once per arm."""
         spec = ctl.ControllerSpec.from_config(config)
         if self._step is None:
+            columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
             reward = R.RewardConfig.from_training_config(config)
-            self._step = S.make_step(self.controller, resolve_reward_fn(config, None), reward)
-        return Runner(config, spec, self.controller, BridgedPool(build_pool(config)), Console(1, config.max_epochs,
-                      quiet=True), resolve_policy_device(config.device), self._step, None)
+            self._step = (S.make_step(self.controller, resolve_reward_fn(config, None), reward, columns,
+                                      spec.max_epochs), S.make_new_episode(self.controller, spec), columns)
+        step, new_episode, columns = self._step
+        return Runner(config, spec, self.controller, BridgedPool(build_pool(config), columns),
+                      Console(1, config.max_epochs, quiet=True), resolve_policy_device(config.device), step, None,
+                      new_episode, columns)
 
     def _learner(self, config: TrainingConfig, spec: ctl.ControllerSpec) -> LearnerState:
         learner = fresh_learner(self.controller, spec, config.seed)

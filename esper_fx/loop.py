@@ -16,6 +16,11 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# One OpenBLAS thread (unless set): JAX's CPU LAPACK kernels (the QR of the controller's orthogonal
+# initialisation) run on scipy's OpenBLAS, whose spinning worker threads stalled that initialisation for
+# 3-8 s instead of 10 ms whenever other processes kept the cores busy. The parameters are bit-identical.
+# It takes effect if set before that library loads, which happens at the first LAPACK call.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import math  # noqa: E402
 import signal  # noqa: E402
@@ -34,7 +39,7 @@ from esper_fx import preflight  # noqa: E402
 from esper_fx import report  # noqa: E402
 from esper_fx import step as S  # noqa: E402
 from esper_fx.config import TrainingConfig, absolute_paths  # noqa: E402
-from esper_fx.contracts import ACTION_HEADS, EventType  # noqa: E402
+from esper_fx.contracts import ACTION_HEADS, EventType, SignalColumn, signal_columns, unpack_signals  # noqa: E402
 from esper_fx.env_bridge import BridgedPool  # noqa: E402
 from esper_fx.errors import ControllerError, DataError  # noqa: E402
 from esper_fx.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary  # noqa: E402
@@ -246,16 +251,21 @@ class Runner:
     device: jax.Device
     step_fn: Callable
     bootstrap_fn: Callable | None
+    episode_fn: Callable
+    columns: dict[str, SignalColumn]
 
     @classmethod
     def build(cls, config: TrainingConfig, spec: ctl.ControllerSpec, controller: ctl.Controller,
               reward_fn: Callable, pool: Any, console: Console) -> "Runner":
         reward_config = R.RewardConfig.from_training_config(config)
+        columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
         bootstraps = controller.learns and config.ppo.horizon_bootstrap
-        return cls(config, spec, controller, pool if isinstance(pool, BridgedPool) else BridgedPool(pool),
+        return cls(config, spec, controller, pool if isinstance(pool, BridgedPool) else BridgedPool(pool, columns),
                    console, resolve_policy_device(config.device),
-                   S.make_step(controller, reward_fn, reward_config, config.ppo.horizon_bootstrap),
-                   S.make_bootstrap(controller) if bootstraps else None)
+                   S.make_step(controller, reward_fn, reward_config, columns, spec.max_epochs,
+                               config.ppo.horizon_bootstrap),
+                   S.make_bootstrap(controller, columns) if bootstraps else None,
+                   S.make_new_episode(controller, spec), columns)
 
     def commit(self, tree: Any) -> Any:
         """Everything the jitted functions see is committed to the policy device, so jit's cache key
@@ -271,7 +281,7 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     n_active = min(config.n_envs, config.n_episodes - progress.episodes_completed)
     started = time.perf_counter()
     entropy_coef = config.entropy_coefficient(int(np.asarray(getattr(learner.controller, "train_steps", 0))))
-    episode = runner.commit(S.new_episode(runner.controller, runner.spec, learner.reward_norm, n_active))
+    episode = runner.commit(runner.episode_fn(learner.reward_norm, n_active))
     signals = runner.pool.reset(b, n_active)
     record = EpochLog.start(runner.spec, n_active)
     for t in range(1, config.max_epochs + 1):
@@ -292,16 +302,15 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
     """One host epoch: the controller step on `signals`, the actions in the pool, the next signals."""
     last = t == runner.config.max_epochs
     started = time.perf_counter()
-    episode, out = runner.step_fn(episode, learner.controller, learner.obs_rms, signals,
-                                  S.act_key(learner.root_key, runner.controller.name, b, t), jnp.int32(t - 1),
-                                  jnp.bool_(last))
-    jax.block_until_ready(out.actions)
+    episode, out = runner.step_fn(episode, learner.controller, learner.obs_rms, signals, learner.root_key,
+                                  np.array([b, t], np.int32))
+    decision = np.asarray(out.decision)  # the epoch's one read-back: [E, 5] = actions, ok
     runner.console.action_ready(b, t)
-    check_actions(out.ok, b, t, learner.controller, signals)
+    check_actions(decision[:, 4] != 0, b, t, learner.controller, signals, runner.columns)
     record.controller_s += time.perf_counter() - started
     if last:
-        record.seed_params = [float(p) for p in np.asarray(signals["seed_params"]).tolist()]
-    result = runner.pool.step(out.actions, bootstrap=last and runner.bootstrap_fn is not None)
+        record.seed_params = host_field(signals, runner.columns, "seed_params")
+    result = runner.pool.step(decision[:, :4], bootstrap=last and runner.bootstrap_fn is not None)
     if result.bootstrap is not None:
         values = runner.bootstrap_fn(learner.controller, episode.carry, learner.obs_rms, result.bootstrap)
         episode = S.with_bootstrap(episode, values)
@@ -310,24 +319,33 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
     return episode, result.signals
 
 
-def check_actions(ok: jax.Array, b: int, t: int, controller_state: Any = (), signals: dict | None = None) -> None:
-    """Every env got a valid action; otherwise a ControllerError naming the batch, epoch, envs and cause."""
+def host_field(packed: dict, columns: dict[str, SignalColumn], name: str) -> list[float]:
+    """One per-env field of packed jax signals as python floats (one small read-back)."""
+    column = columns[name]
+    return [float(v) for v in np.asarray(packed[column.dtype])[:, column.start].tolist()]
+
+
+def check_actions(ok: np.ndarray, b: int, t: int, controller_state: Any = (), signals: dict | None = None,
+                  columns: dict[str, SignalColumn] | None = None) -> None:
+    """Every env got a valid action; otherwise a ControllerError naming the batch, epoch, envs and cause.
+    `signals` are the epoch's packed signals, `columns` their packing."""
     ok = np.asarray(ok)
     if bool(np.all(ok)):
         return
     envs = np.flatnonzero(~ok).tolist()
     raise ControllerError(f"batch {b} epoch {t}: the controller produced no valid action for envs {envs}: "
-                          f"{invalid_action_cause(controller_state, signals, envs)}")
+                          f"{invalid_action_cause(controller_state, signals, columns, envs)}")
 
 
-def invalid_action_cause(controller_state: Any, signals: dict | None, envs: list[int]) -> str:
+def invalid_action_cause(controller_state: Any, signals: dict | None, columns: dict[str, SignalColumn] | None,
+                         envs: list[int]) -> str:
     """Why a policy can have produced no valid action: NaN parameters, a NaN observation, or the masks."""
     bad = [jax.tree_util.keystr(path) for path, leaf in jax.tree_util.tree_leaves_with_path(controller_state)
            if jnp.issubdtype(jnp.asarray(leaf).dtype, jnp.inexact) and not bool(np.all(np.isfinite(leaf)))]
     if bad:
         return (f"its state holds NaN or inf values ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}), "
                 f"e.g. from a damaged checkpoint or a diverged custom update")
-    obs = None if signals is None else np.asarray(signals.get("obs"))
+    obs = None if signals is None or columns is None else np.asarray(unpack_signals(signals, columns)["obs"])
     if obs is not None and obs.ndim == 2 and not np.all(np.isfinite(obs[envs])):
         return "their observation holds NaN or inf values"
     return "a head had no valid entry under the action masks, or its logits were not finite"

@@ -66,7 +66,12 @@ class Interrupted(Exception):
 
 
 def fresh_learner(controller: Any, spec: Any, seed: int) -> LearnerState:
-    root_key = jax.random.PRNGKey(seed)
+    """A new run's learner state, built by one jitted call: the controller's init (pure, by the protocol)
+    and the normalisers compile (or load from the persistent compilation cache) as one function."""
+    return jax.jit(lambda root_key: _fresh_learner(controller, spec, root_key))(jax.random.PRNGKey(seed))
+
+
+def _fresh_learner(controller: Any, spec: Any, root_key: jax.Array) -> LearnerState:
     cstate = controller.init(init_key(root_key), spec)
     return LearnerState(
         controller=cstate,

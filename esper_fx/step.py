@@ -4,22 +4,27 @@ Everything one episode batch carries from epoch to epoch is one pytree, `Episode
 controller's carry, the reward normaliser, the reward state, the rollout and the running reward sum.
 `make_step` builds the one jitted function of an epoch:
 
-    episode, out = step(episode, controller_state, obs_rms, signals, key, t, is_last)
+    episode, out = step(episode, controller_state, obs_rms, packed_signals, root_key, clock)
 
-normalise the observation with the frozen statistics -> act -> reward -> normalise the reward ->
-append to the rollout (learning controllers only). `make_bootstrap` values the post-action signals
-of the last epoch. Every random stream of batch b derives from (root key, b) — the action stream also
-from the controller's name — so a resumed run repeats the uninterrupted one.
+unpack the signals (one [E, W] buffer per dtype, `contracts.unpack_signals`) -> derive the epoch's key
+from (root key, controller name, b, t) -> normalise the observation with the frozen statistics -> act ->
+reward -> normalise the reward -> append to the rollout (learning controllers only). `clock` is the int32
+pair (b, t), t = 1..T, the step's only per-epoch input besides the signals; `out.decision` packs the
+actions and the validity flags into one [E, 5] array, the one thing the loop reads back. `make_bootstrap`
+values the post-action signals of the last epoch; `make_new_episode` builds an episode's starting state in
+one call. Every random stream of batch b derives from (root key, b) — the action stream also from the
+controller's name — so a resumed run repeats the uninterrupted one.
 """
 
 from __future__ import annotations
 
 import zlib
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from esper_fx.contracts import SignalColumn, unpack_signals
 from rl import rollout as rollout_lib
 from rl.distributions import Masks
 from rl.normalize import RewardNormalizer, RunningMeanStd
@@ -38,9 +43,10 @@ def arm_stream(name: str) -> int:
     return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
 
 
-def act_key(root_key: jax.Array, name: str, batch_idx: int, epoch: int) -> jax.Array:
-    """The action key of epoch `epoch` of batch `batch_idx` for the controller called `name`: two controllers
-    under one run seed never share action noise (LEARNING.md §3: paired arms, independent streams)."""
+def act_key(root_key: jax.Array, name: str, batch_idx: int | jax.Array, epoch: int | jax.Array) -> jax.Array:
+    """The action key of epoch `epoch` (1..T) of batch `batch_idx` for the controller called `name`; the
+    indices are python ints or int32 scalars (inside the jitted step). Two controllers under one run seed
+    never share action noise (LEARNING.md §3: paired arms, independent streams)."""
     arm = jax.random.fold_in(root_key, arm_stream(name))
     return jax.random.fold_in(jax.random.fold_in(arm, batch_idx), epoch)
 
@@ -66,6 +72,7 @@ class StepOut(NamedTuple):
     reward: jax.Array  # [E] raw
     components: dict  # reward term -> [E]
     ok: jax.Array  # [E] bool: the policy had a valid action and finite logits for every head
+    decision: jax.Array  # [E, 5] int32: the actions, then ok as 0 / 1 (read back once per epoch)
 
 
 def new_episode(controller: Any, spec: Any, reward_norm: RewardNormalizer, n_envs: int) -> EpisodeState:
@@ -76,6 +83,13 @@ def new_episode(controller: Any, spec: Any, reward_norm: RewardNormalizer, n_env
                         jnp.zeros((n_envs,), jnp.float32))
 
 
+def make_new_episode(controller: Any, spec: Any) -> Callable:
+    """`new_episode` jitted for a run: `fn(reward_norm, n_envs)` builds every array in one call (one
+    compilation per env count, or one load from the persistent cache, instead of one per array)."""
+    return jax.jit(lambda reward_norm, n_envs: new_episode(controller, spec, reward_norm, n_envs),
+                   static_argnums=1)
+
+
 def _new_rollout(spec: Any, carry: Any, n_envs: int) -> rollout_lib.Rollout:
     leaves = jax.tree_util.tree_leaves(carry)
     hidden = leaves[0].shape[-1] if leaves else None
@@ -83,14 +97,18 @@ def _new_rollout(spec: Any, carry: Any, n_envs: int) -> rollout_lib.Rollout:
                             hidden_dim=hidden)
 
 
-def make_step(controller: Any, reward_fn: Callable, reward_config: Any, horizon_bootstrap: bool = False) -> Callable:
-    """normalise -> act -> reward -> normalise the reward -> append; one jitted function per run.
+def make_step(controller: Any, reward_fn: Callable, reward_config: Any, columns: Mapping[str, SignalColumn],
+              max_epochs: int, horizon_bootstrap: bool = False) -> Callable:
+    """unpack -> key -> normalise -> act -> reward -> normalise the reward -> append; one jitted function
+    per run. `columns` is the packing of the signals, `max_epochs` the episode length T. The last epoch's
+    transition is terminal, or with `horizon_bootstrap` a truncation whose bootstrap value the loop sets
+    after the lifecycle step (`with_bootstrap`)."""
 
-    The last epoch's transition is terminal, or with `horizon_bootstrap` a truncation whose bootstrap value
-    the loop sets after the lifecycle step (`with_bootstrap`)."""
-
-    def step(episode: EpisodeState, cstate: Any, obs_rms: RunningMeanStd, signals: dict, key: jax.Array,
-             t: jax.Array, is_last: jax.Array) -> tuple[EpisodeState, StepOut]:
+    def step(episode: EpisodeState, cstate: Any, obs_rms: RunningMeanStd, packed: dict, root_key: jax.Array,
+             clock: jax.Array) -> tuple[EpisodeState, StepOut]:
+        signals = unpack_signals(packed, columns)
+        key = act_key(root_key, controller.name, clock[0], clock[1])
+        t, is_last = clock[1] - 1, clock[1] == max_epochs
         obs_norm = obs_rms.normalize(signals["obs"])
         actions, aux, carry = controller.act(cstate, episode.carry, {**signals, "obs_norm": obs_norm}, key)
         actions = actions.astype(jnp.int32)
@@ -104,7 +122,8 @@ def make_step(controller: Any, reward_fn: Callable, reward_config: Any, horizon_
         ok = aux.get("ok", jnp.ones(actions.shape[:1], bool)) if isinstance(aux, dict) else \
             jnp.ones(actions.shape[:1], bool)
         new = EpisodeState(carry, reward_norm, reward_state, rollout, episode.reward_sum + reward)
-        return new, StepOut(actions, reward, components, ok)
+        decision = jnp.concatenate([actions, ok[:, None].astype(jnp.int32)], axis=1)
+        return new, StepOut(actions, reward, components, ok, decision)
 
     return jax.jit(step)
 
@@ -129,10 +148,12 @@ def _masks_used(signals: dict, aux: dict) -> Masks:
     return masks._replace(slot=aux["slot_mask"]) if "slot_mask" in aux else masks
 
 
-def make_bootstrap(controller: Any) -> Callable:
-    """V(post-action signals of the last epoch) `[E]`, from the carry after the last step."""
+def make_bootstrap(controller: Any, columns: Mapping[str, SignalColumn]) -> Callable:
+    """V(post-action signals of the last epoch) `[E]`, from the carry after the last step; the signals
+    arrive packed like the step's."""
 
-    def bootstrap(cstate: Any, carry: Any, obs_rms: RunningMeanStd, signals: dict) -> jax.Array:
+    def bootstrap(cstate: Any, carry: Any, obs_rms: RunningMeanStd, packed: dict) -> jax.Array:
+        signals = unpack_signals(packed, columns)
         return controller.value(cstate, carry, {**signals, "obs_norm": obs_rms.normalize(signals["obs"])})
 
     return jax.jit(bootstrap)

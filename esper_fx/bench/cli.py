@@ -1,4 +1,4 @@
-"""`python -m esper_fx.bench [--quick] [--device cpu|cuda] [--only NAME ...] [--json PATH]`.
+"""`python -m esper_fx.bench [--quick] [--device cpu|cuda] [--only NAME ...] [--preset NAME ...] [--json PATH]`.
 
 Runs the selected benchmarks in a fixed order, prints one table (rich on a terminal, plain otherwise)
 and optionally writes JSON: {"meta": {...}, NAME: result, ...}, where each result holds its `cases`
@@ -43,6 +43,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"run only these benchmarks (of {', '.join(BENCHMARKS)})")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON here")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--preset", nargs="+", metavar="NAME", dest="presets",
+                        help="presets the host benchmark measures at E = 4 (default: quickstart shapes10; "
+                             "see esper_fx/bench/presets.py for the sizes)")
     parser.add_argument("--torch-threads", type=int, default=1, metavar="N",
                         help="torch intra-op threads (default 1; 0 keeps torch's default). On a small shared CPU "
                              "torch's OpenMP threads stall behind other processes and make the reference far "
@@ -121,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except devices.DeviceUnavailable as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    settings = BenchSettings(device=device, quick=args.quick, seed=args.seed)
+    settings = BenchSettings(device=device, quick=args.quick, seed=args.seed,
+                             presets=tuple(args.presets) if args.presets else None)
     names = [n for n in BENCHMARKS if args.only is None or n in args.only]
     with torch_threads(args.torch_threads):
         info = meta(settings, args)

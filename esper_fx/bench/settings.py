@@ -23,6 +23,7 @@ class BenchSettings:
     device: BenchDevice
     quick: bool = False
     seed: int = 0
+    presets: tuple[str, ...] | None = None  # the host benchmark's presets; None: its defaults
 
     def reps(self, full: Reps) -> Reps:
         """`full` for a full run; capped to a few repetitions with --quick."""

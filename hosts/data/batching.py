@@ -13,8 +13,10 @@ Both are capped by max_train_batches (None -> task default, 0 -> unlimited).
 
 Augmentation (images only): a crop offset (dy, dx) uniform in {0..2p}² on the image padded by p with
 the per-channel value `pad_value` (the normalised black, −mean_c/std_c), then a horizontal flip
-with p = 0.5; one vectorised gather per batch. The padding p is an eighth of the image side: 4 on
-32×32 images (SPEC §6.4), 2 on the 16×16 images of shapes16.
+with p = 0.5. The padding p is an eighth of the image side: 4 on 32×32 images (SPEC §6.4), 2 on the
+16×16 images of shapes16. The whole batch (sample choice, crop, flip and padding) is one row gather from
+a *pixel table*: the images' pixels in channels_last order followed by one padding pixel, so the batch
+comes out channels_last (`hosts.models.layout`) without a separate padding or layout pass.
 """
 
 from __future__ import annotations
@@ -145,22 +147,61 @@ def _shared_plan(n_train, n_envs, bpe, k, envs_running, augment, pad, seed_value
 # ------------------------------------------------------------------------------------------
 
 
+def pixel_table(images: torch.Tensor, pad_value: torch.Tensor) -> torch.Tensor:
+    """[N, C, H, W] images -> a fresh [N·H·W + 1, C] table: every pixel, channels_last order, then `pad_value`."""
+    n, c, h, w = images.shape
+    table = images.new_empty((n * h * w + 1, c))
+    table[:-1].view(n, h, w, c).copy_(images.permute(0, 2, 3, 1))
+    table[-1].copy_(pad_value)
+    return table
+
+
+def table_images(table: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """The [N, C, H, W] images of a pixel table as a channels_last view (no copy)."""
+    n, c, h, w = shape
+    return table[:-1].view(n, h, w, c).permute(0, 3, 1, 2)
+
+
+def crop_flip_rows(samples: torch.Tensor, crops: torch.Tensor, flips: torch.Tensor, h: int, w: int,
+                   pad_row: int) -> torch.Tensor:
+    """[B·H·W] pixel-table rows of the padded, cropped, mirrored samples (out of range -> `pad_row`).
+
+    With p = pad_for(w), row (b, i, j) of the output reads image samples[b] at row dy − p + i and column
+    dx − p + j (or W − 1 − j when flipped); outside the image it reads `pad_row`, the padding pixel. Every in-range row
+    lies below pad_row, and an out-of-range row or column adds at least pad_row, so one clamp finds them.
+    The [B·H·W] sum is formed in int32 when the table is small enough (half the index traffic).
+    """
+    ar_h = torch.arange(h, device=samples.device)
+    ar_w = torch.arange(w, device=samples.device)
+    pad = pad_for(w)
+    rows = crops[:, 0:1] - pad + ar_h  # [B, H]
+    cols = crops[:, 1:2] - pad + torch.where(flips.view(-1, 1), (w - 1) - ar_w, ar_w)  # [B, W]
+    row_start = torch.where((rows >= 0) & (rows < h), (samples.view(-1, 1) * h + rows) * w, pad_row)
+    col = torch.where((cols >= 0) & (cols < w), cols, pad_row)
+    if 2 * pad_row < torch.iinfo(torch.int32).max:
+        row_start, col = row_start.int(), col.int()
+    return (row_start.unsqueeze(2) + col.unsqueeze(1)).clamp_(max=pad_row).view(-1)
+
+
+def gather_augmented(table: torch.Tensor, image_shape: tuple[int, int, int], samples: torch.Tensor,
+                     crops: torch.Tensor, flips: torch.Tensor) -> torch.Tensor:
+    """Samples `samples` [B] of a pixel table, padded by p = pad_for(W), cropped at `crops` [B, 2] (dy, dx in 0..2p) and
+    mirrored where `flips` [B]: a [B, C, H, W] channels_last batch from one row gather."""
+    c, h, w = image_shape
+    rows = crop_flip_rows(samples, crops, flips, h, w, table.shape[0] - 1)
+    return table.index_select(0, rows).view(samples.shape[0], h, w, c).permute(0, 3, 1, 2)
+
+
 def augment_batch(
     images: torch.Tensor, crops: torch.Tensor, flips: torch.Tensor, pad_value: torch.Tensor
 ) -> torch.Tensor:
     """Pad by p = pad_for(W) with `pad_value` [C], crop HxW at (dy, dx) per sample, then mirror where `flips`.
 
-    images [B, C, H, W]; crops [B, 2] int64 in 0..2p; flips [B] bool; all on one device. Equivalent to
-    padding first, but done as one gather from the unpadded images plus a select of the padding value.
+    images [B, C, H, W] (any layout); crops [B, 2] int64 in 0..2p; flips [B] bool; all on one device.
+    Returns a channels_last batch, equal to padding first, cropping and flipping. The loader path uses
+    it on each step's stacked samples; the device path gathers from its stored pixel table directly.
     """
     b, c, h, w = images.shape
-    ar_h = torch.arange(h, device=images.device)
-    ar_w = torch.arange(w, device=images.device)
-    pad = pad_for(w)
-    rows = crops[:, 0:1] - pad + ar_h  # [B, H] source rows, out of range inside the padding
-    cols = crops[:, 1:2] - pad + torch.where(flips.view(b, 1), (w - 1) - ar_w, ar_w)  # [B, W]
-    inside = ((rows >= 0) & (rows < h)).unsqueeze(2) & ((cols >= 0) & (cols < w)).unsqueeze(1)
-    flat = rows.clamp(0, h - 1).unsqueeze(2) * w + cols.clamp(0, w - 1).unsqueeze(1)
-    index = flat.view(b, 1, h * w).expand(b, c, h * w)
-    out = torch.gather(images.reshape(b, c, h * w), 2, index).view(b, c, h, w)
-    return torch.where(inside.unsqueeze(1), out, pad_value.to(images.dtype).view(1, c, 1, 1))
+    samples = torch.arange(b, device=images.device)
+    table = pixel_table(images, pad_value.to(images.dtype))
+    return gather_augmented(table, (c, h, w), samples, crops, flips)

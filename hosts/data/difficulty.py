@@ -28,6 +28,7 @@ from hosts.data import shapes10
 from hosts.data.batching import pad_for, plan_epoch, resolve_max_batches
 from hosts.data.task_data import TaskData, load_task_data, train_batch, val_batches
 from hosts.models.cnn import CNNHost
+from hosts.models.layout import to_layout
 from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, TaskSpec, get_task
 
 MEASURED_N_ENVS = 4  # the measurements model env 0 of a 4-env loop: its share of the shared split plan
@@ -89,10 +90,11 @@ def train_host(
 
 
 def _build_model(task: TaskSpec, base_channels: int | None, seed: int) -> torch.nn.Module:
+    """The task's host (or a CNN host of `base_channels`), in the task's layout as the loop builds it."""
     torch.manual_seed(seed)
     if base_channels is None:
-        return task.build_host()
-    return CNNHost(num_classes=task.num_classes, base_channels=base_channels)
+        return to_layout(task.build_host(), task.topology)
+    return to_layout(CNNHost(num_classes=task.num_classes, base_channels=base_channels), task.topology)
 
 
 def _shapes10_with_knobs(args) -> TaskData:

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from hosts.data.batching import EpochPlan, augment_batch, pad_for, plan_epoch, resolve_max_batches, steps_per_epoch
 from hosts.data.task_data import TaskData, load_task_data, train_batch, val_batches, val_size
+from hosts.models.layout import image_layout
 from hosts.tasks import TaskSpec
 
 DEFAULT_NUM_WORKERS = 4
@@ -140,7 +141,7 @@ class _AugmentCollate:
         x = torch.stack([item[0] for item in items])
         target = torch.stack([torch.as_tensor(item[1]) for item in items])
         if self.pad_value is None or items[0][2][0] < 0:
-            return x, target
+            return (image_layout(x) if x.dim() == 4 else x), target
         crops = torch.tensor([item[2] for item in items], dtype=torch.int64)
         flips = torch.tensor([item[3] for item in items], dtype=torch.bool)
         return augment_batch(x, crops, flips, self.pad_value), target
@@ -199,7 +200,7 @@ class _PlanLoader:
         loader = DataLoader(torch.utils.data.TensorDataset(x, target), batch_size=batch_size, shuffle=False,
                             num_workers=0, pin_memory=self.pin)
         for xb, tb in loader:
-            xb = xb.to(device, non_blocking=True)
+            xb = (image_layout(xb) if xb.dim() == 4 else xb).to(device, non_blocking=True)
             if self.data.kind == "lm":
                 yield xb[:, :-1], xb[:, 1:].long()
             else:

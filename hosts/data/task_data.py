@@ -1,8 +1,10 @@
 """Device-resident task data and the per-epoch batch streams of both data paths (SPEC §6.2–§6.4).
 
 - `TaskData`: the train/test tensors of a task on one device. Images are normalised float32
-  [N,3,H,W] (32×32; 16×16 for shapes16) with int64 labels; LM data are int32 token blocks [N, T+1] (x = block[:, :T],
-  y = block[:, 1:], with no separate label tensor).
+  [N,3,H,W] (32×32; 16×16 for shapes16) with int64 labels, stored channels_last: the training images
+  as a view of their pixel table (`hosts.data.batching.pixel_table`, one extra padding pixel), which the
+  augmentation gathers from; LM data are int32 token blocks [N, T+1] (x = block[:, :T], y = block[:, 1:],
+  with no separate label tensor).
 - `load_task_data(task, device, ...)` builds it (shapes10 and shapes16 are generated on the device itself).
 - `train_batch(data, plan, env, step)` -> (x, y) of one env's training step under an epoch plan
   (hosts.data.batching), augmented on the device; `val_batches(...)` iterates the fixed validation set.
@@ -19,7 +21,8 @@ from typing import Iterator
 import torch
 
 from hosts.data import external, pytext, shapes10
-from hosts.data.batching import EpochPlan, augment_batch
+from hosts.data.batching import EpochPlan, gather_augmented, pixel_table, table_images
+from hosts.models.layout import image_layout
 from hosts.tasks import TaskSpec
 
 SHAPES10_PAD = 0.0  # shapes10 is normalised to zero mean: its black padding is 0.0 (§6.6.4)
@@ -28,12 +31,26 @@ SHAPES_KNOBS = {"shapes10": shapes10.DEFAULT_KNOBS, "shapes16": shapes10.SHAPES1
 
 @dataclass(frozen=True)
 class TaskData:
+    """Images may be given in any layout: a classification TaskData stores them channels_last, the
+    training images inside `train_pixels` (built here unless given, with x_train its view)."""
+
     kind: str  # "classification" | "lm"
     x_train: torch.Tensor
     y_train: torch.Tensor | None
     x_test: torch.Tensor
     y_test: torch.Tensor | None
     pad_value: torch.Tensor | None = None  # [C] float32 on the device; None for LM
+    train_pixels: torch.Tensor | None = None  # [N·H·W + 1, C]: x_train's pixels, then pad_value
+
+    def __post_init__(self) -> None:
+        if self.kind != "classification" or self.train_pixels is not None:
+            return
+        if self.pad_value is None:
+            raise ValueError("classification TaskData needs pad_value (the per-channel padding of augmentation)")
+        table = pixel_table(self.x_train, self.pad_value.to(self.x_train.dtype))
+        object.__setattr__(self, "train_pixels", table)
+        object.__setattr__(self, "x_train", table_images(table, tuple(self.x_train.shape)))
+        object.__setattr__(self, "x_test", image_layout(self.x_test))
 
     @property
     def device(self) -> torch.device:
@@ -54,8 +71,13 @@ class TaskData:
     def to(self, device: torch.device | str) -> "TaskData":
         device = torch.device(device)
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return replace(self, x_train=move(self.x_train), y_train=move(self.y_train), x_test=move(self.x_test),
-                       y_test=move(self.y_test), pad_value=move(self.pad_value))
+        if self.train_pixels is None:
+            return replace(self, x_train=move(self.x_train), y_train=move(self.y_train), x_test=move(self.x_test),
+                           y_test=move(self.y_test), pad_value=move(self.pad_value))
+        pixels = move(self.train_pixels)
+        return replace(self, x_train=table_images(pixels, tuple(self.x_train.shape)), train_pixels=pixels,
+                       y_train=move(self.y_train), x_test=move(self.x_test), y_test=move(self.y_test),
+                       pad_value=move(self.pad_value))
 
 
 # ------------------------------------------------------------------------------------------
@@ -123,9 +145,10 @@ def train_batch(data: TaskData, plan: EpochPlan, env: int, step: int) -> tuple[t
     idx = plan.indices[env, step]
     if data.kind == "lm":
         return _split_item(data, data.x_train[idx], None)
-    x = data.x_train[idx]
-    if plan.crops is not None:
-        x = augment_batch(x, plan.crops[env, step], plan.flips[env, step], data.pad_value)
+    if plan.crops is None:
+        return data.x_train[idx], data.y_train[idx]
+    x = gather_augmented(data.train_pixels, tuple(data.x_train.shape[1:]), idx, plan.crops[env, step],
+                         plan.flips[env, step])
     return x, data.y_train[idx]
 
 

@@ -69,6 +69,11 @@ def loss_and_correct(outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torc
     return loss, correct
 
 
+def correct_count(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The top-1 count of `loss_and_correct` alone (the counterfactual passes need no loss)."""
+    return (outputs.reshape(-1, outputs.shape[-1]).argmax(dim=-1) == targets.reshape(-1)).sum()
+
+
 # ------------------------------------------------------------------------------------------
 # gradient statistics (§2.13 steps 1–2 and 4), device tensors only
 # ------------------------------------------------------------------------------------------
@@ -246,15 +251,14 @@ def counterfactual_slots(env, slot_ids) -> tuple[str, ...]:
 
 
 def validate_batch(env, x: torch.Tensor, y: torch.Tensor, *, amp: AmpSettings) -> None:
-    """The real forward, then one forward per cf slot with only that slot's alpha forced to 0."""
+    """The real forward and, per cf slot, the forward with only that slot's alpha forced to 0, in one
+    inference-mode pass that shares the host before each cf slot (`forward_with_counterfactuals`)."""
     work = env.epoch_work
-    model = env.model
     with torch.inference_mode(), amp.autocast(env.device):
-        loss, correct = loss_and_correct(model(x), y)
+        outputs, counterfactual = env.model.forward_with_counterfactuals(x, work.cf_slots)
+        loss, correct = loss_and_correct(outputs, y)
         work.val_loss_sum += loss.double() * y.numel()
         work.val_correct += correct
         for slot_id in work.cf_slots:
-            with model.slot(slot_id).force_alpha(0.0):
-                _, cf_correct = loss_and_correct(model(x), y)
-            work.cf_correct[slot_id] += cf_correct
+            work.cf_correct[slot_id] += correct_count(counterfactual[slot_id], y)
     work.val_count += y.numel()

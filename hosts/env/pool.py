@@ -444,9 +444,11 @@ class EnvPool:
 
 
 def _action_rows(actions) -> list[list[int]]:
-    """An [E, 4] int tensor / array / nested list -> python rows (the only readback of the actions)."""
+    """An [E, 4] int tensor / numpy array / nested list -> python rows (the only readback of the actions)."""
     if isinstance(actions, torch.Tensor):
         return actions.detach().to("cpu").tolist()
+    if hasattr(actions, "tolist"):  # a numpy array: the loop's host rows
+        return actions.tolist()
     return torch.as_tensor(actions).tolist()
 
 

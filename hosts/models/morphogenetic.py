@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from esper_fx.contracts import TOPOLOGIES, SeedStage, sort_slot_ids
+from hosts.models.layout import to_layout
 from hosts.seeds.blending import DEFAULT_BLEND
 from hosts.seeds.lifecycle import GateResult
 from hosts.seeds.slot_report import SlotReport
@@ -14,13 +15,14 @@ from hosts.seeds.slot import SeedSlot
 
 class MorphogeneticModel(nn.Module):
     """`host` must provide injection_specs(), forward_to_segment() and forward_from_segment().
-    `slots` are the enabled slot ids; each gets a SeedSlot of that injection point's width."""
+    `slots` are the enabled slot ids; each gets a SeedSlot of that injection point's width. A CNN host is
+    put in the channels_last layout (`hosts.models.layout`), and its slots place their seeds the same way."""
 
     def __init__(self, host: nn.Module, slots, topology: str, *, task_config: object | None = None) -> None:
         super().__init__()
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}; expected one of {list(TOPOLOGIES)}")
-        self.host, self.topology = host, topology
+        self.host, self.topology = to_layout(host, topology), topology
         specs = {spec.slot_id: spec for spec in host.injection_specs()}
         for slot_id in slots:
             if slot_id not in specs:
@@ -44,6 +46,29 @@ class MorphogeneticModel(nn.Module):
             x = self.slots[slot_id](self.host.forward_to_segment(slot_id, x, prev))
             prev = slot_id
         return self.host.forward_from_segment(prev, x)
+
+    def forward_with_counterfactuals(self, x: torch.Tensor, cf_slots) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The real output and, per slot in `cf_slots`, the output with that slot's seed left out (what
+        `force_alpha(0.0)` on it gives), from one pass.
+
+        The host up to the first counterfactual slot runs once. At each counterfactual slot the input the
+        slot received on the real branch joins the batch as a new branch that skips the slot; from there
+        on every branch runs stacked along the batch dimension (a seed, a blend gate and an eval-mode host
+        act on each sample alone, so stacking changes nothing but float reassociation).
+        """
+        wanted = set(cf_slots)
+        if not wanted:
+            return self(x), {}
+        n, prev, branches = x.shape[0], None, []
+        for slot_id in self.slot_order:
+            h = self.host.forward_to_segment(slot_id, x, prev)
+            x = self.slots[slot_id](h)
+            if slot_id in wanted:
+                x = torch.cat([x, h[:n]])
+                branches.append(slot_id)
+            prev = slot_id
+        outputs = self.host.forward_from_segment(prev, x).split(n)
+        return outputs[0], dict(zip(branches, outputs[1:]))
 
     def slot(self, slot_id: str) -> SeedSlot:
         """The SeedSlot of an enabled slot id; unknown ids raise ValueError listing the enabled ones."""

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from esper_fx.contracts import BLEND_NAMES
+from hosts.models.layout import spatial_mean
 
 SIGMOID_STEEPNESS = 12.0
 DEFAULT_BLENDING_TOTAL_STEPS = 5  # epochs of alpha ramp (§1.6); a task may set its own
@@ -67,7 +68,7 @@ class GatedBlend(BlendSchedule):
 
     def forward_alpha(self, h: torch.Tensor) -> torch.Tensor:
         if self.topology == "cnn":
-            return self.gate(h.mean(dim=(2, 3))).view(-1, 1, 1, 1)
+            return self.gate(spatial_mean(h)).view(-1, 1, 1, 1)
         return self.gate(h.mean(dim=1)).view(-1, 1, 1)
 
 

@@ -2,6 +2,8 @@
 
 Every blueprint maps (B, C, H, W) (cnn) or (B, T, D) (transformer) to the same shape. Layers
 without an explicit init rule keep PyTorch defaults; the zero-init ones are exact identities at init.
+Every ReLU that follows a convolution or a GroupNorm works in place: neither reads its output in the
+backward pass, so autograd allows it and it saves one pass over the activation.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from esper_fx.contracts import TOPOLOGIES
+from hosts.models.layout import spatial_mean
 from hosts.models.transformer import LN_EPS
 
 _GROUP_CANDIDATES = (32, 16, 8, 4, 2, 1)
@@ -44,7 +47,8 @@ class SeedConvBlock(nn.Sequential):
     """Conv3x3(C, C, pad 1, no bias) -> GroupNorm -> ReLU."""
 
     def __init__(self, channels: int) -> None:
-        super().__init__(nn.Conv2d(channels, channels, 3, padding=1, bias=False), _group_norm(channels), nn.ReLU())
+        super().__init__(nn.Conv2d(channels, channels, 3, padding=1, bias=False), _group_norm(channels),
+                         nn.ReLU(inplace=True))
 
 
 class Residual(nn.Module):
@@ -80,7 +84,7 @@ class ChannelAttention(nn.Module):
         self.fc2 = nn.Linear(reduced, channels, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scale = torch.sigmoid(self.fc2(F.relu(self.fc1(x.mean(dim=(2, 3))))))
+        scale = torch.sigmoid(self.fc2(F.relu(self.fc1(spatial_mean(x)))))
         return x * scale[:, :, None, None]
 
 
@@ -102,7 +106,7 @@ def _cnn_depthwise(c: int) -> nn.Module:
             nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False),
             nn.Conv2d(c, c, 1, bias=False),
             _group_norm(c),
-            nn.ReLU(),
+            nn.ReLU(inplace=True),
         )
     )
 
@@ -114,9 +118,9 @@ def _cnn_bottleneck(c: int) -> nn.Module:
     return Residual(
         nn.Sequential(
             nn.Conv2d(c, b, 1, bias=False),
-            nn.ReLU(),
+            nn.ReLU(inplace=True),
             nn.Conv2d(b, b, 3, padding=1, bias=False),
-            nn.ReLU(),
+            nn.ReLU(inplace=True),
             up,
             _group_norm(c),
         )
@@ -126,7 +130,7 @@ def _cnn_bottleneck(c: int) -> nn.Module:
 def _cnn_conv_small(c: int) -> nn.Module:
     conv = nn.Conv2d(c, c, 1, bias=False)
     nn.init.zeros_(conv.weight)
-    return Residual(nn.Sequential(conv, _group_norm(c), nn.ReLU()))
+    return Residual(nn.Sequential(conv, _group_norm(c), nn.ReLU(inplace=True)))
 
 
 def _cnn_conv_light(c: int) -> nn.Module:

@@ -23,6 +23,7 @@ from esper_fx.contracts import (
     is_valid_transition,
     next_stage,
 )
+from hosts.models.layout import memory_format
 from hosts.seeds import blueprints
 from hosts.seeds.blending import (
     DEFAULT_BLEND,
@@ -87,8 +88,10 @@ class SeedSlot(nn.Module):
         return self._device_anchor.device
 
     def _place(self, module: nn.Module) -> nn.Module:
-        """Move a new seed or gate to the slot's device and floating dtype (they follow `.to()`)."""
-        return module.to(device=self._device_anchor.device, dtype=self._device_anchor.dtype)
+        """Move a new seed or gate to the slot's device, floating dtype and layout (they follow `.to()`;
+        a CNN seed is channels_last like its host, so no activation changes layout at the slot)."""
+        return module.to(device=self._device_anchor.device, dtype=self._device_anchor.dtype,
+                         memory_format=memory_format(self.topology))
 
     @property
     def is_active(self) -> bool:
@@ -205,7 +208,8 @@ class SeedSlot(nn.Module):
         module.eval()
         try:
             with torch.no_grad():
-                out = module(self._device_anchor.new_zeros(shape))
+                probe = self._device_anchor.new_zeros(shape).contiguous(memory_format=memory_format(self.topology))
+                out = module(probe)
         finally:
             module.train(was_training)
         if tuple(out.shape) != shape:

@@ -4,7 +4,8 @@ The pool gathers one `EnvView` per env (python values only: the tracker's signal
 reports and the env's counters) and `assemble_signals` turns them into the contract's dict of
 fresh, contiguous float32 / int32 / bool tensors on one device: the raw observation (`observation.py`),
 the four masks (`masks.py`), the per-slot fields (`slot_fields.py`), and here the per-env scalars, the
-epoch's contributions and the germination accuracies.
+epoch's contributions and the germination accuracies. `pack_signals` lays that dict out as one
+[E, W] buffer per dtype (`esper_fx.contracts.signal_columns`) for the hand-off to the controller.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from esper_fx.contracts import MIN_CULL_AGE, SIGNAL_FIELDS
+from esper_fx.contracts import MIN_CULL_AGE, PACKED_DTYPES, SIGNAL_FIELDS, SignalColumn
 
 from hosts.signals.masks import build_masks, stack_masks
 from hosts.signals.observation import build_observation, stack_observations
@@ -34,6 +35,7 @@ ENV_FLOAT_FIELDS = (
 ENV_BOOL_FIELDS = ("panic",)
 SLOT_VALUE_FIELDS = ("slot_contribution", "slot_acc_at_germination")
 SLOT_VALID_FIELDS = ("slot_contribution_valid", "slot_acc_at_germination_valid")
+_DTYPES = {"float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
 
 
 @dataclass(frozen=True)
@@ -140,3 +142,20 @@ def assemble_signals(views: Sequence[EnvView], layout: SignalLayout, device: tor
     if missing:
         raise AssertionError(f"signals do not match SIGNAL_FIELDS: {sorted(missing)}")
     return {name: fields[name] for name in SIGNAL_FIELDS}
+
+
+def pack_signals(signals: Mapping[str, torch.Tensor], columns: Mapping[str, SignalColumn]) -> dict[str, torch.Tensor]:
+    """{dtype: [E, W]}: each dtype's fields side by side in `columns` order, one fresh contiguous tensor each
+    (a buffer whose dtype has no field is [E, 0])."""
+    any_field = next(iter(signals.values()))
+    e = any_field.shape[0]
+    parts: dict[str, list[torch.Tensor]] = {dtype: [] for dtype in PACKED_DTYPES}
+    for name, column in sorted(columns.items(), key=lambda item: (item[1].dtype, item[1].start)):
+        field = signals[name].reshape(e, -1)
+        if field.shape[1] != column.stop - column.start:
+            raise ValueError(f"signal {name!r} has {field.shape[1]} columns, the packing expects "
+                             f"{column.stop - column.start}")
+        parts[column.dtype].append(field)
+    return {dtype: torch.cat(fields, dim=1) if fields else any_field.new_empty((e, 0), dtype=_DTYPES[dtype])
+            for dtype, fields in parts.items()}
+

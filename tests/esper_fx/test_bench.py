@@ -213,3 +213,32 @@ def test_cuda_quick_run_gives_finite_figures_and_a_zero_copy_bridge(tmp_path):
     assert results["bridge"]["zero_copy"] is True
     for name in ("act", "update", "bridge"):
         assert all(math.isfinite(x) for x in _numbers(results[name]))
+
+
+# ------------------------------------------------------------------------------------------
+# the host benchmark's parts that --quick leaves out or that a ratio hides
+# ------------------------------------------------------------------------------------------
+
+
+def test_time_to_first_action_marks_every_phase_in_order():
+    from esper_fx.bench import first_action
+    from esper_fx.bench.presets import bench_config
+
+    config = bench_config("quickstart", n_envs=2, quick=True).replace(controller="heuristic")
+    marks = first_action.time_to_first_action(config)
+    order = ["imports_start", "imports_end", "pool_built", "reset_start", "reset_end", "first_action"]
+    assert [marks[k] for k in order] == sorted(marks[k] for k in order)
+    phases = first_action.phases(marks, marks["imports_start"])
+    assert all(v >= 0 for v in phases.values()) and phases["total_s"] > 0
+
+
+def test_flop_floor_counts_the_cnn_host_layer_by_layer():
+    from esper_fx.bench.floor import epoch_macs, layer_macs
+    from hosts.models.cnn import CNNHost
+
+    layers = layer_macs(CNNHost.cifar10(), torch.randn(2, 3, 32, 32))
+    assert [m.macs for m in layers] == [3 * 8 * 9 * 32 * 32, 8 * 16 * 9 * 16 * 16, 16 * 32 * 9 * 8 * 8, 32 * 10]
+    assert [m.input_grad for m in layers] == [False, True, True, True]
+    forward = sum(m.macs for m in layers)
+    assert epoch_macs(layers, 4, 2) == 4 * (3 * forward - layers[0].macs) + 2 * forward
+    assert 2 * epoch_macs(layers, 2048, 512) == 9_894_428_672  # the 9.9 GFLOP

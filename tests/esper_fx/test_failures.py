@@ -16,6 +16,7 @@ from esper_fx import checkpoint as ckpt
 from esper_fx import cli_run, loop
 from esper_fx import controllers as ctl
 from esper_fx.config import TrainingConfig
+from esper_fx.contracts import SignalColumn
 from esper_fx.errors import ControllerError, DataError, DeviceUnavailableError
 from esper_fx.run_state import fresh_learner
 from esper_fx.train import main
@@ -60,12 +61,13 @@ def test_an_invalid_action_names_batch_epoch_envs_and_the_cause():
     """Issue 12, defect 15: 'the controller produced an invalid action' hid its cause."""
     with pytest.raises(ControllerError) as info:
         loop.check_actions(np.array([True, False]), 3, 2, {"params": {"w": jnp.array([1.0, jnp.nan])}},
-                           {"obs": jnp.zeros((2, 4))})
+                           {"float32": jnp.zeros((2, 4))}, {"obs": SignalColumn("float32", 0, 4, (4,))})
     message = str(info.value)
     assert "batch 3 epoch 2" in message and "envs [1]" in message and "NaN or inf" in message
     assert "['params']['w']" in message
     with pytest.raises(ControllerError, match="their observation holds NaN"):
-        loop.check_actions(np.array([False, True]), 0, 1, {"w": jnp.ones(2)}, {"obs": jnp.array([[jnp.nan], [0.0]])})
+        loop.check_actions(np.array([False, True]), 0, 1, {"w": jnp.ones(2)}, {"float32": jnp.array([[jnp.nan], [0.0]])},
+                           {"obs": SignalColumn("float32", 0, 1, (1,))})
     assert cli_run._error_exit_code(info.value) == cli_run.EXIT_RUN_FAILED
 
 

@@ -78,6 +78,11 @@ def test_a_short_seeded_run_reproduces_the_pinned_history_exactly(name, tmp_path
 
 
 def record(tmp: Path) -> None:
+    """Record with one torch thread, as the tests run (tests/conftest.py sets OMP_NUM_THREADS=1): the
+    channels_last kernels split their reductions by thread, so the numbers depend on the thread count."""
+    import torch
+
+    torch.set_num_threads(1)
     FIXTURE.write_text(json.dumps({name: observe(name, tmp / name) for name in RUNS}, indent=1) + "\n",
                        encoding="utf-8")
 

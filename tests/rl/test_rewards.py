@@ -662,6 +662,7 @@ def test_make_signals_fills_every_contract_field():
 # ------------------------------------------------------------------------------------------
 
 GROWTH_W = CFG.growth_accuracy_weight
+COMMIT = CFG.growth_commit_weight
 
 
 def _growth_step(signals, actions, acc_prev: float):
@@ -677,14 +678,15 @@ def test_growth_pays_the_accuracy_as_it_rises():
 
 
 def test_at_the_last_epoch_an_unfossilized_seed_is_charged_its_contribution():
+    """...weighted by growth_commit_weight (half by default: LEARNING.md §4)."""
     last = dict(epoch=25, max_epochs=25, val_acc=50.0)
     s = with_seed(make_signals(**last), stage=PROBATIONARY, eis=1, age=10, c=8.0)
-    assert _growth_step(s, act(W), 50.0)[1]["uncommitted"] == pytest.approx(-GROWTH_W * 8.0)
+    assert _growth_step(s, act(W), 50.0)[1]["uncommitted"] == pytest.approx(-GROWTH_W * COMMIT * 8.0)
     assert _growth_step(s, act(FO), 50.0)[1]["uncommitted"] == 0.0  # fossilized by the last action: kept
     refused = with_seed(make_signals(**last), stage=PROBATIONARY, eis=1, age=10, c=0.5)  # G5 refuses c < 1
-    assert _growth_step(refused, act(FO), 50.0)[1]["uncommitted"] == pytest.approx(-GROWTH_W * 0.5)
+    assert _growth_step(refused, act(FO), 50.0)[1]["uncommitted"] == pytest.approx(-GROWTH_W * COMMIT * 0.5)
     blending = with_seed(make_signals(**last), stage=BLENDING, eis=3, age=7, c=4.0)
-    assert _growth_step(blending, act(W), 50.0)[1]["uncommitted"] == pytest.approx(-GROWTH_W * 4.0)
+    assert _growth_step(blending, act(W), 50.0)[1]["uncommitted"] == pytest.approx(-GROWTH_W * COMMIT * 4.0)
     fossil = with_seed(make_signals(**last), stage=FOSSILIZED, eis=1, age=11, c=8.0)
     assert _growth_step(fossil, act(W), 50.0)[1]["uncommitted"] == 0.0
     earlier = with_seed(make_signals(val_acc=50.0), stage=PROBATIONARY, eis=1, age=10, c=8.0)

@@ -726,3 +726,17 @@ def test_amp_on_cpu_is_disabled_with_a_warning(shapes10_data):
     pool.reset(0)
     assert all(env.scaler is None for env in pool.envs)
     assert torch.isfinite(pool.run_epoch()["val_loss"]).all()
+
+
+def test_packed_signals_unpack_to_the_same_fields(shapes10_data):
+    from esper_fx.contracts import PACKED_DTYPES, signal_columns, unpack_signals
+    from hosts.signals.assembly import pack_signals
+
+    pool = make_pool(shapes10_data, slots=("r0c0", "r0c1", "r0c2"))
+    epoch(pool, germinate_all(pool, slot=1))
+    signals = pool.run_epoch()
+    columns = signal_columns(3, 5, obs_dim(3, True))
+    packed = pack_signals(signals, columns)
+    assert list(packed) == list(PACKED_DTYPES)
+    assert all(t.is_contiguous() and t.dtype == DTYPES[d] and t.shape[0] == 2 for d, t in packed.items())
+    assert_signals_equal(signals, unpack_signals(packed, columns))

@@ -216,6 +216,37 @@ def test_force_alpha_zero_equals_model_with_that_slot_emptied(stage):
     assert slot.alpha == alpha and slot.alpha_schedule is schedule
 
 
+def _blending_model(make, blueprints):
+    """Seeds in every slot, the first on probation, the others blending (the last with a gated blend)."""
+    model = make()
+    for i, (slot_id, blueprint) in enumerate(zip(model.slot_order, blueprints)):
+        blend = "gated" if i == len(blueprints) - 1 else "sigmoid"
+        model.germinate(slot_id, blueprint, blend=blend)
+        drive_to(model.slot(slot_id), S.PROBATIONARY if i == 0 else S.BLENDING, blend=blend)
+        if i > 0:
+            epoch(model.slot(slot_id), 90.0)
+    return model.eval()
+
+
+@pytest.mark.parametrize(
+    "make, blueprints, x",
+    [
+        (cnn_model, ("conv_light", "attention", "depthwise"), torch.randn(5, 3, 32, 32)),
+        (tf_model, ("lora", "mlp_small", "attention"), torch.randint(0, 64, (3, 16))),
+    ],
+)
+def test_fused_counterfactual_pass_equals_one_forced_forward_per_slot(make, blueprints, x):
+    model = _blending_model(make, blueprints)
+    with torch.inference_mode():
+        for cf_slots in (("r0c0",), ("r0c1", "r0c2"), ("r0c0", "r0c1", "r0c2"), ()):
+            real, counterfactual = model.forward_with_counterfactuals(x, cf_slots)
+            torch.testing.assert_close(real, model(x), rtol=1e-5, atol=1e-5)
+            assert sorted(counterfactual) == sorted(cf_slots)
+            for slot_id in cf_slots:
+                with model.slot(slot_id).force_alpha(0.0):
+                    torch.testing.assert_close(counterfactual[slot_id], model(x), rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------ §15.18 gate trains
 
 
