@@ -78,6 +78,7 @@ class PPOConfig:
     max_grad_norm: float = 1.0  # LEARNING (reference 0.5)
     target_kl: float | None = 0.05  # LEARNING (reference 0.015): the early stop is a trust region
     update_epochs: int = 8  # LEARNING (reference 1)
+    kl_per_head: bool = True  # LEARNING (reference: the whole-batch KL): the early stop reads each head's own KL
     num_minibatches: int = 1
     adam_eps: float = 1e-5
     weight_decay: float = 0.0  # decoupled, value head only
@@ -131,6 +132,7 @@ class PPOConfig:
 REFERENCE_PPO: Mapping[str, Any] = {
     "lr": 3e-4, "gamma": 0.995, "gae_lambda": 0.97, "max_grad_norm": 0.5, "target_kl": 0.015, "update_epochs": 1,
     "num_minibatches": 1, "entropy_coef": 0.05, "entropy_coef_min": 0.01, "horizon_bootstrap": True,
+    "kl_per_head": False,
 }
 
 

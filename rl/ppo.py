@@ -6,11 +6,12 @@
 - `act` / `value` / `evaluate`: one policy step, the bootstrap value, a full-sequence re-run (§10.2).
 - Losses (§11.6–11.7): per-head clipped surrogate with causal masks summed over heads, clipped value
   loss (0.5 factor) or plain MSE, normalised-entropy bonus, the KL3 approx_kl and op-head ratio stats.
-- `update(train_state, rollout, key, cfg, n_envs)` (§11.5), one jitted call: GAE per env, explained variance,
-  global advantage normalisation, then update_epochs × num_minibatches steps over permuted env groups
-  (array-split semantics). approx_kl is checked before every gradient step (stop above 1.5·target_kl,
-  ending the whole update); a non-finite loss, gradient, new parameter or optimizer moment skips the step
-  (the previous parameters and optimizer state are kept) and ends the update.
+- `update(train_state, rollout, key, cfg, n_envs)` (§11.5), one jitted call: GAE per env, explained
+  variance, global advantage normalisation, then update_epochs × num_minibatches steps over permuted env
+  groups (array-split semantics). approx_kl is checked before every gradient step (stop above
+  1.5·target_kl, ending the whole update; with `kl_per_head`, the largest per-head KL is checked
+  instead); a non-finite loss, gradient, new parameter or optimizer moment skips the step (the previous
+  parameters and optimizer state are kept) and ends the update.
   `train_steps` increments unless there was no valid transition at all.
 """
 
@@ -295,6 +296,16 @@ def approx_kl(log_ratio: jax.Array, m: jax.Array, valid: jax.Array) -> jax.Array
     return jnp.sum(jnp.where(m, k3, 0.0)) / jnp.maximum(jnp.sum(valid), 1)
 
 
+def approx_kl_per_head(log_ratio: jax.Array, m: jax.Array) -> jax.Array:
+    """KL_h = (1/n_h)·Σ_t m_h·((r − 1) − ln r), `[4]`: each head's KL3 over the steps where it acted.
+
+    The whole-batch `approx_kl` divides a head's terms by every valid step, so a head that acts on a few
+    steps (slot, blueprint and blend act on GERMINATE only) can move far while the total stays small."""
+    _check_per_head(log_ratio, m)
+    k3 = jnp.expm1(log_ratio) - log_ratio
+    return jnp.sum(jnp.where(m, k3, 0.0), axis=tuple(range(m.ndim - 1))) / _head_counts(m)
+
+
 def op_ratio_stats(log_ratio_op: jax.Array, valid: jax.Array, clip_ratio: float) -> dict[str, jax.Array]:
     """clip_fraction (|r_op − 1| > ε) and ratio mean / max / min over valid steps, op head only."""
     chex.assert_type([log_ratio_op, valid], [float, bool])
@@ -322,6 +333,7 @@ def loss_from_evaluation(ev: Evaluation, batch: Batch, beta, cfg: PPOConfig) -> 
     aux = {
         "loss": loss, "policy_loss": l_pol, "value_loss": l_v, "entropy": jnp.mean(ent_h),
         "approx_kl": approx_kl(log_ratio, m, batch.valid),
+        "approx_kl_head_max": jnp.max(approx_kl_per_head(log_ratio, m)),
         **op_ratio_stats(log_ratio[..., C.HEAD_OP], batch.valid, cfg.clip_ratio),
         "entropy_per_head": ent_h, "policy_loss_per_head": pol_h,
     }
@@ -457,7 +469,8 @@ def _minibatch_step(loop: _LoopState, batch: Batch, u, g, beta, static: _Static)
 
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(loop.flat_params)
     metrics = {**aux, **flat_grad_norms(grads, static.segments)}
-    kl_stop = jnp.asarray(False) if cfg.kl_stop is None else aux["approx_kl"] > cfg.kl_stop
+    kl = aux["approx_kl_head_max"] if cfg.kl_per_head else aux["approx_kl"]
+    kl_stop = jnp.asarray(False) if cfg.kl_stop is None else kl > cfg.kl_stop
     updates, opt_state = static.tx.update(grads, loop.opt_state, loop.flat_params)
     new_params = loop.flat_params + updates
     # the step is taken only if everything it reads and writes is finite: a NaN or inf loss, gradient,

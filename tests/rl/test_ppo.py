@@ -1,5 +1,6 @@
 """PPO (SPEC §11, §15.4, §15.45–48): config and schedule, optimizer, losses, acting, and the jitted update."""
 
+import dataclasses
 from functools import partial
 
 import chex
@@ -521,3 +522,55 @@ def test_a_step_that_would_write_non_finite_parameters_keeps_the_old_ones(fresh)
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(new.params))
     assert m["nonfinite_skipped"] is True and m["n_steps_taken"] == 0
     assert tree_equal(new.params, state.params) and tree_equal(new.opt_state, state.opt_state)
+
+
+# ------------------------------------------------------------------------------------------
+# the per-head trust region (LEARNING.md §4)
+# ------------------------------------------------------------------------------------------
+
+
+@settings(deadline=None, max_examples=25)
+@given(seed=st.integers(0, 2**31 - 1), scale=st.floats(0.0, 2.0))
+def test_per_head_kl_is_each_heads_mean_kl3_and_weights_back_to_the_batch_kl(seed, scale):
+    """KL_h = (1/n_h)·Σ m_h·k3 >= 0, and Σ_h n_h·KL_h / N is the whole-batch approx_kl."""
+    rng = np.random.default_rng(seed)
+    log_ratio = jnp.asarray(rng.normal(size=(3, 6, 4)) * scale, jnp.float32)
+    valid = jnp.asarray(rng.random((3, 6)) < 0.8).at[0, 0].set(True)
+    m = jnp.asarray(rng.random((3, 6, 4)) < 0.4) & valid[..., None]
+    per_head = np.asarray(ppo.approx_kl_per_head(log_ratio, m), np.float64)
+    chex.assert_shape(per_head, (4,))
+    r = np.exp(np.asarray(log_ratio, np.float64))
+    k3 = np.where(np.asarray(m), (r - 1) - np.log(r), 0.0)
+    n_h = np.maximum(np.asarray(m).sum(axis=(0, 1)), 1)
+    np.testing.assert_allclose(per_head, k3.sum(axis=(0, 1)) / n_h, rtol=1e-4, atol=1e-6)
+    assert np.all(per_head >= -1e-7)
+    batch = float(ppo.approx_kl(log_ratio, m, valid))
+    assert batch == pytest.approx((per_head * n_h).sum() / np.asarray(valid).sum(), rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("per_head", [True, False])
+def test_a_head_that_acts_on_few_steps_is_held_to_the_trust_region_only_per_head(fresh, per_head):
+    """The slot head moved on under a third of the batch's steps (and not at all on its others): diluted
+    over the batch its KL is below the stop, its own mean KL is above it, so only the per-head trust region
+    stops the update."""
+    state, ro = fresh
+    cfg = dataclasses.replace(CFG, kl_per_head=per_head, target_kl=0.05)
+    slot_steps = ppo.head_weights(ro.actions, ro.valid)[..., 0]
+    n_valid = int(jnp.sum(ro.valid))
+    relevant = slot_steps & (jnp.cumsum(slot_steps.reshape(-1)).reshape(slot_steps.shape) <= 0.3 * n_valid)
+    assert 0.2 < float(jnp.sum(relevant)) / n_valid <= 0.3  # the slot decisions that moved: under a third
+    n_moved, n_slot = float(jnp.sum(relevant)), float(jnp.sum(slot_steps))
+    target = 0.8 * cfg.kl_stop * n_valid / n_moved  # whole-batch KL 0.8·stop; k3(δ) = e^δ − 1 − δ = target
+    assert target * n_moved / n_slot > cfg.kl_stop  # the slot head's own KL is above the stop
+    lo, hi = 0.0, 5.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if np.expm1(mid) - mid < target else (lo, mid)
+    old = jnp.where(relevant, ro.log_probs[..., 0] - lo, ro.log_probs[..., 0])  # new − old = δ on those steps
+    _, metrics = ppo.update(state, ro.replace(log_probs=ro.log_probs.at[..., 0].set(old)),
+                            jax.random.PRNGKey(2), cfg, E)
+    m = metrics_to_python(metrics)
+    if per_head:
+        assert m["early_stop"] == [1, 0] and m["n_steps_taken"] == 0
+    else:
+        assert m["early_stop"] is None and m["n_steps_taken"] > 0
