@@ -1,0 +1,177 @@
+"""Envs as Ray actors (issue 15): the same run as the in-process pool, bit for bit; clear failures; no
+orphaned Ray process; the install line when Ray is missing."""
+
+import csv
+import os
+import signal
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import esper_fx
+from esper_fx import checkpoint as ckpt
+from esper_fx import loop
+from esper_fx.config import TrainingConfig
+from esper_fx.ray_pool import worker_slices
+from esper_fx.ray_runtime import INSTALL_HINT
+from esper_fx.train import main
+
+ray = pytest.importorskip("ray")
+
+# 3 envs over 2 workers (slices of 2 and 1); 5 episodes: the second batch runs 2 envs, worker 1 idles.
+SMALL = dict(
+    task="shapes10", n_envs=3, max_epochs=3, n_episodes=5, synthetic_train_samples=256, synthetic_test_samples=64,
+    batch_size_per_env=32, max_train_batches=2, seed=5, device="cpu", checkpoint_every=1, num_minibatches=1,
+    tensorboard=False, report=False,
+)
+
+
+def small(**overrides) -> TrainingConfig:
+    return TrainingConfig(**{**SMALL, **overrides})
+
+
+def _history(result):
+    return [{k: v for k, v in h.to_dict().items() if k not in ("wall_time_s", "timing")} for h in result.history]
+
+
+def _untimed(row: dict) -> dict:
+    """A record without its clock readings (timestamps, wall times, timings)."""
+    return {k: _untimed(v) if isinstance(v, dict) else v for k, v in row.items()
+            if not (k == "timestamp" or k.endswith("_s") or k == "timing")}
+
+
+def _events(result):
+    """The run's events without clock readings, the checkpoint paths made relative to the run directory."""
+    return [{**_untimed(e), "message": e["message"].replace(str(result.run_dir), "<run>")} for e in result.events
+            if e["event_type"] not in ("TRAINING_STARTED", "TRAINING_COMPLETED")]
+
+
+def _metrics_rows(run_dir):
+    with open(Path(run_dir) / "metrics.csv") as fh:
+        return [_untimed(row) for row in csv.DictReader(fh)]
+
+
+def _params_equal(a, b) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
+
+
+def _descendants(pid: int) -> set[int]:
+    """Live (non-zombie) processes below `pid`, from the process table."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The in-process run every Ray run is compared with."""
+    return esper_fx.run(small(), run_dir=tmp_path_factory.mktemp("ref") / "run")
+
+
+def test_worker_slices_are_contiguous_and_balanced():
+    assert worker_slices(5, 2) == [range(0, 3), range(3, 5)]
+    assert worker_slices(4, 4) == [range(i, i + 1) for i in range(4)]
+    with pytest.raises(ValueError, match="env_workers"):
+        worker_slices(2, 3)
+
+
+def test_two_workers_give_the_same_run_bit_for_bit_and_leave_no_ray_process(reference, tmp_path):
+    before = _descendants(os.getpid())
+    result = esper_fx.run(small(env_workers=2), run_dir=tmp_path / "ray")
+    assert not ray.is_initialized()
+    assert _descendants(os.getpid()) - before == set()
+    assert _history(result) == _history(reference)
+    assert _events(result) == _events(reference)
+    assert _params_equal(result.controller_state.params, reference.controller_state.params)
+    assert _metrics_rows(tmp_path / "ray") == _metrics_rows(reference.run_dir)
+
+
+def test_a_killed_worker_stops_the_run_naming_it_and_resume_continues_exactly(reference, tmp_path):
+    config = small(env_workers=2)
+    run_dir = tmp_path / "killed"
+    pool = loop.build_pool(config)
+    original_begin, original_step, batches = pool.begin, pool.step, []
+
+    def counting_begin(b, n_active=None):
+        batches.append(b)
+        return original_begin(b, n_active)
+
+    def killing_step(actions, bootstrap=True):
+        if batches[-1] == 1 and pool.epoch == 2:
+            os.kill(pool.workers[0]["pid"], signal.SIGKILL)
+        return original_step(actions, bootstrap)
+
+    pool.begin, pool.step = counting_begin, killing_step
+    try:
+        with pytest.raises(esper_fx.ray_pool.EnvWorkerLost) as info:
+            esper_fx.run(config, run_dir=run_dir, pool=pool)
+    finally:
+        pool.close()
+    message = str(info.value)
+    assert message.startswith("env worker 0 (envs 0–1) died") and "\n" not in message
+    assert ckpt.read_manifest(run_dir)["next_batch_idx"] == 1  # the last finished batch, intact
+    resumed = esper_fx.run(small(resume_path=str(run_dir)), run_dir=run_dir)  # across pool kinds: in-process
+    assert _history(resumed) == _history(reference)
+    assert _params_equal(resumed.controller_state.params, reference.controller_state.params)
+
+
+@pytest.fixture
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def test_a_worker_exception_reaches_the_driver_with_its_traceback(local_ray):
+    from esper_fx.ray_pool import EnvWorkerError, RayEnvPool
+
+    with RayEnvPool(small(n_envs=2, env_workers=2, max_epochs=2)) as pool:
+        signals = pool.begin(0, 2)
+        assert signals["obs"].shape[0] == 2
+        with pytest.raises(EnvWorkerError) as info:
+            pool.step(np.array([[0, 0, 0, 0], [0, 0, 0, 99]], dtype=np.int32))
+    message = str(info.value)
+    assert message.startswith("env worker 1 (envs 1–1) raised ValueError: env 1: op index 99 is outside [0, 4)")
+    assert "the worker's traceback:" in message and 'hosts/env/actions.py", line' in message
+    assert "in decode_actions" in message and "\x1b[" not in message
+    assert isinstance(info.value.__cause__, ValueError)
+    assert ray.is_initialized()  # a Ray the caller started is left running
+
+
+def test_without_ray_env_workers_exit_2_with_the_install_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    code = main(["--preset", "shapes10_quick", "--env-workers", "2", "--run-dir", str(tmp_path / "r"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "pip install -e '.[ray]'" in err and "--env-workers 2" in err
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[ray\]'"):
+        loop.build_pool(small(env_workers=2))
+    assert INSTALL_HINT in err
+
+
+def test_the_command_line_sets_env_workers_and_ray_address():
+    from esper_fx.train import resolve_config
+
+    config, _ = resolve_config(["--n-envs", "4", "--env-workers", "2", "--ray-address", "auto", "--run-dir", "x"])
+    assert (config.env_workers, config.ray_address) == (2, "auto")
+    with pytest.raises(ValueError, match="env_workers must be <= 4"):
+        resolve_config(["--n-envs", "4", "--env-workers", "5", "--run-dir", "x"])
