@@ -83,7 +83,7 @@ class RayEnvPool:
         self._running: list[int] = []
         self.epoch = 0
         try:
-            gpu = _uses_cuda(self.config)
+            gpu = uses_cuda(self.config)
             actor = ray.remote(EnvWorker).options(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0)
             threads, faults = torch.get_num_threads(), tuple(nan_faults)
             self._actors = [actor.remote(self.config, tuple(envs), gpu, threads, faults) for envs in self.slices]
@@ -152,29 +152,32 @@ class RayEnvPool:
 
     def _gather(self, refs: list, workers: Sequence[int], timeout: float | None = None) -> list:
         """Each worker's result in order; the first failure names its worker and envs."""
-        exceptions = self._ray.exceptions
-        out = []
-        for w, ref in zip(workers, refs):
-            where = describe(w, self.slices[w])
-            try:
-                out.append(self._ray.get(ref, timeout=timeout))
-            except exceptions.RayTaskError as exc:
-                cause = exc.cause if isinstance(exc.cause, BaseException) else None
-                raise EnvWorkerError(f"{where} raised {_one_line(cause or exc)}\nthe worker's traceback:\n"
-                                     f"{_plain_text(getattr(exc, 'traceback_str', '') or str(exc))}") from cause
-            except exceptions.RayActorError as exc:
-                raise EnvWorkerLost(f"{where} died: {_first_line(exc)}") from None
-            except exceptions.GetTimeoutError:
-                raise EnvWorkerLost(f"{where} was not placed within {timeout:.0f} s: the Ray cluster lacks "
-                                    f"the CPUs/GPUs asked for ({self._ray.cluster_resources()})") from None
-        return out
+        return [get_or_explain(self._ray, ref, describe(w, self.slices[w]), timeout)
+                for w, ref in zip(workers, refs)]
 
     def _merge(self, parts: Sequence[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
         self.transfer["bytes_in"] += sum(signal_bytes(p) for p in parts)
         return merge_signals(parts, self.policy_device)
 
 
-def _uses_cuda(config: PoolConfig) -> bool:
+def get_or_explain(ray: Any, ref: Any, where: str, timeout: float | None = None) -> Any:
+    """`ray.get(ref)`; a failure becomes EnvWorkerError (a Python exception, with the remote traceback) or
+    EnvWorkerLost (the process died, or was never placed), its message starting with `where`."""
+    exceptions = ray.exceptions
+    try:
+        return ray.get(ref, timeout=timeout)
+    except exceptions.RayTaskError as exc:
+        cause = exc.cause if isinstance(exc.cause, BaseException) else None
+        raise EnvWorkerError(f"{where} raised {_one_line(cause or exc)}\nthe worker's traceback:\n"
+                             f"{_plain_text(getattr(exc, 'traceback_str', '') or str(exc))}") from cause
+    except (exceptions.RayActorError, exceptions.WorkerCrashedError) as exc:
+        raise EnvWorkerLost(f"{where} died: {_first_line(exc)}") from None
+    except exceptions.GetTimeoutError:
+        raise EnvWorkerLost(f"{where} was not placed within {timeout:.0f} s: the Ray cluster lacks the "
+                            f"CPUs/GPUs asked for ({ray.cluster_resources()})") from None
+
+
+def uses_cuda(config: PoolConfig) -> bool:
     """The envs run on CUDA (each worker then takes one GPU and runs its envs there)."""
     devices = config.env_devices or (config.device,)
     return any(str(d).startswith("cuda") for d in devices) or (

@@ -175,3 +175,21 @@ def test_the_command_line_sets_env_workers_and_ray_address():
     assert (config.env_workers, config.ray_address) == (2, "auto")
     with pytest.raises(ValueError, match="env_workers must be <= 4"):
         resolve_config(["--n-envs", "4", "--env-workers", "5", "--run-dir", "x"])
+
+
+def test_compare_fans_the_evaluation_episodes_out_with_the_same_numbers(tmp_path):
+    arms = {"ppo": "ppo_lstm", "wait": "wait", "static_final": "static_final"}
+    config = small(n_envs=2, n_episodes=2, max_epochs=3)
+    seeds = [900_000, 900_001, 900_002]
+    serial = esper_fx.compare(arms, config, seeds, progress=None)
+    lines = []
+    fanned = esper_fx.compare(arms, config.replace(env_workers=2), seeds, progress=lines.append)
+    assert not ray.is_initialized()
+
+    def numbers(table):
+        return {arm: [{k: v for k, v in e.to_dict().items() if k != "wall_s"} for e in eps]
+                for arm, eps in table.episodes.items()}
+
+    assert numbers(fanned) == numbers(serial)
+    assert [line.split(":")[1] for line in lines if "seed" in line] == [
+        f" {arm} seed {s}" for arm in arms for s in seeds]  # progress in seed order
