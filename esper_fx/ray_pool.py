@@ -27,6 +27,7 @@ import torch
 from esper_fx.errors import RunFailure
 from esper_fx.ray_runtime import RaySession, require_ray
 from esper_fx.ray_worker import EnvWorker, WorkerStep
+from esper_fx.stopping import deferred_stops
 from hosts.env import ApplyResult, PoolConfig
 from hosts.env.pool import resolve_device
 
@@ -129,13 +130,15 @@ class RayEnvPool:
 
     # ---------------------------------------------------------------- lifetime
     def close(self) -> None:
-        """Kill the actors and leave Ray (a local instance the pool started is shut down). Idempotent."""
-        for actor in self._actors:
-            try:
-                self._ray.kill(actor)
-            except Exception:  # already dead, or Ray already down
-                pass
-        self._actors = []
+        """Kill the actors and leave Ray (a local instance the pool started is shut down). Idempotent; a
+        Ctrl-C meanwhile is dropped (the run is stopping)."""
+        with deferred_stops(reraise=False):
+            for actor in self._actors:
+                try:
+                    self._ray.kill(actor)
+                except Exception:  # already dead, or Ray already down
+                    pass
+            self._actors = []
         self._session.close()
 
     def __enter__(self) -> "RayEnvPool":

@@ -1,6 +1,6 @@
 """Ray for the run: is it installed, start or join it, stop what the run started (issue 15).
 
-Imports neither torch nor jax, and Ray only when asked, so the command line can reject `--env-workers`
+Imports neither torch nor jax (nor anything that does), and Ray only when asked, so the command line can reject `--env-workers`
 without Ray instantly:
 
     require_ray()                              # ImportError with the install line when Ray is missing
@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
+
+from esper_fx.stopping import deferred_stops
 
 INSTALL_HINT = "env workers need Ray: pip install -e '.[ray]'"
 
@@ -55,22 +57,32 @@ class RaySession:
         if ray.is_initialized():
             return cls(owned=False, joined=False)
         runtime_env = {"env_vars": {"PYTHONPATH": _pythonpath()}}
-        with warnings.catch_warnings():  # Ray's fork+exec of its own daemons, not a fork of this process
-            warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-            if address is None:
-                ray.init(address="local", num_cpus=max(os.cpu_count() or 1, min_cpus), include_dashboard=False,
-                         runtime_env=runtime_env, configure_logging=False)
-                return cls(owned=True, joined=True)
-            ray.init(address=address, runtime_env=runtime_env, configure_logging=False)
-        return cls(owned=False, joined=True)
+        local = address is None
+        # Ctrl-C / SIGTERM are held until Ray has started (then raised): an interrupted start left Ray's
+        # agents orphaned. Leaving the block also restores the SIGTERM handler that ray.init replaces.
+        with deferred_stops():
+            try:
+                with warnings.catch_warnings():  # Ray's fork+exec of its daemons, not a fork of this process
+                    warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+                    if local:
+                        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, min_cpus),
+                                 include_dashboard=False, runtime_env=runtime_env, configure_logging=False)
+                    else:
+                        ray.init(address=address, runtime_env=runtime_env, configure_logging=False)
+            except BaseException:  # a failed start: stop whatever it had started
+                ray.shutdown()
+                raise
+        return cls(owned=local, joined=True)
 
     def close(self) -> None:
-        """Disconnect what `open` connected; a local instance the run started is shut down with it."""
+        """Disconnect what `open` connected; a local instance the run started is shut down with it (a
+        Ctrl-C meanwhile is dropped: the run is stopping)."""
         if self.joined:
             import ray
 
-            if ray.is_initialized():
-                ray.shutdown()
+            with deferred_stops(reraise=False):
+                if ray.is_initialized():
+                    ray.shutdown()
 
 
 def _pythonpath() -> str:

@@ -2,9 +2,13 @@
 orphaned Ray process; the install line when Ray is missing."""
 
 import csv
+import json
 import os
 import signal
+import subprocess
 import sys
+import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -20,6 +24,8 @@ from esper_fx.ray_runtime import INSTALL_HINT
 from esper_fx.train import main
 
 ray = pytest.importorskip("ray")
+
+REPO = Path(__file__).resolve().parents[2]
 
 # 3 envs over 2 workers (slices of 2 and 1); 5 episodes: the second batch runs 2 envs, worker 1 idles.
 SMALL = dict(
@@ -135,7 +141,9 @@ def test_a_killed_worker_stops_the_run_naming_it_and_resume_continues_exactly(re
 
 @pytest.fixture
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    with warnings.catch_warnings():  # Ray's fork+exec of its daemons
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
     yield
     ray.shutdown()
 
@@ -193,3 +201,44 @@ def test_compare_fans_the_evaluation_episodes_out_with_the_same_numbers(tmp_path
     assert numbers(fanned) == numbers(serial)
     assert [line.split(":")[1] for line in lines if "seed" in line] == [
         f" {arm} seed {s}" for arm in arms for s in seeds]  # progress in seed order
+
+
+def _alive(pids: set[int]) -> set[int]:
+    out = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.add(pid)
+    return out
+
+
+def test_ctrl_c_stops_a_ray_run_at_a_checkpoint_and_leaves_no_ray_process(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group: the driver and Ray's processes."""
+    config = {k: v for k, v in SMALL.items() if k != "device"} | {"device": "cpu", "n_envs": 2, "n_episodes": 2000}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "esper_fx.train", "--config", str(tmp_path / "c.json"),
+                             "--env-workers", "2", "--run-dir", str(run_dir), "--quiet"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not list((run_dir / "checkpoints").glob("batch-*")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        ray_processes = _descendants(proc.pid)
+        assert ray_processes, "the run started no Ray process"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Checkpoint written" in err
+    deadline = time.monotonic() + 15
+    while _alive(ray_processes) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _alive(ray_processes) == set()
