@@ -19,6 +19,7 @@ worker raises `EnvWorkerError` carrying the worker's traceback.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -77,7 +78,9 @@ class RayEnvPool:
         self.slices = worker_slices(self.config.n_envs, self.n_workers)
         self.max_epochs = self.config.max_epochs
         self.policy_device = resolve_device(self.config.device)
-        self.transfer = {"bytes_in": 0, "bytes_out": 0, "calls": 0}
+        # bytes through the object store (signals in, actions out), round trips, and for the steps their
+        # driver-side wall time and the slowest worker's own time: the difference is Ray's overhead
+        self.stats = {"bytes_in": 0, "bytes_out": 0, "calls": 0, "step_wall_s": 0.0, "step_worker_s": 0.0}
         self._session = RaySession.open(config.ray_address, self.n_workers)
         self._ray = ray
         self._actors: list[Any] = []
@@ -115,15 +118,19 @@ class RayEnvPool:
             raise ValueError(f"actions must be [{self._n_active}, 4] (got {list(rows.shape)})")
         args = [(rows[self.slices[w].start:min(self.slices[w].stop, self._n_active)], bootstrap)
                 for w in self._running]
-        self.transfer["bytes_out"] += rows.nbytes
+        self.stats["bytes_out"] += rows.nbytes
+        started = time.perf_counter()
         steps: list[WorkerStep] = self._call("step", args)
         boot = [s.bootstrap for s in steps]
         signals = [s.signals for s in steps]
         result = ApplyResult(tuple(a for s in steps for a in s.actions), tuple(x for s in steps for x in s.success),
                              tuple(e for s in steps for e in s.events),
                              None if boot[0] is None else self._merge(boot))
+        merged = None if signals[0] is None else self._merge(signals)
+        self.stats["step_wall_s"] += time.perf_counter() - started
+        self.stats["step_worker_s"] += max(s.compute_s for s in steps)
         self.epoch += 1
-        return result, None if signals[0] is None else self._merge(signals)
+        return result, merged
 
     def episode_results(self) -> list:
         return [r for part in self._call("episode_results", [()] * len(self._running)) for r in part]
@@ -150,7 +157,7 @@ class RayEnvPool:
     # ---------------------------------------------------------------- round trips
     def _call(self, method: str, args: Sequence[tuple]) -> list:
         refs = [getattr(self._actors[w], method).remote(*a) for w, a in zip(self._running, args)]
-        self.transfer["calls"] += 1
+        self.stats["calls"] += 1
         return self._gather(refs, self._running)
 
     def _gather(self, refs: list, workers: Sequence[int], timeout: float | None = None) -> list:
@@ -159,7 +166,7 @@ class RayEnvPool:
                 for w, ref in zip(workers, refs)]
 
     def _merge(self, parts: Sequence[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
-        self.transfer["bytes_in"] += sum(signal_bytes(p) for p in parts)
+        self.stats["bytes_in"] += sum(signal_bytes(p) for p in parts)
         return merge_signals(parts, self.policy_device)
 
 

@@ -14,6 +14,7 @@ command line runs CPU pools with one thread, `cli_run.limit_cpu_threads`).
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -30,6 +31,7 @@ class WorkerStep(NamedTuple):
     events: tuple[Any, ...]
     bootstrap: dict[str, np.ndarray] | None
     signals: dict[str, np.ndarray] | None
+    compute_s: float  # the worker's own time in the step (the rest of a round trip is Ray's overhead)
 
 
 def worker_config(config: PoolConfig, gpu: bool) -> PoolConfig:
@@ -59,9 +61,11 @@ class EnvWorker:
         return to_numpy(self.pool.begin(batch_idx, n_active))
 
     def step(self, actions: np.ndarray, bootstrap: bool) -> WorkerStep:
+        started = time.perf_counter()
         result, signals = self.pool.step(actions, bootstrap=bootstrap)
-        return WorkerStep(result.actions, result.success, result.events, to_numpy(result.bootstrap_signals),
-                          to_numpy(signals))
+        boot, signals = to_numpy(result.bootstrap_signals), to_numpy(signals)
+        return WorkerStep(result.actions, result.success, result.events, boot, signals,
+                          time.perf_counter() - started)
 
     def episode_results(self) -> list:
         return self.pool.episode_results()
