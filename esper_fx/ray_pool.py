@@ -18,6 +18,7 @@ worker raises `EnvWorkerError` carrying the worker's traceback.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from typing import Any, Sequence
@@ -25,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from esper_fx.errors import RunFailure
+from esper_fx.errors import DeviceUnavailableError, RunFailure
 from esper_fx.ray_runtime import RaySession, require_ray
 from esper_fx.ray_worker import EnvWorker, WorkerStep
 from esper_fx.stopping import deferred_stops
@@ -88,7 +89,8 @@ class RayEnvPool:
         self.epoch = 0
         try:
             gpu = uses_cuda(self.config)
-            actor = ray.remote(EnvWorker).options(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0)
+            gpus = gpu_share(ray.cluster_resources().get("GPU", 0), self.n_workers) if gpu else 0
+            actor = ray.remote(EnvWorker).options(num_cpus=1, num_gpus=gpus, max_restarts=0)
             threads, faults = torch.get_num_threads(), tuple(nan_faults)
             self._actors = [actor.remote(self.config, tuple(envs), gpu, threads, faults) for envs in self.slices]
             self.workers = self._gather([a.info.remote() for a in self._actors], range(self.n_workers),
@@ -185,6 +187,16 @@ def get_or_explain(ray: Any, ref: Any, where: str, timeout: float | None = None)
     except exceptions.GetTimeoutError:
         raise EnvWorkerLost(f"{where} was not placed within {timeout:.0f} s: the Ray cluster lacks the "
                             f"CPUs/GPUs asked for ({ray.cluster_resources()})") from None
+
+
+def gpu_share(cluster_gpus: float, n_workers: int) -> float:
+    """The GPU fraction each worker asks for: one GPU each when the cluster has enough, else an equal share
+    (1/2, 1/3, ...) so that every worker is placed: 4 workers on 2 GPUs -> 0.5 (two per GPU)."""
+    gpus = int(cluster_gpus)
+    if gpus < 1:
+        raise DeviceUnavailableError("the envs run on CUDA but the Ray cluster has no GPU "
+                                     "(set env_devices/device to cpu, or join a cluster with GPUs)")
+    return 1.0 / math.ceil(n_workers / gpus)
 
 
 def uses_cuda(config: PoolConfig) -> bool:

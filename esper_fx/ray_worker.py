@@ -36,7 +36,7 @@ class WorkerStep(NamedTuple):
 
 def worker_config(config: PoolConfig, gpu: bool) -> PoolConfig:
     """The slice's pool settings: signals are built on the CPU (they leave as numpy); with a GPU the
-    worker's envs run on the one device Ray gives it, which it sees as cuda:0."""
+    worker's envs run on the device Ray gives it (or a share of it), which it sees as cuda:0."""
     return config.replace(device="cpu", env_devices=("cuda:0",) if gpu else ("cpu",))
 
 

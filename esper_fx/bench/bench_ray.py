@@ -16,6 +16,8 @@ the episode is long enough for warm-up and repetitions.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from esper_fx.bench.presets import N_ENVS, bench_config
@@ -62,6 +64,10 @@ def _case(settings: BenchSettings, preset: str) -> dict:
         "ratio": in_process.median_s / ray_2.median_s,
         "env_epochs_per_s": {"in_process": N_ENVS / in_process.median_s, "ray_2": N_ENVS / ray_2.median_s},
         "overhead_share": (wall - worker) / wall, "overhead_s_per_epoch": (wall - worker) / steps,
+        # one env-epoch's compute: in process, and inside a worker (the slowest one's step / its envs);
+        # above 1, the workers' envs ran slower than in process (cores busy with other work)
+        "env_epoch_s": {"in_process": in_process.median_s / N_ENVS,
+                        "in_worker": worker / steps / math.ceil(N_ENVS / N_WORKERS)},
         "bytes_per_epoch": {"signals_in": stats["bytes_in"] // steps, "actions_out": stats["bytes_out"] // steps},
     }
 

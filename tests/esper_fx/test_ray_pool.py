@@ -242,3 +242,12 @@ def test_ctrl_c_stops_a_ray_run_at_a_checkpoint_and_leaves_no_ray_process(tmp_pa
     while _alive(ray_processes) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _alive(ray_processes) == set()
+
+
+def test_workers_share_the_gpus_so_that_every_one_is_placed():
+    from esper_fx.errors import DeviceUnavailableError
+    from esper_fx.ray_pool import gpu_share
+
+    assert [gpu_share(g, w) for g, w in ((4, 2), (2, 2), (1, 2), (2, 4), (3, 4), (2, 3))] == [1, 1, 0.5, 0.5, 0.5, 0.5]
+    with pytest.raises(DeviceUnavailableError, match="no GPU"):
+        gpu_share(0, 2)
