@@ -85,8 +85,9 @@ class RayEnvPool:
         self._session = RaySession.open(config.ray_address, self.n_workers)
         self._ray = ray
         self._actors: list[Any] = []
-        self._running: list[int] = []
-        self.epoch = 0
+        self._running: list[int] = []  # the workers with envs in this episode batch (set by begin)
+        self._n_active = 0
+        self.epoch = 0  # as EnvPool.epoch: the epoch the envs last trained
         try:
             gpu = uses_cuda(self.config)
             gpus = gpu_share(ray.cluster_resources().get("GPU", 0), self.n_workers) if gpu else 0
@@ -115,6 +116,8 @@ class RayEnvPool:
         return self._merge(parts)
 
     def step(self, actions, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
+        if not self._running:
+            raise RuntimeError("RayEnvPool.step called before begin(b)")
         rows = _action_array(actions)
         if rows.shape != (self._n_active, 4):
             raise ValueError(f"actions must be [{self._n_active}, 4] (got {list(rows.shape)})")
@@ -131,7 +134,7 @@ class RayEnvPool:
         merged = None if signals[0] is None else self._merge(signals)
         self.stats["step_wall_s"] += time.perf_counter() - started
         self.stats["step_worker_s"] += max(s.compute_s for s in steps)
-        self.epoch += 1
+        self.epoch += merged is not None
         return result, merged
 
     def episode_results(self) -> list:

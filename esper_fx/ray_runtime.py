@@ -60,18 +60,19 @@ class RaySession:
         local = address is None
         # Ctrl-C / SIGTERM are held until Ray has started (then raised): an interrupted start left Ray's
         # agents orphaned. Leaving the block also restores the SIGTERM handler that ray.init replaces.
-        with deferred_stops():
-            try:
-                with warnings.catch_warnings():  # Ray's fork+exec of its daemons, not a fork of this process
-                    warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-                    if local:
-                        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, min_cpus),
-                                 include_dashboard=False, runtime_env=runtime_env, configure_logging=False)
-                    else:
-                        ray.init(address=address, runtime_env=runtime_env, configure_logging=False)
-            except BaseException:  # a failed start: stop whatever it had started
+        try:
+            with deferred_stops(), warnings.catch_warnings():
+                # (Ray's fork+exec of its daemons, not a fork of this process)
+                warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+                if local:
+                    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, min_cpus), include_dashboard=False,
+                             runtime_env=runtime_env, configure_logging=False)
+                else:
+                    ray.init(address=address, runtime_env=runtime_env, configure_logging=False)
+        except BaseException:  # a failed start, or a stop held during it: leave nothing running
+            with deferred_stops(reraise=False):
                 ray.shutdown()
-                raise
+            raise
         return cls(owned=local, joined=True)
 
     def close(self) -> None:
