@@ -174,6 +174,12 @@ def test_without_ray_env_workers_exit_2_with_the_install_line(monkeypatch, capsy
     with pytest.raises(ImportError, match=r"pip install -e '\.\[ray\]'"):
         loop.build_pool(small(env_workers=2))
     assert INSTALL_HINT in err
+    from esper_fx import prove
+
+    code = prove.main(["--env-workers", "2", "--out", str(tmp_path / "p"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and INSTALL_HINT in err
+    assert not (tmp_path / "p").exists()
 
 
 def test_the_command_line_sets_env_workers_and_ray_address():
