@@ -221,8 +221,11 @@ def _alive(pids: set[int]) -> set[int]:
     return out
 
 
-def test_ctrl_c_stops_a_ray_run_at_a_checkpoint_and_leaves_no_ray_process(tmp_path):
-    """A terminal's Ctrl-C reaches the whole process group: the driver and Ray's processes."""
+@pytest.mark.parametrize("signum, group, code", [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)],
+                         ids=["ctrl-c-to-the-process-group", "sigterm-to-the-driver"])
+def test_a_stopped_ray_run_checkpoints_and_leaves_no_ray_process(tmp_path, signum, group, code):
+    """A terminal's Ctrl-C reaches the whole process group (the driver and Ray's processes); a scheduler's
+    SIGTERM only the driver."""
     config = {k: v for k, v in SMALL.items() if k != "device"} | {"device": "cpu", "n_envs": 2, "n_episodes": 2000}
     (tmp_path / "c.json").write_text(json.dumps(config))
     run_dir = tmp_path / "run"
@@ -237,12 +240,12 @@ def test_ctrl_c_stops_a_ray_run_at_a_checkpoint_and_leaves_no_ray_process(tmp_pa
             time.sleep(0.5)
         ray_processes = _descendants(proc.pid)
         assert ray_processes, "the run started no Ray process"
-        os.killpg(proc.pid, signal.SIGINT)
+        (os.killpg if group else os.kill)(proc.pid, signum)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     assert "Checkpoint written" in err
     deadline = time.monotonic() + 15
     while _alive(ray_processes) and time.monotonic() < deadline:
