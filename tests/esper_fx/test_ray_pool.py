@@ -110,6 +110,7 @@ def test_two_workers_give_the_same_run_bit_for_bit_and_leave_no_ray_process(refe
     assert _metrics_rows(tmp_path / "ray") == _metrics_rows(reference.run_dir)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_stops_the_run_naming_it_and_resume_continues_exactly(reference, tmp_path):
     config = small(env_workers=2)
     run_dir = tmp_path / "killed"
@@ -191,6 +192,7 @@ def test_the_command_line_sets_env_workers_and_ray_address():
         resolve_config(["--n-envs", "4", "--env-workers", "5", "--run-dir", "x"])
 
 
+@pytest.mark.slow
 def test_compare_fans_the_evaluation_episodes_out_with_the_same_numbers(tmp_path):
     arms = {"ppo": "ppo_lstm", "wait": "wait", "static_final": "static_final"}
     config = small(n_envs=2, n_episodes=2, max_epochs=3)
@@ -221,6 +223,7 @@ def _alive(pids: set[int]) -> set[int]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, group, code", [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)],
                          ids=["ctrl-c-to-the-process-group", "sigterm-to-the-driver"])
 def test_a_stopped_ray_run_checkpoints_and_leaves_no_ray_process(tmp_path, signum, group, code):
