@@ -81,7 +81,8 @@ class RayEnvPool:
         self.policy_device = resolve_device(self.config.device)
         # bytes through the object store (signals in, actions out), round trips, and for the steps their
         # driver-side wall time and the slowest worker's own time: the difference is Ray's overhead
-        self.stats = {"bytes_in": 0, "bytes_out": 0, "calls": 0, "step_wall_s": 0.0, "step_worker_s": 0.0}
+        self.stats = {"bytes_in": 0, "bytes_out": 0, "calls": 0, "step_wall_s": 0.0, "step_worker_s": 0.0,
+                      "step_worker_cpu_s": 0.0}  # (the workers' CPU time, summed over workers)
         self._session = RaySession.open(config.ray_address, self.n_workers)
         self._ray = ray
         self._actors: list[Any] = []
@@ -134,6 +135,7 @@ class RayEnvPool:
         merged = None if signals[0] is None else self._merge(signals)
         self.stats["step_wall_s"] += time.perf_counter() - started
         self.stats["step_worker_s"] += max(s.compute_s for s in steps)
+        self.stats["step_worker_cpu_s"] += sum(s.cpu_s for s in steps)
         self.epoch += merged is not None
         return result, merged
 

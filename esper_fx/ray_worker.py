@@ -32,6 +32,7 @@ class WorkerStep(NamedTuple):
     bootstrap: dict[str, np.ndarray] | None
     signals: dict[str, np.ndarray] | None
     compute_s: float  # the worker's own time in the step (the rest of a round trip is Ray's overhead)
+    cpu_s: float  # the worker process's CPU time in the step
 
 
 def worker_config(config: PoolConfig, gpu: bool) -> PoolConfig:
@@ -61,11 +62,11 @@ class EnvWorker:
         return to_numpy(self.pool.begin(batch_idx, n_active))
 
     def step(self, actions: np.ndarray, bootstrap: bool) -> WorkerStep:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result, signals = self.pool.step(actions, bootstrap=bootstrap)
         boot, signals = to_numpy(result.bootstrap_signals), to_numpy(signals)
         return WorkerStep(result.actions, result.success, result.events, boot, signals,
-                          time.perf_counter() - started)
+                          time.perf_counter() - started, time.process_time() - cpu)
 
     def episode_results(self) -> list:
         return self.pool.episode_results()

@@ -17,6 +17,7 @@ the episode is long enough for warm-up and repetitions.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -32,10 +33,19 @@ TARGET_OVERHEAD_SHARE = 0.05
 DEFAULT_PRESET = "quickstart"
 
 
-def _stepper(pool, n_envs: int):
-    """One epoch per call: WAIT for every env, then the next epoch's training and validation."""
+def _stepper(pool, n_envs: int, cpu: list[float] | None = None):
+    """One epoch per call: WAIT for every env, then the next epoch's training and validation; with `cpu`,
+    this process's CPU time per call is appended to it."""
     wait = np.zeros((n_envs, 4), dtype=np.int32)
-    return lambda: pool.step(wait, bootstrap=False)
+
+    def step():
+        started = time.process_time()
+        out = pool.step(wait, bootstrap=False)
+        if cpu is not None:
+            cpu.append(time.process_time() - started)
+        return out
+
+    return step
 
 
 def _case(settings: BenchSettings, preset: str) -> dict:
@@ -50,8 +60,8 @@ def _case(settings: BenchSettings, preset: str) -> dict:
     with RayEnvPool(config.replace(env_workers=N_WORKERS)) as remote:
         local.begin(0)
         remote.begin(0)
-        before = dict(remote.stats)
-        timings = measure_interleaved({"in_process": Candidate(_stepper(local, N_ENVS), _no_sync),
+        before, local_cpu = dict(remote.stats), []
+        timings = measure_interleaved({"in_process": Candidate(_stepper(local, N_ENVS, local_cpu), _no_sync),
                                        "ray_2": Candidate(_stepper(remote, N_ENVS), _no_sync)},
                                       reps.warmup, reps.reps)
         stats = {k: remote.stats[k] - before[k] for k in before}
@@ -68,6 +78,9 @@ def _case(settings: BenchSettings, preset: str) -> dict:
         # above 1, the workers' envs ran slower than in process (cores busy with other work)
         "env_epoch_s": {"in_process": in_process.median_s / N_ENVS,
                         "in_worker": worker / steps / math.ceil(N_ENVS / N_WORKERS)},
+        # CPU time per env-epoch: about equal when the workers do the in-process work, only spread out
+        "env_epoch_cpu_s": {"in_process": sum(local_cpu) / steps / N_ENVS,
+                            "in_workers": stats["step_worker_cpu_s"] / steps / N_ENVS},
         "bytes_per_epoch": {"signals_in": stats["bytes_in"] // steps, "actions_out": stats["bytes_out"] // steps},
     }
 
