@@ -5,6 +5,7 @@ import csv
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -263,3 +264,32 @@ def test_workers_share_the_gpus_so_that_every_one_is_placed():
     assert [gpu_share(g, w) for g, w in ((4, 2), (2, 2), (1, 2), (2, 4), (3, 4), (2, 3))] == [1, 1, 0.5, 0.5, 0.5, 0.5]
     with pytest.raises(DeviceUnavailableError, match="no GPU"):
         gpu_share(0, 2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_run_joins_a_running_cluster_and_leaves_it_running(reference, tmp_path):
+    """`ray start --head`, then the command line with `--ray-address`: the same run; the cluster outlives it.
+    Ray's token authentication (on by default) needs RAY_AUTH_MODE=token in both, set before Ray loads."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "token"}
+    head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", f"--port={port}",
+                             "--num-cpus=2", "--include-dashboard=false", "--block"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    try:
+        (tmp_path / "c.json").write_text(json.dumps(SMALL))
+        run = subprocess.run([sys.executable, "-m", "esper_fx.train", "--config", str(tmp_path / "c.json"),
+                              "--env-workers", "2", "--ray-address", f"127.0.0.1:{port}", "--run-dir",
+                              str(tmp_path / "joined"), "--quiet"], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=400)
+        assert run.returncode == 0, run.stderr
+        assert head.poll() is None  # the cluster is still up
+        assert _metrics_rows(tmp_path / "joined") == _metrics_rows(reference.run_dir)
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(timeout=60)
