@@ -145,7 +145,7 @@ def test_a_killed_worker_stops_the_run_naming_it_and_resume_continues_exactly(re
 def local_ray():
     with warnings.catch_warnings():  # Ray's fork+exec of its daemons
         warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)
     yield
     ray.shutdown()
 
@@ -293,3 +293,15 @@ def test_a_run_joins_a_running_cluster_and_leaves_it_running(reference, tmp_path
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         head.wait(timeout=60)
+        _forget_cluster(port)
+
+
+def _forget_cluster(port: int) -> None:
+    """`ray start` records its cluster in /tmp/ray/ray_current_cluster, where a later `ray.init()` without an
+    address would look for it: forget the stopped one."""
+    record = Path("/tmp/ray/ray_current_cluster")
+    try:
+        if record.read_text().strip().endswith(f":{port}"):
+            record.unlink()
+    except OSError:
+        pass
