@@ -19,6 +19,10 @@ An arm is
 - a dict of the above under "controller", with "reward_fn", "config" overrides and "greedy" (False samples).
 
 `python -m esper_fx.prove` is this function with a command line, files and a plot.
+
+With `config.env_workers` > 0 the evaluation episodes run as Ray tasks, at most env_workers at a time
+(`esper_fx.ray_eval`), and the learning arms train with that many Ray env workers: the same per-seed
+numbers as a serial comparison. Ray is joined at `config.ray_address`, or started for the comparison.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import html
 import json
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
@@ -140,6 +145,31 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"compare needs distinct evaluation seeds (got {seeds})")
     say = progress or (lambda line: None)
+    with episode_runner(config) as run_arm:
+        return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm)
+
+
+@contextmanager
+def episode_runner(config: TrainingConfig):
+    """`evaluate.run_arm`, or with env workers its Ray fan-out, inside a Ray session for the comparison."""
+    from esper_fx import evaluate as ev
+
+    if config.env_workers == 0:
+        yield ev.run_arm
+        return
+    from esper_fx.ray_eval import remote_run_arm
+    from esper_fx.ray_runtime import RaySession
+
+    session = RaySession.open(config.ray_address, config.env_workers)
+    try:
+        yield lambda arm, seeds, on_episode=None: remote_run_arm(arm, seeds, on_episode, workers=config.env_workers)
+    finally:
+        session.close()
+
+
+def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm):
+    from esper_fx import evaluate as ev
+
     built, trained, learned, cache = {}, {}, [], {}
     for name, arm in arms.items():
         if _is_static_final(arm):
@@ -154,7 +184,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
         if _is_static_final(arm):
             source = _static_source(static_final_of, learned, arms)
             built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=_fossils_of(episodes[source]))
-        episodes[name] = ev.run_arm(built[name], seeds, on_episode=lambda e: say(
+        episodes[name] = run_arm(built[name], seeds, on_episode=lambda e: say(
             f"compare: {e.arm} seed {e.seed}: accuracy {e.accuracy:.2f}% ({e.wall_s:.1f} s)"))
     rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
     return ComparisonTable(rows, paired(episodes, baseline, learned[0] if learned else None), episodes, trained,

@@ -100,6 +100,8 @@ class TrainingConfig:
     env_devices: tuple[str, ...] | None = None
     data_path: DataPath = DataPath.DEVICE
     num_workers: int | None = None  # -> 4, loader path only
+    env_workers: int = 0  # Ray actors running the envs (each a contiguous slice); 0: the in-process pool
+    ray_address: str | None = None  # the Ray cluster to join; None: the run starts (and stops) a local Ray
     data_root: str = "./data"
     data_split: DataSplit = DataSplit.SHARED
     batch_size_per_env: int | None = None  # task default
@@ -147,6 +149,7 @@ class TrainingConfig:
         self._validate_thresholds()
         self._validate_slots()
         self._validate_data()
+        self._validate_workers()
         self._validate_menu_and_rotation()
 
     def __getattr__(self, name: str) -> Any:
@@ -249,6 +252,15 @@ class TrainingConfig:
                                  f"(got {list(self.env_devices)!r})")
             if len(self.env_devices) > self.n_envs:
                 raise ValueError(f"env_devices lists {len(self.env_devices)} devices but n_envs is {self.n_envs}")
+
+    def _validate_workers(self) -> None:
+        self._set("env_workers", check.int_between("env_workers", self.env_workers, 0, self.n_envs))
+        if self.ray_address is not None:
+            if not isinstance(self.ray_address, str) or not self.ray_address.strip():
+                raise ValueError(f"ray_address must be None or a Ray address such as 'auto' or "
+                                 f"'10.0.0.1:6379' (got {self.ray_address!r})")
+            if self.env_workers == 0:
+                raise ValueError(f"ray_address {self.ray_address!r} needs env_workers >= 1 (got 0)")
 
     def _validate_menu_and_rotation(self) -> None:
         topology = self.topology

@@ -75,9 +75,9 @@ class Policy(NamedTuple):
 
 
 def episode_config(config: TrainingConfig, seed: int, **overrides: Any) -> TrainingConfig:
-    """One env, one episode, seeded with `seed`; nothing written to disk."""
+    """One env, one episode, seeded with `seed`, in this process; nothing written to disk."""
     return config.replace(seed=int(seed), n_envs=1, n_episodes=1, num_minibatches=1, run_dir=None,
-                          resume_path=None, **overrides)
+                          resume_path=None, env_workers=0, ray_address=None, **overrides)
 
 
 @dataclass
@@ -90,6 +90,11 @@ class Arm:
     policy: Policy | None = None
     per_seed: Callable[[int], dict[str, Any]] | None = None  # config overrides of one seed (static_final)
     _step: tuple | None = field(default=None, repr=False)  # (step, new episode, signal columns), built once
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (an evaluation episode as a Ray task, `esper_fx.ray_eval`) without the jitted step: it is
+        rebuilt where the arm runs."""
+        return {**self.__dict__, "_step": None}
 
     @classmethod
     def build(cls, name: str, config: TrainingConfig, controller: str | ctl.Controller | None = None,

@@ -84,7 +84,8 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     metrics.csv, summary.json, checkpoints/, the TensorBoard scalars tb/ (unless config.tensorboard is
     off), and at the end plots/ and report.html (unless config.report is off) (default: config.run_dir;
     None writes nothing). A run directory must be new or empty, unless the run resumes the run it holds;
-    it is locked while the run lives. pool: an env pool (default: `build_pool(config)`).
+    it is locked while the run lives. pool: an env pool (default: `build_pool(config)`, closed when the run
+    ends, however it ends).
 
     Before anything is written, the run directory, the devices and the data are checked (a problem
     raises a `esper_fx.errors.SetupError` naming it). SIGTERM is handled like Ctrl-C: the last finished
@@ -95,11 +96,10 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     spec = ctl.ControllerSpec.from_config(config)
     bundle = ctl.build(controller if controller is not None else config.controller_name, spec)
     reward = resolve_reward_fn(config, reward_fn)
-    pool = pool if pool is not None else build_pool(config)
     n_batches = math.ceil(config.n_episodes / config.n_envs)
     console = Console(n_batches, config.max_epochs, quiet=quiet, stream=console_stream, n_envs=config.n_envs,
                       n_episodes=config.n_episodes)
-    with sigterm_stops(), open_run_log(config, console) as out:
+    with run_pool(config, pool) as pool, sigterm_stops(), open_run_log(config, console) as out:
         learner, progress = start(config, bundle, spec, out, n_batches)
         out.console.start_at(progress.next_batch_idx)
         runner = Runner.build(config, spec, bundle, reward, pool, out.console)
@@ -476,10 +476,31 @@ def resolve_policy_device(name: str) -> jax.Device:
     return devices[int(index or 0)]
 
 
-def build_pool(config: TrainingConfig) -> EnvPool:
-    """The run's env pool, built from the config's pool fields. A dataset that cannot be loaded, or that
-    does not fit the configuration (a batch larger than the training split), raises DataError."""
+def build_pool(config: TrainingConfig) -> Any:
+    """The run's env pool, built from the config's pool fields: in this process (`env_workers` 0), or
+    `env_workers` Ray actors (`esper_fx.ray_pool.RayEnvPool`; close it). A dataset that cannot be loaded,
+    or that does not fit the configuration (a batch larger than the training split), raises DataError."""
+    if config.env_workers > 0:
+        from esper_fx.ray_pool import RayEnvPool
+
+        return RayEnvPool(config)
     try:
         return EnvPool(config)
     except (DatasetUnavailableError, ValueError) as exc:
         raise DataError(str(exc)) from exc
+
+
+@contextmanager
+def run_pool(config: TrainingConfig, pool: Any = None):
+    """The caller's pool as is, or `build_pool(config)`, closed (Ray actors and a local Ray stopped) when
+    the run ends, whether it finishes, fails or is stopped."""
+    if pool is not None:
+        yield pool
+        return
+    pool = build_pool(config)
+    try:
+        yield pool
+    finally:
+        close = getattr(pool, "close", None)
+        if close is not None:
+            close()

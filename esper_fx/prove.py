@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from esper_fx.checkpoint import CheckpointError
 from esper_fx.config import PRESET_NAMES, TrainingConfig
+from esper_fx.ray_runtime import INSTALL_HINT, ray_installed
 
 EXIT_CONFIG_ERROR = 2
 DEFAULT_ARMS = ("ppo", "wait", "random", "heuristic", "oracle", "static_final")
@@ -63,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="RUN_DIR", help="evaluate this trained run instead of training one")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                    help="override a config field (flat keys such as lr=1e-3, or oracle.slot=r0c1); repeatable")
+    p.add_argument("--env-workers", type=int, dest="env_workers", metavar="N",
+                   help="train with N Ray env workers and run the evaluation episodes as Ray tasks, N at a time")
+    p.add_argument("--ray-address", dest="ray_address", metavar="ADDR",
+                   help="join the Ray cluster at ADDR (default: start a local Ray)")
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/prove-<preset>-<UTC time>)")
     p.add_argument("--json", metavar="PATH", help="JSON results (default <out>/prove.json)")
     p.add_argument("--quiet", action="store_true", help="only the final table")
@@ -112,9 +117,14 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
             changes["n_episodes"] = args.train_episodes
         if args.seed is not None:
             changes["seed"] = args.seed
+        for name in ("env_workers", "ray_address"):
+            if getattr(args, name) is not None:
+                changes[name] = getattr(args, name)
         config = base.replace(**changes, run_dir=None, resume_path=None) if changes else base
     except (ValueError, TypeError, OSError, CheckpointError) as exc:
         raise ProveError(str(exc)) from None
+    if config.env_workers > 0 and not ray_installed():
+        raise ProveError(f"--env-workers {config.env_workers}: {INSTALL_HINT}")
     if args.eval_seeds is not None:
         seeds = list(args.eval_seeds)
     else:

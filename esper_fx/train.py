@@ -23,6 +23,7 @@ from esper_fx.cli_run import EXIT_INTERRUPTED, config_summary, run_from_cli  # n
 from esper_fx.config import PRESET_NAMES, TrainingConfig, absolute_paths
 from esper_fx.controller_registry import REGISTRY
 from esper_fx.errors import SetupError
+from esper_fx.ray_runtime import INSTALL_HINT, ray_installed
 from esper_fx.stopping import exit_code, sigterm_stops, stop_signal
 
 EXIT_CONFIG_ERROR = 2
@@ -59,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="env devices, env i runs on DEV[i %% len]")
     p.add_argument("--data-path", dest="data_path", help="device (default) or loader")
     p.add_argument("--num-workers", type=int, dest="num_workers", help="DataLoader workers (loader path)")
+    p.add_argument("--env-workers", type=int, dest="env_workers", metavar="N",
+                   help="run the envs in N Ray actors (0: in this process; needs the [ray] extra)")
+    p.add_argument("--ray-address", dest="ray_address", metavar="ADDR",
+                   help="join the Ray cluster at ADDR (default: start a local Ray for the run)")
     p.add_argument("--data-dir", dest="data_root", metavar="DIR", help="dataset directory (CIFAR-10, "
                    "TinyStories)")
     p.add_argument("--amp", action="store_true", default=None, help="mixed precision on CUDA envs")
@@ -88,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 _FIELD_FLAGS = (
     "controller", "task", "seed", "n_episodes", "n_envs", "max_epochs", "slots", "device", "env_devices",
-    "data_path", "num_workers", "data_root", "amp", "amp_dtype", "data_split", "val_samples", "run_dir",
+    "data_path", "num_workers", "env_workers", "ray_address", "data_root", "amp", "amp_dtype", "data_split", "val_samples", "run_dir",
     "resume_path", "checkpoint_every", "telemetry_level", "tensorboard", "report",
 )
 
@@ -103,7 +108,7 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
     if args.config is not None and args.preset is not None:
         raise ConfigError("--config replaces the preset: pass either --config or --preset, not both")
     if args.resume_path is not None:
-        return absolute_paths(_resume_config(args)), args
+        return _with_ray(absolute_paths(_resume_config(args))), args
     try:
         if args.config is not None:
             base = TrainingConfig.from_json(args.config)
@@ -118,7 +123,14 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
     if config.run_dir is None and config.resume_path is None:
         label = Path(args.config).stem if args.config else (args.preset or "quickstart")
         config = config.replace(run_dir=default_run_dir(label))
-    return absolute_paths(config), args
+    return _with_ray(absolute_paths(config)), args
+
+
+def _with_ray(config: TrainingConfig) -> TrainingConfig:
+    """The config, when its env workers can run: Ray must be installed (else one line on how)."""
+    if config.env_workers > 0 and not ray_installed():
+        raise ConfigError(f"--env-workers {config.env_workers}: {INSTALL_HINT}")
+    return config
 
 
 def default_run_dir(label: str, now: datetime | None = None) -> str:
@@ -131,7 +143,7 @@ def default_run_dir(label: str, now: datetime | None = None) -> str:
 
 # On resume the checkpoint's config is authoritative; only these may differ (SPEC §7.8).
 RESUME_OVERRIDABLE = ("n_episodes", "device", "env_devices", "run_dir", "checkpoint_every", "data_root",
-                      "num_workers", "data_path", "amp", "amp_dtype", "tensorboard", "report")
+                      "num_workers", "env_workers", "ray_address", "data_path", "amp", "amp_dtype", "tensorboard", "report")
 
 
 def _resume_config(args: argparse.Namespace) -> TrainingConfig:

@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "bridge": "esper_fx.bench.bench_bridge:run",
     "host": "esper_fx.bench.bench_host:run",
     "e2e": "esper_fx.bench.bench_e2e:run",
+    "ray": "esper_fx.bench.bench_ray:run",
 }
 
 

@@ -25,13 +25,15 @@ class Action(NamedTuple):
     op: int
 
 
-def decode_actions(rows: Sequence[Sequence[int]], n_envs: int, num_slots: int, num_blueprints: int) -> list[Action]:
-    """[E, 4] rows -> Actions; an index outside its head raises ValueError naming the head."""
+def decode_actions(rows: Sequence[Sequence[int]], n_envs: int, num_slots: int, num_blueprints: int,
+                   first_env: int = 0) -> list[Action]:
+    """[E, 4] rows -> Actions; an index outside its head raises ValueError naming the head and the env
+    (row i is env first_env + i: a pool running a slice of the envs passes its first one)."""
     if len(rows) != n_envs:
         raise ValueError(f"actions must have one row per env: expected {n_envs}, got {len(rows)}")
     sizes = {"slot": num_slots, "blueprint": num_blueprints, "blend": len(BLEND_NAMES), "op": len(LifecycleOp)}
     out = []
-    for env, row in enumerate(rows):
+    for env, row in enumerate(rows, start=first_env):
         if len(row) != 4:
             raise ValueError(f"env {env}: an action row has 4 entries (slot, blueprint, blend, op), got {row}")
         action = Action(*(int(v) for v in row))

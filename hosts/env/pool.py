@@ -20,6 +20,10 @@ Underneath, an epoch runs in phases, each public so tests and benchmarks can dri
     signals = pool.signals()         # phase 8: the SIGNAL_FIELDS dict (post-rollback, pre-action)
     result = pool.apply(actions, bootstrap=(t == T))   # step 10: actions, then step_epoch
 
+A pool may run a contiguous slice of the E envs (`env_ids`, for `esper_fx.ray_pool`: one slice per Ray
+worker): its envs keep their global indices, so their models, RNG streams, data batches and events are
+exactly those of the same envs in a whole pool; its signals, actions and results cover its slice only.
+
 `apply` is `execute_actions` + (optionally) `peek_signals` + `finish_epoch`; `peek_signals()` called
 between the first and the last gives the same post-action bootstrap signals as `apply(..., bootstrap=True)`
 (§7.5). `episode_results()` gives the per-env totals.
@@ -98,7 +102,8 @@ class EnvPool:
     from the config), so datasets are built once per run. `nan_faults` lists (env, epoch) pairs at which
     the env's host is poisoned with NaN after training (fault injection: the governor then panics
     and rolls back); `inject_nan` adds one. `use_streams=False` runs every CUDA env on the default
-    stream (for comparisons; streams are the default on CUDA).
+    stream (for comparisons; streams are the default on CUDA). `env_ids`: the contiguous global env
+    indices this pool runs (default: all of 0..E−1); `reset(b, n_active)` builds those below n_active.
     """
 
     def __init__(
@@ -108,6 +113,7 @@ class EnvPool:
         data=None,
         nan_faults: Iterable[tuple[int, int]] = (),
         use_streams: bool = True,
+        env_ids: Sequence[int] | None = None,
     ) -> None:
         self.config = cfg = PoolConfig.from_config(config)
         self.task = get_task(cfg.task)
@@ -125,6 +131,8 @@ class EnvPool:
                                    _germinate_until(cfg, self.task))
         self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
         self.use_streams = bool(use_streams)
+        self.env_ids: tuple[int, ...] = _check_env_ids(env_ids, cfg.n_envs)
+        self.n_running = 0  # envs running this episode batch across the whole pool (all slices)
         self.envs: list[EnvState] = []
         self.batch_index: int | None = None
         self.epoch = 0
@@ -153,12 +161,16 @@ class EnvPool:
 
     # ---------------------------------------------------------------- §7.2 batch setup
     def reset(self, batch_index: int, n_active: int | None = None) -> None:
-        """Fresh envs 0..n_active−1 for episode batch `batch_index`; the epoch counter goes back to 0."""
+        """Fresh envs 0..n_active−1 (those of this pool's slice) for episode batch `batch_index`; the epoch
+        counter goes back to 0."""
         n = self.n_envs if n_active is None else int(n_active)
         if not 1 <= n <= self.n_envs:
             raise ValueError(f"n_active must be in [1, n_envs={self.n_envs}] (got {n_active})")
+        if self.env_ids[0] >= n:
+            raise ValueError(f"no env of this pool's slice {list(self.env_ids)} runs with n_active={n}")
         base_seed = self.config.seed + BATCH_SEED_STRIDE * int(batch_index)
-        self.envs = [self._build_env(i, base_seed + ENV_SEED_STRIDE * i) for i in range(n)]
+        self.envs = [self._build_env(i, base_seed + ENV_SEED_STRIDE * i) for i in self.env_ids if i < n]
+        self.n_running = n
         self.batch_index = int(batch_index)
         self.epoch = 0
         self._phase = _RESET
@@ -207,7 +219,7 @@ class EnvPool:
             raise RuntimeError(f"the episode already ran its {self.max_epochs} epochs; call reset(b)")
         self.epoch += 1
         t = self.epoch
-        self.data.begin_epoch(self.batch_index, t, self.n_active)
+        self.data.begin_epoch(self.batch_index, t, self.n_running)
         steps = self.data.steps_per_epoch
         for env in self.envs:
             _wait_for_default_stream(env)
@@ -373,7 +385,8 @@ class EnvPool:
         """Run each env's action (index order); the pending auto-cull penalty counts as consumed."""
         self._expect((_VALIDATED,), "execute_actions")
         rows = _action_rows(actions)
-        decoded = decode_actions(rows, self.n_active, len(self.slot_ids), len(self.menu))
+        decoded = decode_actions(rows, self.n_active, len(self.slot_ids), len(self.menu),
+                                 first_env=self.envs[0].index if self.envs else 0)
         success = []
         for env, action in zip(self.envs, decoded):
             env.counters.pending_auto_cull_penalty = 0.0  # paid into this step's reward by the loop
@@ -450,6 +463,17 @@ def _action_rows(actions) -> list[list[int]]:
     if hasattr(actions, "tolist"):  # a numpy array: the loop's host rows
         return actions.tolist()
     return torch.as_tensor(actions).tolist()
+
+
+def _check_env_ids(env_ids: Sequence[int] | None, n_envs: int) -> tuple[int, ...]:
+    """The pool's slice: all envs by default, else a non-empty contiguous run of indices in [0, n_envs)."""
+    if env_ids is None:
+        return tuple(range(n_envs))
+    ids = tuple(int(i) for i in env_ids)
+    if not ids or ids != tuple(range(ids[0], ids[0] + len(ids))) or ids[0] < 0 or ids[-1] >= n_envs:
+        raise ValueError(f"env_ids must be a non-empty contiguous run of env indices in [0, {n_envs}) "
+                         f"(got {list(ids)})")
+    return ids
 
 
 def _germinate_until(cfg: PoolConfig, task) -> int | None:
