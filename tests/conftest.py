@@ -1,5 +1,6 @@
 """Shared test setup: JAX must not preallocate GPU memory, hypothesis never times out on jit compiles,
-and tests marked `gpu` skip cleanly without CUDA."""
+SIGINT behaves as on a terminal however the suite was started, and tests marked `gpu` skip cleanly
+without CUDA."""
 
 import os
 
@@ -16,8 +17,15 @@ os.environ.setdefault(
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
+import signal  # noqa: E402
+
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
+
+# The stop tests send SIGINT to runs in this process and in subprocesses. A suite started in the background
+# of a shell without job control (`cmd &` in a script, nohup) inherits SIGINT ignored, which would turn
+# those signals into no-ops: take Python's own handler back (subprocesses then start with the default).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile(
     "esper", deadline=None, max_examples=30, suppress_health_check=[HealthCheck.too_slow]
