@@ -137,8 +137,6 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     Pairs: every arm against `baseline` (when it is an arm), and the first learned arm against every other.
     `train_dir`: where the learning arms' runs are written (`<train_dir>/<arm>`; None writes nothing).
     """
-    from esper_fx import evaluate as ev
-
     if not arms:
         raise ValueError("compare needs at least one arm")
     seeds = [int(s) for s in seeds]
@@ -236,13 +234,7 @@ def _build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], tr
                          quiet=quiet)
     result = cache[key]
     policy = ev.Policy(result.controller_state, result.obs_rms)
-    return ev.Arm(name, arm_config, _frozen(bundle, greedy), policy=policy), result
-
-
-def _frozen(bundle, greedy: bool):
-    from esper_fx.ppo_controller import frozen
-
-    return frozen(bundle, greedy=greedy)
+    return ev.Arm(name, arm_config, ev.frozen(bundle, greedy=greedy), policy=policy), result
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,10 +22,7 @@ def build_ppo(spec: ControllerSpec, recurrent: bool = True) -> Controller:
     def act(state, carry, signals, key):
         out = ppo.act(state, signals["obs_norm"], Masks.from_signals(signals), carry, key,
                       slot_by_op=signals.get("mask_slot_op"))
-        aux = {"log_probs": out.log_probs, "value": out.value, "ok": out.ok}
-        if out.slot_mask is not None:
-            aux["slot_mask"] = out.slot_mask
-        return out.actions, aux, out.carry
+        return out.actions, {"log_probs": out.log_probs, "value": out.value, "ok": out.ok}, out.carry
 
     def value(state, carry, signals):
         return ppo.value(state, signals["obs_norm"], carry)

@@ -24,8 +24,9 @@ from typing import Any, Callable, Mapping, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from esper_fx.contracts import SignalColumn, unpack_signals
+from esper_fx.contracts import HEAD_OP, SignalColumn, unpack_signals
 from rl import rollout as rollout_lib
+from rl import distributions as dist
 from rl.distributions import Masks
 from rl.normalize import RewardNormalizer, RunningMeanStd
 from rl.rewards import RewardState
@@ -137,15 +138,18 @@ def _transition(signals: dict, obs_norm: jax.Array, actions: jax.Array, aux: dic
     return rollout_lib.StepData(
         obs=obs_norm, raw_obs=signals["obs"], actions=actions, log_probs=aux["log_probs"], values=aux["value"],
         rewards=reward_n, raw_rewards=reward, dones=flags, truncated=truncated, bootstrap=jnp.zeros_like(reward),
-        masks=_masks_used(signals, aux), carry=carry,
+        masks=_masks_used(signals, actions), carry=carry,
     )
 
 
-def _masks_used(signals: dict, aux: dict) -> Masks:
-    """The masks the actions were drawn under: the signals' head masks, with the op's own slot mask when the
-    controller drew the op first (aux["slot_mask"])."""
+def _masks_used(signals: dict, actions: jax.Array) -> Masks:
+    """The masks the actions were drawn under: the signals' head masks, the slot's narrowed to the slots the
+    taken op can act on (`mask_slot_op`) — a learning controller draws the op first whenever the signals
+    carry it (`dist.sample_heads_op_first`), so the mask follows from the signals and the op."""
     masks = Masks.from_signals(signals)
-    return masks._replace(slot=aux["slot_mask"]) if "slot_mask" in aux else masks
+    if "mask_slot_op" not in signals:
+        return masks
+    return dist.condition_slot(masks, signals["mask_slot_op"], actions[..., HEAD_OP])
 
 
 def make_bootstrap(controller: Any, columns: Mapping[str, SignalColumn]) -> Callable:

@@ -263,16 +263,22 @@ class HeuristicConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "HeuristicConfig":
-        if not isinstance(d, Mapping):
-            raise ValueError(f"heuristic must be a JSON object (got {type(d).__name__})")
-        unknown = sorted(f"heuristic.{k}" for k in d if k not in field_names(cls))
-        if unknown:
-            raise ValueError(f"Unknown config keys: {unknown}")
-        return cls(**d)
+        return section_from_dict(cls, "heuristic", d)
 
 
 def field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
+
+
+def section_from_dict(cls: type, section: str, d: Any) -> Any:
+    """`cls(**d)` for a nested config section read from JSON: a mapping whose keys are all fields of `cls`
+    (an unknown one is reported as `section.key`)."""
+    if not isinstance(d, Mapping):
+        raise ValueError(f"{section} must be a JSON object (got {type(d).__name__})")
+    unknown = sorted(f"{section}.{k}" for k in d if k not in field_names(cls))
+    if unknown:
+        raise ValueError(f"Unknown config keys: {unknown}")
+    return cls(**d)
 
 
 # ------------------------------------------------------------------------------------------
@@ -314,9 +320,4 @@ class OracleConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OracleConfig":
-        if not isinstance(d, Mapping):
-            raise ValueError(f"oracle must be a JSON object (got {type(d).__name__})")
-        unknown = sorted(f"oracle.{k}" for k in d if k not in field_names(cls))
-        if unknown:
-            raise ValueError(f"Unknown config keys: {unknown}")
-        return cls(**d)
+        return section_from_dict(cls, "oracle", d)

@@ -130,7 +130,6 @@ class ActOutput(NamedTuple):
     value: jax.Array  # [E]
     carry: Carry  # post-step carry
     ok: jax.Array  # [E] bool: every head had a valid action and finite logits
-    slot_mask: jax.Array | None = None  # [E, S]: the slot mask the slot was drawn under (op-first sampling)
 
 
 class Evaluation(NamedTuple):
@@ -151,7 +150,7 @@ def policy_step(network, params, obs, masks, carry, key, deterministic: bool = F
         actions, log_probs = dist.sample_heads(key, out.logits, masks, deterministic)
         return ActOutput(actions, log_probs, out.value, new_carry, dist.heads_valid(out.logits, masks))
     actions, log_probs, used = dist.sample_heads_op_first(key, out.logits, masks, slot_by_op, deterministic)
-    return ActOutput(actions, log_probs, out.value, new_carry, dist.heads_valid(out.logits, used), used.slot)
+    return ActOutput(actions, log_probs, out.value, new_carry, dist.heads_valid(out.logits, used))
 
 
 def act(state: TrainState, obs, masks: dist.Masks, carry: Carry, key, deterministic: bool = False,

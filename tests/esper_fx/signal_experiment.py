@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.esper_fx.stops import VOLATILE_KEYS, without_keys
+
 REPO = Path(__file__).resolve().parents[2]
 
 BASE: dict[str, Any] = dict(
@@ -44,7 +46,6 @@ POINTS: dict[str, tuple[str, float]] = {
 }
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 EXPECTED_CODE = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -signal.SIGKILL}
-VOLATILE = frozenset({"wall_time_s", "timing", "timestamp", "checkpoint"})
 BOOKKEEPING_EVENTS = frozenset({"CHECKPOINT_SAVED", "CHECKPOINT_LOADED", "TRAINING_STARTED"})
 
 
@@ -117,11 +118,7 @@ def finish(work: Path, cache: Path, run: Path) -> int:
 
 
 def _drop(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [_drop(v) for v in value]
-    return value
+    return without_keys(value, VOLATILE_KEYS)
 
 
 def observe(run: Path) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from esper_fx.errors import ControllerError, DataError, DeviceUnavailableError
 from esper_fx.run_state import fresh_learner
 from esper_fx.train import main
 from rl import rewards as R
+from tests.esper_fx.stops import signal_at_apply
 
 TINY = dict(
     task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256,
@@ -75,15 +76,7 @@ def test_sigterm_checkpoints_the_last_finished_batch_like_ctrl_c(tmp_path):
     """Issue 12, defect 5: SIGTERM (preemption, kill) lost up to checkpoint_every − 1 batches."""
     config = tiny(n_episodes=20, checkpoint_every=10)
     pool = loop.build_pool(config)
-    original, calls = pool.apply, {"n": 0}
-
-    def terminating_apply(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 8:  # second epoch of the third batch
-            os.kill(os.getpid(), signal.SIGTERM)
-        return original(*args, **kwargs)
-
-    pool.apply = terminating_apply
+    signal_at_apply(pool, 8, signal.SIGTERM)  # second epoch of the third batch
     with pytest.raises(loop.Interrupted) as info:
         esper_fx.run(config, run_dir=tmp_path / "r", pool=pool)
     assert info.value.signum == signal.SIGTERM and info.value.exit_code == 143
@@ -122,15 +115,7 @@ def test_ctrl_c_twice_still_ends_with_an_intact_checkpoint(tmp_path, monkeypatch
     """Issue 12, defect 14: a second Ctrl-C during the interrupt's checkpoint printed a raw traceback."""
     config = tiny(n_episodes=20, controller="wait", checkpoint_every=10)
     pool = loop.build_pool(config)
-    original, calls = pool.apply, {"n": 0}
-
-    def interrupting_apply(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            os.kill(os.getpid(), signal.SIGINT)
-        return original(*args, **kwargs)
-
-    pool.apply = interrupting_apply
+    signal_at_apply(pool, 5, signal.SIGINT)
     _signal_inside_save(monkeypatch, lambda final, n: n == 1)  # the second Ctrl-C, inside the interrupt's save
     with pytest.raises(loop.Interrupted) as info:
         esper_fx.run(config, run_dir=tmp_path / "r", pool=pool)

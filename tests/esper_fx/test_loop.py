@@ -19,6 +19,7 @@ from esper_fx import checkpoint as ckpt
 from esper_fx import controllers as ctl
 from esper_fx import loop
 from esper_fx.config import TrainingConfig
+from tests.esper_fx.stops import signal_at_apply
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -161,16 +162,7 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
 def test_sigint_leaves_a_loadable_checkpoint(tmp_path):
     config = tiny(n_episodes=20)
     pool = loop.build_pool(config)
-    original = pool.apply
-    calls = {"n": 0}
-
-    def interrupting_apply(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:  # second epoch of the second batch
-            os.kill(os.getpid(), signal.SIGINT)
-        return original(*args, **kwargs)
-
-    pool.apply = interrupting_apply
+    signal_at_apply(pool, 5, signal.SIGINT)  # second epoch of the second batch
     assert threading.current_thread() is threading.main_thread()
     with pytest.raises(loop.Interrupted) as info:
         esper_fx.run(config, run_dir=tmp_path / "r", pool=pool)

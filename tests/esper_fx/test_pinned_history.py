@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.esper_fx.stops import VOLATILE_KEYS, without_keys
 
 FIXTURE = Path(__file__).with_name("pinned_history.json")
 
@@ -29,16 +30,11 @@ RUNS: dict[str, dict[str, Any]] = {
                       heuristic={"min_epochs_before_germinate": 2, "plateau_epochs_to_germinate": 1,
                                  "cull_after_epochs_without_improvement": 2}),
 }
-TIME_KEYS = frozenset({"wall_time_s", "timing", "timestamp", "checkpoint"})
 
 
 def _drop_times(value: Any) -> Any:
     """The value with every wall time, timestamp and path (they differ between runs) left out."""
-    if isinstance(value, dict):
-        return {k: _drop_times(v) for k, v in value.items() if k not in TIME_KEYS}
-    if isinstance(value, list):
-        return [_drop_times(v) for v in value]
-    return value
+    return without_keys(value, VOLATILE_KEYS)
 
 
 def _entry_dict(entry: Any) -> dict[str, Any]:

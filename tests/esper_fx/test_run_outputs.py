@@ -29,6 +29,7 @@ from esper_fx.config import TrainingConfig
 from esper_fx.history import BatchSummary
 from esper_fx.tensorboard_log import TB_SUBDIR, Board, batch_scalars
 from esper_fx.telemetry import LOCK_NAME, Console
+from tests.esper_fx.stops import signal_at_apply
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = dict(task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256,
@@ -304,15 +305,7 @@ def test_report_of_an_interrupted_run(tmp_path):
     """SIGINT in the second batch: one batch on disk, no summary.json; the report says so and draws it."""
     config = tiny(n_episodes=6, report=False)
     pool = loop.build_pool(config)
-    original, calls = pool.apply, {"n": 0}
-
-    def interrupting_apply(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:  # second epoch of the second batch
-            os.kill(os.getpid(), signal.SIGINT)
-        return original(*args, **kwargs)
-
-    pool.apply = interrupting_apply
+    signal_at_apply(pool, 5, signal.SIGINT)  # second epoch of the second batch
     assert threading.current_thread() is threading.main_thread()
     with pytest.raises(loop.Interrupted):
         esper_fx.run(config, run_dir=tmp_path / "r", pool=pool)
@@ -405,13 +398,7 @@ def test_a_resume_stopped_before_its_first_batch_leaves_tensorboard_as_metrics_c
     esper_fx.run(config, run_dir=tmp_path / "r")
     resumed = config.replace(resume_path=str(tmp_path / "r" / "checkpoints" / "batch-000001"))
     pool = loop.build_pool(resumed)
-    original = pool.apply
-
-    def interrupting_apply(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGINT)
-        return original(*args, **kwargs)
-
-    pool.apply = interrupting_apply
+    signal_at_apply(pool, 1, signal.SIGINT)  # in the first epoch the resume applies
     with pytest.raises(loop.Interrupted):
         esper_fx.run(resumed, run_dir=tmp_path / "r", pool=pool)
     assert [int(r["batch"]) for r in metrics_rows(tmp_path / "r")] == [0, 1]
