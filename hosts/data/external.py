@@ -7,7 +7,8 @@ instead. **[fix]** The reference silently fell back to random mock data.
 CIFAR-10 is read from the torchvision on-disk format (`<data_root>/cifar-10-batches-py`, Python
 pickles) with a restricted unpickler that admits numpy arrays only: a planted file cannot run code, and a
 malformed one is the clear unreadable-dataset error. When the directory is absent and download is
-allowed, torchvision's CIFAR10 downloads and verifies it first (a failed attempt leaves nothing behind). TinyStories needs the `text` extra (tiktoken, datasets); its windowing is the
+allowed, torchvision's CIFAR10 (the `cifar` extra) downloads and verifies it first (a failed attempt
+leaves nothing behind). TinyStories needs the `text` extra (tiktoken, datasets); its windowing is the
 pure function `chunk_tokens`, testable without either package.
 """
 
@@ -46,7 +47,8 @@ def _cifar_missing(root: Path, reason: str) -> DatasetUnavailableError:
     return DatasetUnavailableError(
         f"CIFAR-10 is not available under data_root {str(root)!r} ({reason}). Expected the torchvision "
         f"files in {str(root / CIFAR_DIR)!r}: download them with network access "
-        f"(torchvision.datasets.CIFAR10(root={str(root)!r}, download=True)), or use the offline task "
+        f"(pip install -e '.[cifar]', then torchvision.datasets.CIFAR10(root={str(root)!r}, download=True)), "
+        f"or use the offline task "
         f"'shapes10' (--task shapes10), which needs no download."
     )
 

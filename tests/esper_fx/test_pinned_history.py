@@ -6,13 +6,24 @@ timestamps. A refactoring must leave all of it unchanged. A change that is *mean
 (a new reward, other PPO settings) re-records the file on purpose:
 
     python -m tests.esper_fx.test_pinned_history --record
+
+Floating-point results depend on the library versions and on the CPU's instruction set (torch and XLA pick
+their kernels by it), so the fixture also records the environment it was recorded in. Under that
+environment (README's install with `-c constraints.txt`, on the project's machine) a run must match the
+fixture bit for bit. Anywhere else the test still asserts two things: two runs in this environment agree
+bit for bit, and the run agrees with the fixture up to float noise (every count, event and action equal,
+every number within a small tolerance); a warning names what differs from the recorded environment.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
+import platform
 import sys
+import warnings
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +41,57 @@ RUNS: dict[str, dict[str, Any]] = {
                       heuristic={"min_epochs_before_germinate": 2, "plateau_epochs_to_germinate": 1,
                                  "cull_after_epochs_without_improvement": 2}),
 }
+
+
+# the packages whose numerics reach the history
+NUMERIC_PACKAGES = ("torch", "jax", "jaxlib", "numpy", "flax", "optax", "chex")
+
+
+def environment() -> dict[str, str]:
+    """What the numbers of a run depend on besides the code: package versions, the CPU kernels torch picks."""
+    import torch
+
+    env = {name: metadata.version(name) for name in NUMERIC_PACKAGES}
+    env["python"] = platform.python_version()
+    env["machine"] = platform.machine()
+    env["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    env["cpu"] = _cpu_model()
+    return env
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _close(observed: Any, expected: Any, where: str = "") -> list[str]:
+    """Where `observed` differs from `expected` beyond float noise: strings, booleans, integers, list
+    lengths and keys exactly; floats within rel 1e-3 or abs 1e-5."""
+    if isinstance(expected, dict):
+        if not isinstance(observed, dict) or observed.keys() != expected.keys():
+            return [f"{where}: keys differ"]
+        return [d for k in expected for d in _close(observed[k], expected[k], f"{where}.{k}")]
+    if isinstance(expected, list):
+        if not isinstance(observed, list) or len(observed) != len(expected):
+            return [f"{where}: lengths differ"]
+        return [d for i, (o, e) in enumerate(zip(observed, expected)) for d in _close(o, e, f"{where}[{i}]")]
+    if isinstance(expected, float) and isinstance(observed, (int, float)) and not isinstance(observed, bool):
+        ok = math.isclose(observed, expected, rel_tol=1e-3, abs_tol=1e-5) or (
+            math.isnan(observed) and math.isnan(expected))
+        return [] if ok else [f"{where}: {observed!r} != {expected!r}"]
+    if isinstance(expected, str) and isinstance(observed, str) and where.startswith(".metrics_csv"):
+        try:  # metrics.csv holds numbers as text
+            return _close(float(observed), float(expected), where) if "." in expected else (
+                [] if observed == expected else [f"{where}: {observed!r} != {expected!r}"])
+        except ValueError:
+            pass
+    return [] if observed == expected else [f"{where}: {observed!r} != {expected!r}"]
 
 
 def _drop_times(value: Any) -> Any:
@@ -65,12 +127,35 @@ def observe(name: str, run_dir: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_a_short_seeded_run_reproduces_the_pinned_history_exactly(name, tmp_path):
-    expected = json.loads(FIXTURE.read_text(encoding="utf-8"))[name]
+def test_a_short_seeded_run_reproduces_the_pinned_history(name, tmp_path):
+    fixture = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    expected, recorded_env = fixture[name], fixture["environment"]
     observed = observe(name, tmp_path / name)
     assert observed["metrics_csv"][0] == expected["metrics_csv"][0]  # the columns of metrics.csv
-    for part in ("history", "events", "metrics_csv", "summary"):
-        assert observed[part] == expected[part], part
+    here = environment()
+    if here == recorded_env:
+        for part in ("history", "events", "metrics_csv", "summary"):
+            assert observed[part] == expected[part], part
+        return
+    differs = ", ".join(f"{k} {here.get(k)} (recorded {v})" for k, v in recorded_env.items() if here.get(k) != v)
+    warnings.warn(f"pinned history: bit-exact check not run, the environment differs: {differs}; "
+                  "checked bit-for-bit repeatability and closeness to the fixture instead", stacklevel=1)
+    again = observe(name, tmp_path / f"{name}-again")
+    assert again == observed, "two runs in one environment differ"
+    differences = _close(observed, expected)
+    assert not differences, f"{len(differences)} values moved beyond float noise, first: {differences[:5]}"
+
+
+def test_closeness_tolerates_float_noise_and_nothing_more():
+    entry = {"ppo": {"loss": 0.6019654, "policy_loss": 4.2e-07}, "action_counts": {"WAIT": 8}, "menu": ["noop"]}
+    noisy = {"ppo": {"loss": 0.6019651, "policy_loss": 1.3e-07}, "action_counts": {"WAIT": 8}, "menu": ["noop"]}
+    assert _close(noisy, entry) == []
+    assert _close({**noisy, "ppo": {"loss": 0.61, "policy_loss": 4.2e-07}}, entry) == [".ppo.loss: 0.61 != 0.6019654"]
+    assert _close({**noisy, "action_counts": {"WAIT": 7}}, entry) == [".action_counts.WAIT: 7 != 8"]
+    assert _close({**noisy, "menu": []}, entry) == [".menu: lengths differ"]
+    rows = [["batch", "avg_accuracy"], ["0", "14.84375"]]
+    assert _close([["batch", "avg_accuracy"], ["0", "14.843751"]], rows, ".metrics_csv") == []
+    assert _close([["batch", "avg_accuracy"], ["1", "14.84375"]], rows, ".metrics_csv") != []
 
 
 def record(tmp: Path) -> None:
@@ -79,8 +164,8 @@ def record(tmp: Path) -> None:
     import torch
 
     torch.set_num_threads(1)
-    FIXTURE.write_text(json.dumps({name: observe(name, tmp / name) for name in RUNS}, indent=1) + "\n",
-                       encoding="utf-8")
+    recorded = {"environment": environment()} | {name: observe(name, tmp / name) for name in RUNS}
+    FIXTURE.write_text(json.dumps(recorded, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
