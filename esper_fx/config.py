@@ -102,7 +102,7 @@ class TrainingConfig:
     num_workers: int | None = None  # -> 4, loader path only
     env_workers: int = 0  # Ray actors running the envs (each a contiguous slice); 0: the in-process pool
     ray_address: str | None = None  # the Ray cluster to join; None: the run starts (and stops) a local Ray
-    data_root: str = "./data"
+    data_root: str = C.DEFAULT_DATA_ROOT  # fashion_mnist: this value means its package's folder
     data_split: DataSplit = DataSplit.SHARED
     batch_size_per_env: int | None = None  # task default
     max_train_batches: int | None = None  # task default; 0 = unlimited
@@ -437,6 +437,7 @@ def _plain(value: Any) -> Any:
 
 PRESET_NAMES: tuple[str, ...] = (
     "cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext", "quickstart", "shapes10_quick", "heuristic",
+    "fashion_mnist",
 )
 
 _CIFAR = {"task": "cifar10", "entropy_coef": 0.1, "plateau_threshold": 0.4}
@@ -462,6 +463,14 @@ SHAPES10_QUICK = {
     "synthetic_train_samples": 8192, "synthetic_test_samples": 1024, "checkpoint_every": 2,
 }
 
+# fashion_mnist: the real Fashion-MNIST files (the dataset-fashion-mnist package's folder by default) and
+# its small 3x3 host, with the quickstart's controller, reward and episode shape; sized so that
+# `python -m esper_fx.prove --preset fashion_mnist` fits in 30 minutes on a 2-core CPU (README).
+FASHION_MNIST = {
+    **QUICKSTART, "task": "fashion_mnist", "n_episodes": 48, "val_samples": 2000,
+    "synthetic_train_samples": 50000, "synthetic_test_samples": 10000,
+}
+
 _PRESETS: dict[str, dict[str, Any]] = {
     "cifar10": dict(_CIFAR),
     "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08, "plateau_threshold": 0.35},
@@ -470,6 +479,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
     "pytext": {**_TINY, "task": "pytext"},
     "quickstart": QUICKSTART,
     "shapes10_quick": SHAPES10_QUICK,
+    "fashion_mnist": FASHION_MNIST,
     "heuristic": {
         "controller": "heuristic", "task": "cifar10", "n_episodes": 1, "n_envs": 1, "max_epochs": 75,
         "batch_size_per_env": 128, "max_train_batches": 50, "val_samples": 6400,

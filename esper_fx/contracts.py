@@ -185,7 +185,9 @@ def blueprint_actions(topology: str) -> tuple[str, ...]:
 # Tasks: the slot-head size and topology of each (host details live in hosts.tasks; they must agree)
 # --------------------------------------------------------------------------------------
 
-TASK_NAMES: tuple[str, ...] = ("cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext", "shapes16")
+TASK_NAMES: tuple[str, ...] = (
+    "cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext", "shapes16", "fashion_mnist",
+)
 TASK_TOPOLOGY: Mapping[str, str] = {
     "cifar10": "cnn",
     "cifar10_deep": "cnn",
@@ -193,6 +195,7 @@ TASK_TOPOLOGY: Mapping[str, str] = {
     "shapes10": "cnn",
     "pytext": "transformer",
     "shapes16": "cnn",
+    "fashion_mnist": "cnn",
 }
 # Number of host injection points S (the slot-head size), §1.4.
 TASK_NUM_SLOTS: Mapping[str, int] = {
@@ -202,7 +205,14 @@ TASK_NUM_SLOTS: Mapping[str, int] = {
     "shapes10": 3,
     "pytext": 3,
     "shapes16": 3,
+    "fashion_mnist": 3,
 }
+# The run's default data_root (TrainingConfig.data_root). A task with a default place of its own reads its
+# files from there while data_root is left at this value: Fashion-MNIST from where Debian's and Ubuntu's
+# package installs its four IDX files.
+DEFAULT_DATA_ROOT = "./data"
+FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
+FASHION_MNIST_DATA_ROOT = "/usr/share/datasets/fashion-mnist"
 
 
 def task_slot_ids(task: str) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from esper_fx.telemetry import CONFIG_NAME, LOCK_NAME, refusal, run_dir_entries
 
 # Room left in a path for what a run writes inside its directory (checkpoints/.tmp-batch-.../state/...).
 RUN_DIR_PATH_RESERVE = 200
-DISK_TASKS = ("cifar10", "cifar10_deep", "tinystories")  # tasks that read data_root
+DISK_TASKS = ("cifar10", "cifar10_deep", "tinystories", "fashion_mnist")  # tasks that read data_root
 
 
 def check_before_writing(config: TrainingConfig) -> None:

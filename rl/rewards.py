@@ -66,6 +66,7 @@ LOSS_TASK_VALUES: Mapping[str, LossTaskValues] = {
     "cifar10_deep": _CIFAR_LOSS,
     "shapes10": _CIFAR_LOSS,
     "shapes16": _CIFAR_LOSS,
+    "fashion_mnist": _CIFAR_LOSS,
     "tinystories": LossTaskValues(0.15, 10.8, 3.5, 0.01),
     "pytext": LossTaskValues(0.15, 5.5, 1.5, 0.01),
 }

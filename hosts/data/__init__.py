@@ -5,6 +5,8 @@
     batching.py        epoch plans (which samples each env sees per step) and image augmentation
     random_streams.py  mix_seed / make_generator: pure, reproducible random-number streams
     external.py        CIFAR-10 and TinyStories from disk, with clear errors when missing
+    idx.py             a strict reader of IDX files (MNIST's format), plain or gzipped
+    fashion_mnist.py   Fashion-MNIST from its four IDX files (the dataset-fashion-mnist package, or --data-dir)
     shapes10.py        shapes10: the offline, generated stand-in for CIFAR-10
     pytext.py          pytext: byte-level language modelling over the standard library's sources
     difficulty.py      `python -m hosts.data.difficulty`: how hard the offline tasks are for a bare host

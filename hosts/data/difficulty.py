@@ -3,6 +3,7 @@
     python -m hosts.data.difficulty shapes10 --base-channels 8 --seeds 0 1 2
     python -m hosts.data.difficulty shapes10 --base-channels 32 --seeds 0
     python -m hosts.data.difficulty pytext --lr 0.01 --seeds 0
+    python -m hosts.data.difficulty fashion_mnist --epochs 12 --max-train-batches 32 --seeds 0 1
 
 Each run is the single-model equivalent of env 0 of the default loop with no seeds: the shared
 split plan of §6.3 (4 envs, per-env batch of the task, env 0's slice), the task's augmentation,
@@ -89,12 +90,16 @@ def train_host(
     return history
 
 
-def _build_model(task: TaskSpec, base_channels: int | None, seed: int) -> torch.nn.Module:
-    """The task's host (or a CNN host of `base_channels`), in the task's layout as the loop builds it."""
+def _build_model(task: TaskSpec, base_channels: int | None, seed: int, *, in_channels: int = 3,
+                 widths: list[int] | None = None, kernel_size: int = 3) -> torch.nn.Module:
+    """The task's host (or a CNN host of `base_channels` or `widths`), in the task's layout as the loop
+    builds it."""
     torch.manual_seed(seed)
-    if base_channels is None:
+    if base_channels is None and widths is None:
         return to_layout(task.build_host(), task.topology)
-    return to_layout(CNNHost(num_classes=task.num_classes, base_channels=base_channels), task.topology)
+    host = CNNHost(num_classes=task.num_classes, base_channels=base_channels or 8, widths=widths,
+                   kernel_size=kernel_size, in_channels=in_channels)
+    return to_layout(host, task.topology)
 
 
 def _shapes10_with_knobs(args) -> TaskData:
@@ -116,6 +121,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("task", help="task name, e.g. shapes10 or pytext")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--base-channels", type=int, default=None, help="CNN width (default: the task host)")
+    parser.add_argument("--widths", type=int, nargs="+", default=None, help="CNN channels per block")
+    parser.add_argument("--kernel-size", type=int, default=3, help="CNN kernel size (with --widths)")
+    parser.add_argument("--max-train-batches", type=int, default=None, help="steps per epoch (default: the task's)")
     parser.add_argument("--lr", type=float, default=None, help="host lr (default: the task's)")
     parser.add_argument("--epochs", type=int, default=MEASURED_EPOCHS)
     parser.add_argument("--data-seed", type=int, default=None, help="shapes10 seed (default: the dataset's)")
@@ -139,10 +147,12 @@ def main(argv: list[str] | None = None) -> None:
           f"(train {data.n_train}, test {data.n_test})")
     finals = []
     for seed in args.seeds:
-        model = _build_model(task, args.base_channels, seed)
+        model = _build_model(task, args.base_channels, seed, in_channels=data.x_train.shape[1],
+                             widths=args.widths, kernel_size=args.kernel_size)
         params = sum(p.numel() for p in model.parameters())
         print(f"seed {seed}: {type(model).__name__} with {params:,} parameters, lr {args.lr or task.host_lr}")
-        history = train_host(task, data, model, seed, epochs=args.epochs, lr=args.lr)
+        history = train_host(task, data, model, seed, epochs=args.epochs, lr=args.lr,
+                             max_train_batches=args.max_train_batches)
         val_loss, val_acc, _ = history[-1]
         mean_s = sum(h[2] for h in history) / len(history)
         best_loss = min(h[0] for h in history)

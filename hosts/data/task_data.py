@@ -1,7 +1,7 @@
 """Device-resident task data and the per-epoch batch streams of both data paths (SPEC §6.2–§6.4).
 
 - `TaskData`: the train/test tensors of a task on one device. Images are normalised float32
-  [N,3,H,W] (32×32; 16×16 for shapes16) with int64 labels, stored channels_last: the training images
+  [N,C,H,W] (3×32×32; 3×16×16 for shapes16; 1×28×28 for fashion_mnist) with int64 labels, stored channels_last: the training images
   as a view of their pixel table (`hosts.data.batching.pixel_table`, one extra padding pixel), which the
   augmentation gathers from; LM data are int32 token blocks [N, T+1] (x = block[:, :T], y = block[:, 1:],
   with no separate label tensor).
@@ -20,7 +20,7 @@ from typing import Iterator
 
 import torch
 
-from hosts.data import external, pytext, shapes10
+from hosts.data import external, fashion_mnist, pytext, shapes10
 from hosts.data.batching import EpochPlan, gather_augmented, pixel_table, table_images
 from hosts.models.layout import image_layout
 from hosts.tasks import TaskSpec
@@ -108,7 +108,8 @@ def load_task_data(
     """The task's data on `device`. Raises external.DatasetUnavailableError for a missing dataset.
 
     A setting left None takes the dataset's own default (shapes10: `shapes10.generate`'s sizes and seed);
-    the on-disk datasets (CIFAR-10, TinyStories) need `data_root`. A run passes every value explicitly.
+    the on-disk datasets (CIFAR-10, TinyStories) need `data_root`; Fashion-MNIST's None is its Debian package's
+    folder. A run passes every value explicitly.
     """
     device = torch.device(device)
     if task.name in SHAPES_KNOBS:
@@ -122,6 +123,12 @@ def load_task_data(
         x_tr, y_tr, x_te, y_te = external.load_cifar10(data_root, download=download)
         return _classification(device, external.normalize_images(x_tr, device), y_tr,
                                external.normalize_images(x_te, device), y_te, external.normalized_black())
+    if task.name == "fashion_mnist":
+        x_tr, y_tr, x_te, y_te = fashion_mnist.load_fashion_mnist(data_root)
+        norm = dict(mean=fashion_mnist.MEAN, std=fashion_mnist.STD)
+        return _classification(device, external.normalize_images(x_tr, device, **norm), y_tr,
+                               external.normalize_images(x_te, device, **norm), y_te,
+                               external.normalized_black(**norm))
     if task.name == "pytext":
         return _lm(device, *pytext.build_pytext())
     if task.name == "tinystories":

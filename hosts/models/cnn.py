@@ -12,6 +12,8 @@ from hosts.models.injection import InjectionSpec, segment_index
 from hosts.models.layout import spatial_mean
 
 CIFAR_CLASSES = 10
+FASHION_WIDTHS = (4, 8, 16)
+FASHION_KERNEL = 3
 
 
 class ConvBlock(nn.Sequential):
@@ -31,12 +33,14 @@ class CNNHost(nn.Module):
     """n_blocks ConvBlocks (channels base·2^i), a MaxPool after block i iff i < pool_layers, GAP + Linear.
 
     Injection point `r0c{i}` sits after block i and its pool. `widths`, `kernel_size` and `pooled` (one
-    bool per block) replace the CIFAR layout when given: `CNNHost.pointwise()` is the shapes16 host.
+    bool per block) replace the CIFAR layout when given: `CNNHost.pointwise()` is the shapes16 host,
+    `CNNHost.fashion()` the Fashion-MNIST host (one input channel).
     """
 
     def __init__(
         self, num_classes: int = CIFAR_CLASSES, base_channels: int = 8, n_blocks: int = 3, pool_layers: int | None = None,
         *, widths: Sequence[int] | None = None, kernel_size: int = 3, pooled: Sequence[bool] | None = None,
+        in_channels: int = 3,
     ) -> None:
         super().__init__()
         widths = [base_channels * 2**i for i in range(n_blocks)] if widths is None else [int(w) for w in widths]
@@ -50,7 +54,7 @@ class CNNHost(nn.Module):
         if len(pooled) != n_blocks:
             raise ValueError(f"pooled needs one flag per block ({n_blocks}), got {len(pooled)}")
         self.blocks = nn.ModuleList(
-            ConvBlock(c_in, c_out, kernel_size) for c_in, c_out in zip([3] + widths[:-1], widths)
+            ConvBlock(c_in, c_out, kernel_size) for c_in, c_out in zip([in_channels] + widths[:-1], widths)
         )
         self.pools = nn.ModuleList(nn.MaxPool2d(2, 2) if p else nn.Identity() for p in pooled)
         self.classifier = nn.Linear(widths[-1], num_classes)
@@ -71,6 +75,11 @@ class CNNHost(nn.Module):
         third. Every layer sees one pixel, so the host tells colours apart but no stripe, edge or shape;
         slot r0c0 sits at full resolution, where a 3×3 seed gives it the receptive field it lacks."""
         return cls(num_classes=num_classes, widths=(16, 16, 16), kernel_size=1, pooled=(False, True, True))
+
+    @classmethod
+    def fashion(cls, num_classes: int = CIFAR_CLASSES) -> "CNNHost":
+        """The Fashion-MNIST host: grey input, FASHION_WIDTHS channels, 3×3 blocks, pools after every block."""
+        return cls(num_classes=num_classes, widths=FASHION_WIDTHS, kernel_size=FASHION_KERNEL, in_channels=1)
 
     def injection_specs(self) -> list[InjectionSpec]:
         return [
