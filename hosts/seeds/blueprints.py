@@ -34,8 +34,21 @@ def num_groups(channels: int) -> int:
     return 1
 
 
+class GroupNorm(nn.GroupNorm):
+    """nn.GroupNorm that hands torch's CPU kernel a contiguous input when only its own weights need a
+    gradient: the backward of torch 2.13's channels_last CPU GroupNorm crashes the process (segmentation
+    fault) on an input that does not require grad, e.g. the detached host features a `norm` seed trains on
+    while isolated. Every other case runs the plain module; the state dict is nn.GroupNorm's."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (x.device.type == "cpu" and torch.is_grad_enabled() and not x.requires_grad and x.dim() == 4
+                and not x.is_contiguous()):
+            x = x.contiguous()
+        return super().forward(x)
+
+
 def _group_norm(channels: int) -> nn.GroupNorm:
-    return nn.GroupNorm(num_groups(channels), channels)
+    return GroupNorm(num_groups(channels), channels)
 
 
 # ------------------------------------------------------------------------------------------
