@@ -71,13 +71,14 @@ class ComparisonTable:
         raise KeyError((a, b))
 
     def to_text(self) -> str:
-        header = (f"{'arm':<16} {'accuracy % (mean ± sd)':>23} {'params added':>12} {'germinated':>10} "
-                  f"{'fossilized':>10} {'culled':>7}")
+        header = (f"{'arm':<16} {'accuracy % (mean ± sd)':>23} {'params':>8} {'params added':>12} "
+                  f"{'train GFLOPs':>12} {'germinated':>10} {'fossilized':>10} {'culled':>7}")
         lines = [f"{len(self.seeds)} evaluation seeds; accuracy = validation accuracy averaged over the last epochs",
                  header, "-" * len(header)]
         for r in self.rows:
             acc = f"{r['accuracy_mean']:.2f} ± {r['accuracy_sd']:.2f}"
-            lines.append(f"{r['arm']:<16} {acc:>23} {r['params_added_mean']:>12.0f} {r['germinated_mean']:>10.2f} "
+            lines.append(f"{r['arm']:<16} {acc:>23} {r['params_mean']:>8.0f} {r['params_added_mean']:>12.0f} "
+                         f"{r['training_gflops_mean']:>12.2f} {r['germinated_mean']:>10.2f} "
                          f"{r['fossilized_mean']:>10.2f} {r['culled_mean']:>7.2f}")
         if self.pairs:
             lines += ["", "paired differences (a − b, pp, 95% interval over seeds):"]
@@ -92,13 +93,13 @@ class ComparisonTable:
         return self.to_text()
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{h}</th>" for h in ("arm", "accuracy % (mean ± sd)", "params added",
-                                                  "germinated / episode", "fossilized / episode",
+        head = "".join(f"<th>{h}</th>" for h in ("arm", "accuracy % (mean ± sd)", "params", "params added",
+                                                  "training GFLOPs", "germinated / episode", "fossilized / episode",
                                                   "culled / episode"))
         body = "".join(
             "<tr>" + "".join(f"<td>{c}</td>" for c in (
                 html.escape(r["arm"]), f"{r['accuracy_mean']:.2f} ± {r['accuracy_sd']:.2f}",
-                f"{r['params_added_mean']:.0f}", f"{r['germinated_mean']:.2f}", f"{r['fossilized_mean']:.2f}",
+                f"{r['params_mean']:.0f}", f"{r['params_added_mean']:.0f}", f"{r['training_gflops_mean']:.2f}", f"{r['germinated_mean']:.2f}", f"{r['fossilized_mean']:.2f}",
                 f"{r['culled_mean']:.2f}")) + "</tr>" for r in self.rows)
         pairs = "".join(f"<li>{html.escape(p['a'])} vs {html.escape(p['b'])}: {p['mean']:+.2f} pp "
                         f"[{p['low']:+.2f}, {p['high']:+.2f}] — <b>{p['verdict']}</b></li>" for p in self.pairs)
@@ -264,7 +265,9 @@ def summarize_arm(name: str, episodes: Sequence[Any]) -> dict[str, Any]:
     mean = lambda attr: float(np.mean([getattr(e, attr) for e in episodes]))  # noqa: E731
     return {
         "arm": name, "n": acc.n, "accuracy_mean": acc.mean, "accuracy_sd": acc.sd,
-        "params_added_mean": mean("params_added"), "germinated_mean": mean("germinated"),
+        "params_added_mean": mean("params_added"), "params_mean": mean("params"),
+        "training_gflops_mean": mean("training_flops") / 1e9,
+        "training_gflops": [e.training_flops / 1e9 for e in episodes], "germinated_mean": mean("germinated"),
         "fossilized_mean": mean("fossilized"), "culled_mean": mean("culled"),
         "episodes_with_fossil": sum(1 for e in episodes if e.fossilized > 0),
         "wall_s": float(sum(e.wall_s for e in episodes)), "accuracies": [e.accuracy for e in episodes],

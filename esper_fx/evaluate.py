@@ -55,6 +55,13 @@ class Episode:
     culled: int
     fossils: tuple[str, ...]  # "slot=blueprint" of the seeds fossilized at the end (the grown architecture)
     wall_s: float
+    params: float = float("nan")  # host and seed parameters at the end
+    flops: dict[str, float] = field(default_factory=dict)  # hosts.env.compute.FLOP_FIELDS; {} when not counted
+
+    @property
+    def training_flops(self) -> float:
+        """FLOPs of the episode's training steps (host and seeds; validation and counterfactuals apart)."""
+        return float(self.flops.get("training_flops", float("nan")))
 
     @property
     def accuracy(self) -> float:
@@ -64,7 +71,8 @@ class Episode:
     def to_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "seed": self.seed, "accuracy": self.accuracy, "val_accs": list(self.val_accs),
                 "params_added": self.params_added, "germinated": self.germinated, "fossilized": self.fossilized,
-                "culled": self.culled, "fossils": list(self.fossils), "wall_s": self.wall_s}
+                "culled": self.culled, "fossils": list(self.fossils), "wall_s": self.wall_s, "params": self.params,
+                "training_flops": self.training_flops, "flops": dict(self.flops)}
 
 
 class Policy(NamedTuple):
@@ -128,7 +136,8 @@ class Arm:
         culled = sum(1 for e in record.events if e.event_type == EventType.SEED_CULLED)
         return Episode(self.name, int(seed), tuple(result.val_accs), float(record.seed_params[0]),
                        result.seeds_created, result.seeds_fossilized, culled, tuple(result.fossils),
-                       time.perf_counter() - started)
+                       time.perf_counter() - started, float(record.host_params[0] + record.seed_params[0]),
+                       {k: float(v) for k, v in result.flops.items()})
 
     def _runner(self, config: TrainingConfig) -> Runner:
         """A runner over a fresh pool for one episode; the jitted step is built once per arm."""

@@ -50,6 +50,9 @@ class BatchSummary:
     ppo: dict[str, Any] | None  # the update's metrics (metrics_to_python); None without an update
     timing: dict[str, float] = field(default_factory=dict)  # env_s, bridge_s, controller_s
     wall_time_s: float = 0.0
+    # the batch's compute, summed over its envs: hosts.env.compute.FLOP_FIELDS -> FLOPs ({} when not counted)
+    flops: dict[str, float] = field(default_factory=dict)
+    env_training_flops: list[float] = field(default_factory=list)  # per env: its episode's training FLOPs
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -61,7 +64,8 @@ class BatchSummary:
     def event_data(self) -> dict[str, Any]:
         """The BATCH_COMPLETED event's data."""
         keys = ("episodes_completed", "env_accuracies", "avg_accuracy", "rolling_avg_accuracy", "avg_reward",
-                "seeds_created", "seeds_fossilized", "seeds_culled", "rollbacks", "wall_time_s")
+                "seeds_created", "seeds_fossilized", "seeds_culled", "rollbacks", "wall_time_s", "flops",
+                "env_training_flops")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -117,7 +121,17 @@ def summarize_batch(record: BatchRecord, batch: int, episodes_before: int, recen
         ppo=record.ppo,
         timing=record.timing,
         wall_time_s=wall_time_s,
+        flops=batch_flops(results),
+        env_training_flops=[float(r.flops["training_flops"]) for r in results if r.flops],
     )
+
+
+def batch_flops(results: Sequence[Any]) -> dict[str, float]:
+    """Every FLOP field summed over the envs' episodes ({} when the episodes were not counted)."""
+    counted = [r.flops for r in results if getattr(r, "flops", None)]
+    if not counted:
+        return {}
+    return {k: float(sum(f[k] for f in counted)) for k in counted[0]}
 
 
 def _op_totals(per_env: Iterable[Sequence[int]]) -> dict[str, int]:

@@ -26,7 +26,7 @@ import math  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
@@ -310,6 +310,7 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
     record.controller_s += time.perf_counter() - started
     if last:
         record.seed_params = host_field(signals, runner.columns, "seed_params")
+        record.host_params = host_field(signals, runner.columns, "host_params")
     result = runner.pool.step(decision[:, :4], bootstrap=last and runner.bootstrap_fn is not None)
     if result.bootstrap is not None:
         values = runner.bootstrap_fn(learner.controller, episode.carry, learner.obs_rms, result.bootstrap)
@@ -391,6 +392,7 @@ class EpochLog:
     components: list[dict]  # per epoch: reward term -> [E] (jax arrays, read back once per batch)
     controller_s: float = 0.0
     update_s: float = 0.0
+    host_params: list[float] = field(default_factory=list)  # per env, at the last epoch
 
     @classmethod
     def start(cls, spec: ctl.ControllerSpec, n_envs: int) -> "EpochLog":

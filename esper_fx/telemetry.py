@@ -340,10 +340,17 @@ METRIC_SCALARS = (
 )
 
 
+# The batch's compute (summed over its envs), GFLOPs: hosts.env.compute.FLOP_FIELDS with "_gflops".
+FLOP_COLUMNS = ("training", "host_train", "seed_isolated", "seed_blending", "seed_grown", "validation",
+                "counterfactual")
+
+
 def metric_columns(n_envs: int, ppo_keys: Iterable[str] | None) -> list[str]:
-    """metrics.csv's complete header, fixed before the first row: the scalars, one accuracy per env, the
-    action counts per op, and `ppo_<key>` for every metric the controller's update reports."""
-    columns = list(METRIC_SCALARS) + [f"env{i}_accuracy" for i in range(n_envs)]
+    """metrics.csv's complete header, fixed before the first row: the scalars, the batch's GFLOPs, one
+    accuracy per env, the action counts per op, and `ppo_<key>` for every metric the controller's update
+    reports."""
+    columns = list(METRIC_SCALARS) + [f"{name}_gflops" for name in FLOP_COLUMNS]
+    columns += [f"env{i}_accuracy" for i in range(n_envs)]
     for kind in ("action_counts", "successful_action_counts"):
         columns += [f"{kind}_{op}" for op in OP_NAMES]
     return columns + [f"ppo_{key}" for key in sorted(ppo_keys or ())]
@@ -351,6 +358,9 @@ def metric_columns(n_envs: int, ppo_keys: Iterable[str] | None) -> list[str]:
 
 def flatten_metrics(entry: BatchSummary) -> dict[str, Any]:
     row: dict[str, Any] = {k: to_jsonable(getattr(entry, k)) for k in METRIC_SCALARS}
+    for name in FLOP_COLUMNS:
+        value = (entry.flops or {}).get(f"{name}_flops")
+        row[f"{name}_gflops"] = None if value is None else value / 1e9
     for i, acc in enumerate(entry.env_accuracies):
         row[f"env{i}_accuracy"] = to_jsonable(acc)
     for kind in ("action_counts", "successful_action_counts"):

@@ -17,6 +17,9 @@ Tags (the step is the batch):
                                                                   entropy_{head}, explained_variance, grad_norm,
                                                                   ...; skipped updates as ppo/skipped = 1)
     progress/episodes, progress/entropy_coef
+    compute/{kind}_gflops                                        (the batch's FLOPs summed over envs: training,
+                                                                  host_train, seed_isolated, seed_blending,
+                                                                  seed_grown, validation, counterfactual, total)
     timing/batch_s, timing/env_s, timing/bridge_s, timing/controller_s, timing/update_s, timing/first_action_s
 
 Logging never changes learning: this module only reads values the loop already computed.
@@ -87,6 +90,8 @@ def batch_scalars(summary: BatchSummary, reward_components: Mapping[str, float] 
         out[f"ppo/{name}"] = value
     for name, seconds in summary.timing.items():
         out[f"timing/{name}"] = seconds
+    for name, flops in (summary.flops or {}).items():
+        out[f"compute/{name.removesuffix('_flops')}_gflops"] = flops / 1e9
     if first_action_s is not None:
         out["timing/first_action_s"] = first_action_s
     return {tag: number for tag, value in out.items() if (number := _number(value)) is not None}

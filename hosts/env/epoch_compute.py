@@ -201,6 +201,8 @@ def train_step(env, x: torch.Tensor, y: torch.Tensor, *, slot_ids, amp: AmpSetti
     for slot_id in slot_ids:
         if env.holds_seed(slot_id):
             env.ensure_seed_optimizer(slot_id)
+    if env.compute is not None:
+        env.compute.train_step(env.model, x.shape[0])
     optimizers = _optimizers(env, slot_ids)
     for opt in optimizers:
         opt.zero_grad(set_to_none=True)
@@ -254,6 +256,8 @@ def validate_batch(env, x: torch.Tensor, y: torch.Tensor, *, amp: AmpSettings) -
     """The real forward and, per cf slot, the forward with only that slot's alpha forced to 0, in one
     inference-mode pass that shares the host before each cf slot (`forward_with_counterfactuals`)."""
     work = env.epoch_work
+    if env.compute is not None:
+        env.compute.validation(env.model, work.cf_slots, x.shape[0])
     with torch.inference_mode(), amp.autocast(env.device):
         outputs, counterfactual = env.model.forward_with_counterfactuals(x, work.cf_slots)
         loss, correct = loss_and_correct(outputs, y)

@@ -40,6 +40,7 @@ import torch
 
 from esper_fx.contracts import EventType, SeedStage
 from hosts.env.actions import decode_actions, execute_action, step_slots
+from hosts.env.compute import ComputeMeter, model_costs
 from hosts.env.config import PoolConfig
 from hosts.env.epoch_compute import (
     EpochReadback,
@@ -138,6 +139,7 @@ class EnvPool:
         self.epoch = 0
         self._phase: str | None = None
         self._last_actions: tuple[tuple[int, int, int, int], ...] = ()
+        self._host_costs = None  # hosts.env.compute.ModelCosts of the host; False where not countable
 
     # ---------------------------------------------------------------- simple views
     @property
@@ -230,6 +232,7 @@ class EnvPool:
             for env in self.envs:
                 with env.stream_context():
                     x, y = self._consume(env, self.data.train_batch(env.index, k))
+                    self._start_meter(env, x)
                     with env.rng.activate():  # outside it the data path may draw (the loader's base seed)
                         train_step(env, x, y, slot_ids=self.enabled, amp=self._amp[env.device],
                                    measure=k == steps - 1, epoch=t)
@@ -238,6 +241,15 @@ class EnvPool:
                 with env.stream_context():
                     _poison_host(env)
         self._phase = _TRAINED
+
+    def _start_meter(self, env: EnvState, x: torch.Tensor) -> None:
+        """The env's FLOP meter, from its first training batch (the host's costs measured once per pool)."""
+        if env.compute is not None or self._host_costs is False:
+            return
+        if self._host_costs is None:
+            self._host_costs = model_costs(env.model, x) or False
+        if self._host_costs:
+            env.compute = ComputeMeter.fresh(self._host_costs)
 
     def _consume(self, env: EnvState, batch):
         """Loader-path batches come from the default stream: the env stream waits and records them."""
@@ -447,6 +459,7 @@ class EnvPool:
                 contributing_fossilized=c.contributing_fossilized, rollbacks=c.rollbacks,
                 action_counts=tuple(c.action_counts), successful_action_counts=tuple(c.successful_action_counts),
                 val_accs=tuple(c.val_accs), fossils=_fossils(env, self.enabled),
+                flops={} if env.compute is None else env.compute.totals(),
             ))
         return out
 

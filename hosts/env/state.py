@@ -89,6 +89,7 @@ class EpisodeResult:
     successful_action_counts: tuple[int, ...]
     val_accs: tuple[float, ...] = ()  # validation accuracy of every epoch so far, pp
     fossils: tuple[str, ...] = ()  # "slot=blueprint" of every seed FOSSILIZED now (the grown architecture)
+    flops: dict[str, int] = field(default_factory=dict)  # hosts.env.compute.FLOP_FIELDS; {} when not counted
 
 
 @dataclass
@@ -184,6 +185,7 @@ class EnvState:
     events: list[LifecycleEvent] = field(default_factory=list)
     metrics: EpochMetrics | None = None
     epoch_work: Any = None  # hosts.env.epoch_compute.EpochWork of the running epoch
+    compute: Any = None  # hosts.env.compute.ComputeMeter of the episode (from the first training step)
 
     # ---------------------------------------------------------------- slots
     def slot(self, slot_id: str):

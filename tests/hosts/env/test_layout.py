@@ -28,7 +28,8 @@ LINEAR, SIGMOID, GATED = 0, 1, 2
 
 
 class LayoutWatch(TorchDispatchMode):
-    """Records the aten op of every new 4-d float result that is not channels_last."""
+    """Records the aten op of every new 4-d float result that is not channels_last (meta tensors, which hold
+    no data, aside: the FLOP count traces shapes with them)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -40,7 +41,8 @@ class LayoutWatch(TorchDispatchMode):
         self.ops += 1
         inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
         for value in tree_leaves(out):
-            if (isinstance(value, torch.Tensor) and value.is_floating_point() and not is_image_layout(value)
+            if (isinstance(value, torch.Tensor) and value.is_floating_point() and not value.is_meta
+                    and not is_image_layout(value)
                     and value.untyped_storage().data_ptr() not in inputs):  # a view allocates nothing
                 self.offenders.append(f"{func} -> {tuple(value.shape)} strides {value.stride()}")
         return out
