@@ -16,6 +16,9 @@ An arm is
 - `"static_final"`: per seed, the architecture another arm ended with (its fossils), built fossilized
   before epoch 1 and trained from scratch as a static network (`static_final_of`, default: the first
   learned arm, else "oracle");
+- `"static_matched"`: the same architecture trained for the same training FLOPs as that arm's grown run,
+  its learning rate decayed by a cosine over its own steps; `"best_fixed"`: the best fixed schedule found
+  on `tuning_seeds` (`esper_fx.fair_controls`; the search table is kept in `table.controls`);
 - a dict of the above under "controller", with "reward_fn", "config" overrides and "greedy" (False samples).
 
 `python -m esper_fx.prove` is this function with a command line, files and a plot.
@@ -38,6 +41,8 @@ import numpy as np
 
 from esper_fx import stats
 from esper_fx.config import TrainingConfig
+from esper_fx.fair_controls import (BEST_FIXED, DEFAULT_TUNING_SEEDS, STATIC_MATCHED, flop_ratios, matched_overrides,
+                                    schedule_arm, schedule_name, search_best_fixed)
 
 STATIC_FINAL = "static_final"
 BASELINE = "wait"
@@ -57,6 +62,7 @@ class ComparisonTable:
     episodes: dict[str, list[Any]] = field(default_factory=dict)
     trained: dict[str, Any] = field(default_factory=dict)  # arm -> the training RunResult
     seeds: list[int] = field(default_factory=list)
+    controls: dict[str, Any] = field(default_factory=dict)  # best_fixed's search, static_matched's FLOP ratios
 
     def row(self, arm: str) -> dict[str, Any]:
         for r in self.rows:
@@ -110,7 +116,7 @@ class ComparisonTable:
         """Plain JSON values (an unbounded interval, from one seed, is null)."""
         pairs = [{k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in p.items()}
                  for p in self.pairs]
-        return {"seeds": self.seeds, "rows": self.rows, "pairs": pairs,
+        return {"seeds": self.seeds, "rows": self.rows, "pairs": pairs, "controls": self.controls,
                 "episodes": {arm: [e.to_dict() for e in eps] for arm, eps in self.episodes.items()}}
 
     def to_json(self, path) -> None:
@@ -132,11 +138,13 @@ class ComparisonTable:
 
 def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int] = (900_000,), *,
             baseline: str | None = BASELINE, static_final_of: str | None = None, train_dir: str | None = None,
-            progress: Callable[[str], None] | None = print, quiet_training: bool = True) -> ComparisonTable:
+            progress: Callable[[str], None] | None = print, quiet_training: bool = True,
+            tuning_seeds: Sequence[int] = DEFAULT_TUNING_SEEDS) -> ComparisonTable:
     """Train the learning arms on `config`, run every arm on every seed, and pair them (module docstring).
 
     Pairs: every arm against `baseline` (when it is an arm), and the first learned arm against every other.
     `train_dir`: where the learning arms' runs are written (`<train_dir>/<arm>`; None writes nothing).
+    `tuning_seeds`: where `best_fixed` searches (disjoint from training and evaluation seeds).
     """
     if not arms:
         raise ValueError("compare needs at least one arm")
@@ -144,8 +152,14 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"compare needs distinct evaluation seeds (got {seeds})")
     say = progress or (lambda line: None)
+    if any(_is_control(arm, BEST_FIXED) for arm in arms.values()):
+        tuning_seeds = [int(s) for s in tuning_seeds]
+        if set(tuning_seeds) & set(seeds):
+            raise ValueError(f"tuning seeds {sorted(set(tuning_seeds) & set(seeds))} are also evaluation seeds")
+        check_disjoint(config, tuning_seeds)
     with episode_runner(config) as run_arm:
-        return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm)
+        return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm,
+                        tuning_seeds)
 
 
 @contextmanager
@@ -166,12 +180,13 @@ def episode_runner(config: TrainingConfig):
         session.close()
 
 
-def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm):
+def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm,
+             tuning_seeds=DEFAULT_TUNING_SEEDS):
     from esper_fx import evaluate as ev
 
-    built, trained, learned, cache = {}, {}, [], {}
+    built, trained, learned, cache, controls = {}, {}, [], {}, {}
     for name, arm in arms.items():
-        if _is_static_final(arm):
+        if _is_static_final(arm) or _is_control(arm, STATIC_MATCHED) or _is_control(arm, BEST_FIXED):
             continue
         built[name], result = _build_arm(name, arm, config, seeds, train_dir, say, quiet_training, cache)
         if built[name].policy is not None:
@@ -181,24 +196,41 @@ def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, qui
     episodes: dict[str, list[Any]] = {}
     for name, arm in arms.items():
         if _is_static_final(arm):
-            source = _static_source(static_final_of, learned, arms)
+            source = _static_source(static_final_of, learned, arms, STATIC_FINAL)
             built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=_fossils_of(episodes[source]))
+        elif _is_control(arm, STATIC_MATCHED):
+            source = _static_source(static_final_of, learned, arms, STATIC_MATCHED)
+            built[name] = ev.Arm.build(name, config, STATIC_FINAL,
+                                       per_seed=matched_overrides(episodes[source]))
+        elif _is_control(arm, BEST_FIXED):
+            best, table = search_best_fixed(config, tuning_seeds, run_arm, say)
+            controls[BEST_FIXED] = {"tuning_seeds": list(tuning_seeds), "chosen": schedule_name(best),
+                                    "budget_episodes": len(table) * len(tuning_seeds), "search": table}
+            built[name] = schedule_arm(name, config, best)
         episodes[name] = run_arm(built[name], seeds, on_episode=lambda e: say(
             f"compare: {e.arm} seed {e.seed}: accuracy {e.accuracy:.2f}% ({e.wall_s:.1f} s)"))
+        if _is_control(arm, STATIC_MATCHED):
+            ratios = flop_ratios(episodes[name], episodes[source])
+            controls[STATIC_MATCHED] = {"source": source, "flop_ratio": {str(k): v for k, v in ratios.items()}}
     rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
     return ComparisonTable(rows, paired(episodes, baseline, learned[0] if learned else None), episodes, trained,
-                           seeds)
+                           seeds, controls)
+
+
+def _is_control(arm: Any, kind: str) -> bool:
+    return arm == kind or (isinstance(arm, Mapping) and arm.get("controller") == kind)
 
 
 def _is_static_final(arm: Any) -> bool:
-    return arm == STATIC_FINAL or (isinstance(arm, Mapping) and arm.get("controller") == STATIC_FINAL)
+    return _is_control(arm, STATIC_FINAL)
 
 
-def _static_source(static_final_of: str | None, learned: list[str], arms: Mapping[str, Any]) -> str:
+def _static_source(static_final_of: str | None, learned: list[str], arms: Mapping[str, Any],
+                   kind: str = STATIC_FINAL) -> str:
     source = static_final_of or (learned[0] if learned else "oracle")
     names = list(arms)
-    if source not in arms or names.index(source) > names.index(next(n for n in names if _is_static_final(arms[n]))):
-        raise ValueError(f"static_final needs the arm whose architecture it rebuilds ({source!r}) listed before it")
+    if source not in arms or names.index(source) > names.index(next(n for n in names if _is_control(arms[n], kind))):
+        raise ValueError(f"{kind} needs the arm whose architecture it rebuilds ({source!r}) listed before it")
     return source
 
 

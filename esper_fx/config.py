@@ -95,6 +95,10 @@ class TrainingConfig:
     one_seed_at_a_time: bool = True  # [fix] no GERMINATE while a seed is developing (the reference: False)
     germination_deadline: bool = True  # [fix] no GERMINATE once its seed could not be fossilized before T
     static_seeds: tuple[str, ...] = ()  # "slot=blueprint": seeds planted fossilized before epoch 1 (static_final)
+    lr_schedule: str = "constant"  # the network's SGD lr within an episode: C.LR_SCHEDULES
+    lr_schedule_steps: int | None = None  # training steps a cosine decays over; None: the episode's
+    train_steps_budget: int | None = None  # at most this many training steps per episode, spread evenly over
+    # its epochs (static_matched's compute budget); None: every epoch's steps
     # devices and data
     device: str = "auto"
     env_devices: tuple[str, ...] | None = None
@@ -234,6 +238,10 @@ class TrainingConfig:
             )
 
     def _validate_data(self) -> None:
+        if self.lr_schedule not in C.LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {list(C.LR_SCHEDULES)} (got {self.lr_schedule!r})")
+        self._set("lr_schedule_steps", check.optional_at_least("lr_schedule_steps", self.lr_schedule_steps, 1))
+        self._set("train_steps_budget", check.optional_at_least("train_steps_budget", self.train_steps_budget, 1))
         for name in ("batch_size_per_env", "val_samples", "val_batch_size", "num_workers"):
             self._set(name, check.optional_at_least(name, getattr(self, name), 1 if name != "num_workers" else 0))
         self._set("max_train_batches", check.optional_at_least("max_train_batches", self.max_train_batches, 0))

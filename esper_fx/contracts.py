@@ -207,6 +207,10 @@ TASK_NUM_SLOTS: Mapping[str, int] = {
     "shapes16": 3,
     "fashion_mnist": 3,
 }
+# Host learning-rate schedules within an episode (hosts.env.lr_schedule): "constant" keeps the task's lr;
+# "cosine" decays it to zero over the episode's training steps (or over lr_schedule_steps).
+LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
+
 # The run's default data_root (TrainingConfig.data_root). A task with a default place of its own reads its
 # files from there while data_root is left at this value: Fashion-MNIST from where Debian's and Ubuntu's
 # package installs its four IDX files.

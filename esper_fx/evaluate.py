@@ -57,6 +57,7 @@ class Episode:
     wall_s: float
     params: float = float("nan")  # host and seed parameters at the end
     flops: dict[str, float] = field(default_factory=dict)  # hosts.env.compute.FLOP_FIELDS; {} when not counted
+    compute_units: dict[str, float] = field(default_factory=dict)  # hosts.env.compute.ComputeMeter.units
 
     @property
     def training_flops(self) -> float:
@@ -72,7 +73,8 @@ class Episode:
         return {"arm": self.arm, "seed": self.seed, "accuracy": self.accuracy, "val_accs": list(self.val_accs),
                 "params_added": self.params_added, "germinated": self.germinated, "fossilized": self.fossilized,
                 "culled": self.culled, "fossils": list(self.fossils), "wall_s": self.wall_s, "params": self.params,
-                "training_flops": self.training_flops, "flops": dict(self.flops)}
+                "training_flops": self.training_flops, "flops": dict(self.flops),
+                "compute_units": dict(self.compute_units)}
 
 
 class Policy(NamedTuple):
@@ -137,7 +139,7 @@ class Arm:
         return Episode(self.name, int(seed), tuple(result.val_accs), float(record.seed_params[0]),
                        result.seeds_created, result.seeds_fossilized, culled, tuple(result.fossils),
                        time.perf_counter() - started, float(record.host_params[0] + record.seed_params[0]),
-                       {k: float(v) for k, v in result.flops.items()})
+                       {k: float(v) for k, v in result.flops.items()}, dict(result.compute_units))
 
     def _runner(self, config: TrainingConfig) -> Runner:
         """A runner over a fresh pool for one episode; the jitted step is built once per arm."""

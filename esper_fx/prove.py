@@ -8,10 +8,14 @@
 Arms: `ppo` (the trained controller, greedy), `ppo_sampled` (the same policy, sampling), `wait` (the static
 host), `random`, `heuristic`, `oracle` (the configured fixed schedule), `static_final` (per seed, the
 architecture the first learned arm ended with — or the oracle's — trained from scratch as a static
-network), or any registered controller name. Evaluation seeds never overlap the training run's seeds.
+network), `static_matched` (that architecture trained for the grown run's training FLOPs, lr cosine-decayed
+over its own steps), `best_fixed` (the best fixed schedule found on --tuning-seeds, then run on the
+evaluation seeds; `esper_fx.fair_controls`), or any registered controller name. Evaluation seeds never overlap the training run's seeds.
 The metric is the validation accuracy averaged over the last 3 epochs (`esper_fx.evaluate`); every pair
 against `wait` and against the trained controller gets a paired difference, its 95% interval and a
-verdict. Output: the table on the console, `<out>/prove.json` (every per-seed number) and `<out>/prove.png`.
+verdict. Output: the table on the console (with parameters and training GFLOPs per arm), `<out>/prove.json`
+(every per-seed number, training FLOPs included, and the controls' search table and FLOP ratios),
+`<out>/prove.png` and `<out>/prove_compute.png` (accuracy against training compute, every arm).
 A bad flag prints one line and exits 2 with nothing written.
 """
 
@@ -28,6 +32,7 @@ from typing import Any, Sequence
 
 from esper_fx.checkpoint import CheckpointError
 from esper_fx.config import PRESET_NAMES, TrainingConfig
+from esper_fx.fair_controls import DEFAULT_TUNING_SEEDS
 from esper_fx.ray_runtime import INSTALL_HINT, ray_installed
 
 EXIT_CONFIG_ERROR = 2
@@ -61,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"number of evaluation seeds (default {DEFAULT_EVAL_SEEDS})")
     p.add_argument("--eval-seed-offset", type=int, default=DEFAULT_EVAL_SEED_OFFSET, metavar="K",
                    help=f"first evaluation seed (default {DEFAULT_EVAL_SEED_OFFSET})")
+    p.add_argument("--tuning-seeds", type=int, nargs="+", metavar="S", default=list(DEFAULT_TUNING_SEEDS),
+                   help=f"where best_fixed searches its schedule (default {' '.join(map(str, DEFAULT_TUNING_SEEDS))}); "
+                        f"disjoint from training and evaluation seeds")
     p.add_argument("--checkpoint", metavar="RUN_DIR", help="evaluate this trained run instead of training one")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                    help="override a config field (flat keys such as lr=1e-3, or oracle.slot=r0c1); repeatable")
@@ -145,6 +153,7 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
 def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict[str, Any]:
     """Arm name -> a `compare` arm. Learned arms share one trained policy (trained once)."""
     from esper_fx.comparison import STATIC_FINAL, Trained
+    from esper_fx.fair_controls import BEST_FIXED, STATIC_MATCHED
     from esper_fx.controller_registry import REGISTRY
 
     arms: dict[str, Any] = {}
@@ -152,13 +161,14 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict
         if name in LEARNED_ARMS:
             source = Trained(config, policy) if policy is not None else config.controller_name
             arms[name] = {"controller": source, "greedy": LEARNED_ARMS[name]}
-        elif name == STATIC_FINAL:
-            arms[name] = STATIC_FINAL
+        elif name in (STATIC_FINAL, STATIC_MATCHED, BEST_FIXED):
+            arms[name] = name
         else:
             try:
                 REGISTRY.canonical(name)
             except ValueError:
-                raise ProveError(f"unknown arm {name!r}: use ppo, ppo_sampled, static_final or a controller name "
+                raise ProveError(f"unknown arm {name!r}: use ppo, ppo_sampled, static_final, static_matched, "
+                                 f"best_fixed or a controller name "
                                  f"{REGISTRY.choices()}") from None
             arms[name] = name
     if len(set(names)) != len(names):
@@ -203,7 +213,8 @@ def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, 
     limit_cpu_threads(config, say)
     say(f"prove: preset {args.preset}, task {config.task.value}, arms {', '.join(arms)}, "
         f"evaluation seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), output {out}")
-    table = compare(arms, config, seeds, progress=say, train_dir=str(out / "train"), quiet_training=args.quiet)
+    table = compare(arms, config, seeds, progress=say, train_dir=str(out / "train"), quiet_training=args.quiet,
+                    tuning_seeds=args.tuning_seeds)
     wall = time.perf_counter() - started
     print(table.to_text())
     json_path = Path(args.json) if args.json else out / "prove.json"
@@ -214,9 +225,12 @@ def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, 
         json.dump(report, fh, indent=2)
         fh.write("\n")
     table.plot(out / "prove.png", title=f"{config.task.value}: {len(seeds)} evaluation seeds")
+    from esper_fx.compute_plot import accuracy_vs_compute
+
+    accuracy_vs_compute(table, out / "prove_compute.png", title=f"{config.task.value}: accuracy against training compute")
     for arm, r in table.trained.items():
         print(f"trained {arm}: {r.summary['episodes']} episodes in {r.summary['wall_time_s']:.0f} s")
-    print(f"prove: {wall:.0f} s in all; wrote {json_path} and {out / 'prove.png'}")
+    print(f"prove: {wall:.0f} s in all; wrote {json_path}, {out / 'prove.png'} and {out / 'prove_compute.png'}")
     return 0
 
 

@@ -86,8 +86,12 @@ class ComputeMeter:
 
     costs: ModelCosts
     counts: dict[str, int] = field(default_factory=lambda: {k: 0 for k in FLOP_FIELDS})
+    train_steps: int = 0
+    train_samples: int = 0
 
     def train_step(self, model, batch: int) -> None:
+        self.train_steps += 1
+        self.train_samples += batch
         per = 1 + BACKWARD_FACTOR
         self.counts["host_train_flops"] += batch * per * self.costs.host
         for slot_id in _active(model):
@@ -107,6 +111,15 @@ class ComputeMeter:
     def fresh(cls, host_costs: ModelCosts) -> "ComputeMeter":
         """A meter for a new env sharing the host's measured costs (seeds are measured per env)."""
         return cls(ModelCosts(host_costs.host, host_costs.host_after, host_costs.activation))
+
+    def units(self, model) -> dict[str, float]:
+        """What a compute-matched rebuild needs: the host's forward FLOPs per sample ("host"), each seed
+        now held ("slot=blueprint"), and the episode's training steps and samples."""
+        out = {"host": float(self.costs.host), "train_steps": float(self.train_steps),
+               "train_samples": float(self.train_samples)}
+        for slot_id in _active(model):
+            out[f"{slot_id}={model.slot(slot_id).state.blueprint_id}"] = float(self.costs.seed(model, slot_id))
+        return out
 
     def totals(self) -> dict[str, int]:
         c = dict(self.counts)

@@ -28,6 +28,9 @@ class PoolConfig:
     one_seed_at_a_time: bool  # GERMINATE is masked while a seed is developing (not yet fossilized)
     germination_deadline: bool  # GERMINATE is masked once a new seed could not be fossilized in time
     static_seeds: tuple[str, ...]  # "slot=blueprint": planted fossilized when an env is built
+    lr_schedule: str  # esper_fx.contracts.LR_SCHEDULES: the SGD lr of host and seeds within an episode
+    lr_schedule_steps: int | None  # steps a cosine decays over; None: max_epochs × steps per epoch
+    train_steps_budget: int | None  # training steps per episode at most, spread evenly over its epochs
     use_telemetry: bool
     device: str  # the policy device the signals are built on
     env_devices: tuple[str, ...] | None  # env i runs on env_devices[i % len]; None: the policy device

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from esper_fx.contracts import EventType, SeedStage
+from hosts.env.lr_schedule import apply_lr
 from hosts.seeds.gradient_ratio import gradient_ratio, gradient_stats, seed_gradient_norm
 
 
@@ -195,8 +196,9 @@ def _optimizers(env, slot_ids) -> list[torch.optim.Optimizer]:
 
 
 def train_step(env, x: torch.Tensor, y: torch.Tensor, *, slot_ids, amp: AmpSettings, measure: bool,
-               epoch: int) -> None:
-    """One training step of one env; nothing is read back to the host."""
+               epoch: int, lr_scale: float | None = None) -> None:
+    """One training step of one env; nothing is read back to the host. `lr_scale` (a scheduled run) sets
+    every optimizer's lr to that multiple of its base lr first (`hosts.env.lr_schedule`)."""
     advance_germinated(env, slot_ids, epoch)
     for slot_id in slot_ids:
         if env.holds_seed(slot_id):
@@ -204,6 +206,8 @@ def train_step(env, x: torch.Tensor, y: torch.Tensor, *, slot_ids, amp: AmpSetti
     if env.compute is not None:
         env.compute.train_step(env.model, x.shape[0])
     optimizers = _optimizers(env, slot_ids)
+    if lr_scale is not None:
+        apply_lr(optimizers, lr_scale)
     for opt in optimizers:
         opt.zero_grad(set_to_none=True)
     env.model.train()

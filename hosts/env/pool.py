@@ -42,6 +42,7 @@ from esper_fx.contracts import EventType, SeedStage
 from hosts.env.actions import decode_actions, execute_action, step_slots
 from hosts.env.compute import ComputeMeter, model_costs
 from hosts.env.config import PoolConfig
+from hosts.env.lr_schedule import lr_factor
 from hosts.env.epoch_compute import (
     EpochReadback,
     EpochWork,
@@ -140,6 +141,7 @@ class EnvPool:
         self._phase: str | None = None
         self._last_actions: tuple[tuple[int, int, int, int], ...] = ()
         self._host_costs = None  # hosts.env.compute.ModelCosts of the host; False where not countable
+        self._steps_done = 0
 
     # ---------------------------------------------------------------- simple views
     @property
@@ -175,6 +177,7 @@ class EnvPool:
         self.n_running = n
         self.batch_index = int(batch_index)
         self.epoch = 0
+        self._steps_done = 0  # training steps taken this episode
         self._phase = _RESET
 
     def _build_env(self, i: int, env_seed: int) -> EnvState:
@@ -222,7 +225,7 @@ class EnvPool:
         self.epoch += 1
         t = self.epoch
         self.data.begin_epoch(self.batch_index, t, self.n_running)
-        steps = self.data.steps_per_epoch
+        steps = self._steps_in_epoch(t)
         for env in self.envs:
             _wait_for_default_stream(env)
             with env.stream_context():
@@ -235,12 +238,30 @@ class EnvPool:
                     self._start_meter(env, x)
                     with env.rng.activate():  # outside it the data path may draw (the loader's base seed)
                         train_step(env, x, y, slot_ids=self.enabled, amp=self._amp[env.device],
-                                   measure=k == steps - 1, epoch=t)
+                                   measure=k == steps - 1, epoch=t, lr_scale=self._lr_scale(self._steps_done + k))
+        self._steps_done += steps
         for env in self.envs:
             if (env.index, t) in self._nan_faults:
                 with env.stream_context():
                     _poison_host(env)
         self._phase = _TRAINED
+
+    def _steps_in_epoch(self, t: int) -> int:
+        """Epoch t's training steps: all of them, or under `train_steps_budget` n its even share
+        floor(t·n/T) − floor((t−1)·n/T) (capped by the data's steps per epoch)."""
+        steps, budget = self.data.steps_per_epoch, self.config.train_steps_budget
+        if budget is None:
+            return steps
+        share = t * budget // self.max_epochs - (t - 1) * budget // self.max_epochs
+        return min(steps, share)
+
+    def _lr_scale(self, step: int) -> float | None:
+        """The lr multiplier at the episode's training step `step` (None under a constant schedule)."""
+        cfg = self.config
+        if cfg.lr_schedule == "constant":
+            return None
+        total = cfg.lr_schedule_steps or sum(self._steps_in_epoch(t) for t in range(1, self.max_epochs + 1))
+        return lr_factor(cfg.lr_schedule, step, total)
 
     def _start_meter(self, env: EnvState, x: torch.Tensor) -> None:
         """The env's FLOP meter, from its first training batch (the host's costs measured once per pool)."""
@@ -460,6 +481,7 @@ class EnvPool:
                 action_counts=tuple(c.action_counts), successful_action_counts=tuple(c.successful_action_counts),
                 val_accs=tuple(c.val_accs), fossils=_fossils(env, self.enabled),
                 flops={} if env.compute is None else env.compute.totals(),
+                compute_units={} if env.compute is None else env.compute.units(env.model),
             ))
         return out
 

@@ -90,6 +90,7 @@ class EpisodeResult:
     val_accs: tuple[float, ...] = ()  # validation accuracy of every epoch so far, pp
     fossils: tuple[str, ...] = ()  # "slot=blueprint" of every seed FOSSILIZED now (the grown architecture)
     flops: dict[str, int] = field(default_factory=dict)  # hosts.env.compute.FLOP_FIELDS; {} when not counted
+    compute_units: dict[str, float] = field(default_factory=dict)  # hosts.env.compute.ComputeMeter.units
 
 
 @dataclass
