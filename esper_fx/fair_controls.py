@@ -7,7 +7,10 @@ fixed growth schedule.
   n = round(G / (3·B·F)) steps (`train_steps_budget`), spread evenly over the same epochs, where G is the
   grown run's training FLOPs, B the samples per step and F the static network's forward FLOPs per sample
   (host plus its fossils, `hosts.env.compute`). Its learning rate decays by a cosine to zero over those n
-  steps. The rounding leaves the two within half a step of each other; the measured ratio is kept per seed.
+  steps. Its epochs may take more steps than the grown run's (`max_train_batches` lifted: a grown run whose
+  seeds were culled spent FLOPs that a host-only rebuild needs more steps to match), up to what the
+  training split holds. The rounding leaves the two within half a step of each other; the measured ratio
+  is kept per seed.
 - `best_fixed`: one fixed schedule (slot, blueprint, blend, germination epoch), or no growth at all, played
   in every episode whatever happens. The schedules of `schedule_grid` are each run on tuning seeds that are
   neither training nor evaluation seeds; the best mean accuracy wins and is then run on the evaluation
@@ -53,7 +56,8 @@ def matched_overrides(source: Sequence[Any]) -> Callable[[int], dict[str, Any]]:
     by_seed = {}
     for e in source:
         steps, _ = matched_steps(e)
-        by_seed[e.seed] = {"static_seeds": tuple(e.fossils), "train_steps_budget": steps, "lr_schedule": "cosine"}
+        by_seed[e.seed] = {"static_seeds": tuple(e.fossils), "train_steps_budget": steps, "lr_schedule": "cosine",
+                           "max_train_batches": 0}  # the budget, not the per-epoch cap, sets the steps
     return lambda seed: dict(by_seed[seed])
 
 
