@@ -475,7 +475,7 @@ SHAPES10_QUICK = {
 # its small 3x3 host, with the quickstart's controller, reward and episode shape; sized so that
 # `python -m esper_fx.prove --preset fashion_mnist` fits in 30 minutes on a 2-core CPU (README).
 FASHION_MNIST = {
-    **QUICKSTART, "task": "fashion_mnist", "n_episodes": 48, "val_samples": 2000,
+    **QUICKSTART, "task": "fashion_mnist", "n_episodes": 32, "val_samples": 2000,
     "synthetic_train_samples": 50000, "synthetic_test_samples": 10000,
 }
 
