@@ -34,22 +34,8 @@ def num_groups(channels: int) -> int:
     return 1
 
 
-class GroupNorm(nn.GroupNorm):
-    """nn.GroupNorm that asks for its input's gradient when only its own weights would need one: the
-    backward of torch 2.13's channels_last CPU GroupNorm crashes the process (segmentation fault) on an
-    input that does not require grad, e.g. the detached host features a `norm` seed trains on while
-    isolated. The input gradient is computed and dropped (a leaf of its own, so nothing reaches the host);
-    the layout, the weights' gradients and the state dict are nn.GroupNorm's."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (x.device.type == "cpu" and torch.is_grad_enabled() and not x.requires_grad and x.dim() == 4
-                and not x.is_contiguous()):
-            x = x.detach().requires_grad_()
-        return super().forward(x)
-
-
 def _group_norm(channels: int) -> nn.GroupNorm:
-    return GroupNorm(num_groups(channels), channels)
+    return nn.GroupNorm(num_groups(channels), channels)
 
 
 # ------------------------------------------------------------------------------------------
