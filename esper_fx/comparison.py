@@ -154,9 +154,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     say = progress or (lambda line: None)
     if any(_is_control(arm, BEST_FIXED) for arm in arms.values()):
         tuning_seeds = [int(s) for s in tuning_seeds]
-        if set(tuning_seeds) & set(seeds):
-            raise ValueError(f"tuning seeds {sorted(set(tuning_seeds) & set(seeds))} are also evaluation seeds")
-        check_disjoint(config, tuning_seeds)
+        check_tuning_seeds(config, tuning_seeds, seeds)
     with episode_runner(config) as run_arm:
         return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm,
                         tuning_seeds)
@@ -282,6 +280,19 @@ def training_seeds(config: TrainingConfig) -> set[int]:
     n_batches = -(-config.n_episodes // config.n_envs)
     return {config.seed + BATCH_SEED_STRIDE * b + ENV_SEED_STRIDE * i
             for b in range(n_batches) for i in range(config.n_envs)}
+
+
+def check_tuning_seeds(config: TrainingConfig, tuning_seeds: Sequence[int], seeds: Sequence[int]) -> None:
+    """ValueError unless best_fixed's tuning seeds are distinct, and neither evaluation nor training seeds."""
+    tuning = [int(s) for s in tuning_seeds]
+    if not tuning or len(set(tuning)) != len(tuning):
+        raise ValueError(f"tuning seeds must be one or more distinct seeds (got {tuning})")
+    overlap = sorted(set(tuning) & {int(s) for s in seeds})
+    if overlap:
+        raise ValueError(f"tuning seeds {overlap} are also evaluation seeds")
+    overlap = sorted(set(tuning) & training_seeds(config))
+    if overlap:
+        raise ValueError(f"tuning seeds {overlap} are also training seeds of this run")
 
 
 def check_disjoint(config: TrainingConfig, seeds: Sequence[int]) -> None:

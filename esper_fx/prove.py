@@ -141,10 +141,12 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
         seeds = list(range(args.eval_seed_offset, args.eval_seed_offset + args.n_eval_seeds))
     if len(set(seeds)) != len(seeds):
         raise ProveError(f"evaluation seeds must be distinct (got {seeds})")
-    from esper_fx.comparison import check_disjoint
+    from esper_fx.comparison import check_disjoint, check_tuning_seeds
 
     try:
         check_disjoint(config, seeds)
+        if "best_fixed" in args.arms:
+            check_tuning_seeds(config, args.tuning_seeds, seeds)
     except ValueError as exc:
         raise ProveError(str(exc)) from None
     return config, policy, seeds

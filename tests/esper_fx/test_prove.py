@@ -36,7 +36,9 @@ def test_a_tiny_prove_trains_evaluates_every_arm_and_writes_json_and_plot(tmp_pa
     static = {e["seed"]: e for e in report["episodes"]["static_final"]}
     for e in report["episodes"]["ppo"]:  # static_final rebuilds exactly what the trained controller kept
         assert static[e["seed"]]["fossils"] == e["fossils"]
-    assert (out / "prove.png").stat().st_size > 0
+    assert (out / "prove.png").stat().st_size > 0 and (out / "prove_compute.png").stat().st_size > 0
+    assert all(e["training_flops"] > 0 for episodes in report["episodes"].values() for e in episodes)
+    assert all(r["training_gflops_mean"] > 0 and r["params_mean"] > 0 for r in report["rows"])
     assert report["training"]["ppo"]["episodes"] == 2
     assert (out / "train" / "ppo" / "summary.json").exists()
 
@@ -66,6 +68,9 @@ def test_training_seeds_are_every_env_seed_of_the_run():
     (["--preset", "nope"], "preset"),
     (["--checkpoint", "/does/not/exist"], "exist"),
     (["--bogus"], "--bogus"),
+    (["--arms", "wait", "best_fixed", "--tuning-seeds", "900001"], "also evaluation seeds"),
+    (["--arms", "wait", "best_fixed", "--tuning-seeds", "42"], "also training seeds"),
+    (["--arms", "wait", "best_fixed", "--tuning-seeds", "3", "3"], "distinct"),
 ])
 def test_bad_flags_exit_2_with_one_line_and_write_nothing(args, needle, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
