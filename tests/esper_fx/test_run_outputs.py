@@ -101,6 +101,8 @@ def tag_of(column: str) -> str | None:
         return COLUMN_TAGS[column]
     if column.startswith("env") and column.endswith("_accuracy"):
         return f"accuracy/{column[:-len('_accuracy')]}"
+    if column.endswith("_gflops"):
+        return f"compute/{column}"
     for prefix, group in (("successful_action_counts_", "ops_successful"), ("action_counts_", "ops"),
                           ("ppo_", "ppo")):
         if column.startswith(prefix):
