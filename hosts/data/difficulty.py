@@ -15,6 +15,9 @@ Measured on the 2-core development CPU (final validation accuracy after 25 epoch
     shapes10, 6,418-parameter host (base 8):  seeds 0/1/2 -> 53.57 / 54.59 / 57.75, mean 55.30
     shapes10, base_channels 32 (94,762 params): seed 0 -> 66.80, seed 1 -> 63.36 (mean 65.08, +9.8 pp)
     pytext, lr 0.01, seed 0: val loss 3.08 nats/byte after epoch 1, 2.30 after epoch 25
+    fashion_mnist, 12 epochs of 32 steps (--epochs 12 --max-train-batches 32), seeds 0/1:
+        the task's 1,702-parameter host (widths 4, 8, 16), lr 0.02: mean 69.98
+        widths 16 32 64 (24,058 params), lr 0.05: mean 78.26 (room a seed can fill)
 """
 
 from __future__ import annotations
