@@ -1,4 +1,4 @@
-"""The errors a user can fix: a configuration or environment problem, reported as one line.
+"""The errors a user can fix, and the exit codes every command line (train, prove, report, bench) ends with.
 
 The command line prints any `SetupError` as `esper_fx.train: error: <message>` and exits with code 2, and a
 `RunFailure` the same way with exit code 1 (`esper_fx.cli_run`). Subclasses also derive from the builtin a
@@ -7,9 +7,20 @@ Python caller would expect.
 
 from __future__ import annotations
 
+# The exit codes, one table for every command.
+EXIT_OK = 0  # done
+EXIT_RUN_FAILED = 1  # the work cannot go on (e.g. the controller produced no valid action); one line on stderr
+EXIT_SETUP_ERROR = 2  # a configuration or environment problem, found before anything is written; one line
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, after saving what is finished
+EXIT_TERMINATED = 143  # SIGTERM: 128 + SIGTERM, likewise
+
 
 class SetupError(Exception):
     """A configuration or environment problem: the message names the field, file or device."""
+
+
+class ConfigError(SetupError, ValueError):
+    """A bad command line or configuration value: one line naming the flag or field, exit code 2."""
 
 
 class RunDirectoryError(SetupError, ValueError):
