@@ -6,8 +6,8 @@ Each configuration field a user sets from the command line is declared once, in 
 into argparse flags (the type, the number of values and the switch direction read from the field's
 annotation and default), `field_values` reads them back, and `flag_table` renders README's table from the
 same parser. We generate the flags ourselves rather than with a library such as tyro: none is installed,
-the project adds no dependency for fifty lines, and today's flag spellings (`--episodes`, `--data-dir`,
-`--no-tensorboard`) are a contract that a generic tool would rename.
+the project adds no dependency for a few dozen lines, and today's flag spellings (`--episodes`,
+`--data-dir`, `--no-tensorboard`) are a contract that a generic tool would rename.
 
     python -m esper_fx.command_line      # print README's flag table for `python -m esper_fx.train`
 

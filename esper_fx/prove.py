@@ -47,7 +47,9 @@ def build_parser() -> CommandParser:
     p = CommandParser(NAME,
                       description="Train the PPO controller and compare it with the static host, random, the heuristic, "
                             "a fixed growth schedule and a static copy of its final architecture, on evaluation "
-                            "seeds it never saw.")
+                            "seeds it never saw.",
+                      epilog="--seed is the training run's seed (default: the preset's); with --env-workers N the "
+                             "evaluation episodes also run as Ray tasks, N at a time.")
     p.add_argument("--preset", default="quickstart", help=f"base preset, one of {', '.join(PRESET_NAMES)}")
     p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), metavar="ARM",
                    help=f"arms to compare (default: {' '.join(DEFAULT_ARMS)})")
@@ -62,7 +64,6 @@ def build_parser() -> CommandParser:
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/prove-<preset>-<UTC time>)")
     p.add_argument("--json", metavar="PATH", help="JSON results (default <out>/prove.json)")
     p.add_argument("--quiet", action="store_true", help="only the final table")
-    # --seed trains with that seed; with --env-workers the evaluation episodes also run as Ray tasks, N at a time
     add_field_flags(p.add_argument_group("configuration fields (any other: --set KEY=VALUE)"),
                     ("seed", "env_workers", "ray_address"))
     return p

@@ -300,3 +300,15 @@ def test_the_exit_code_table_matches_the_signal_convention():
     from esper_fx.stopping import exit_code
 
     assert (exit_code(signal.SIGINT), exit_code(signal.SIGTERM)) == (EXIT_INTERRUPTED, EXIT_TERMINATED)
+
+
+def test_prove_reads_set_and_the_field_flags_through_the_same_code(tmp_path, monkeypatch):
+    from esper_fx import prove
+
+    monkeypatch.chdir(tmp_path)
+    args = prove.build_parser().parse_args(["--set", "lr=1e-3", "--set", "oracle.slot=r0c2", "--seed", "3",
+                                            "--n-eval-seeds", "2"])
+    config, _, seeds = prove.resolve(args)
+    assert (config.ppo.lr, config.oracle.slot, config.seed) == (1e-3, "r0c2", 3) and len(seeds) == 2
+    declared = {a.dest: (a.option_strings[0], a.markdown_help) for a in prove.build_parser()._actions if a.dest in FLAGS}
+    assert declared == {name: (FLAGS[name].flag, FLAGS[name].help) for name in ("seed", "env_workers", "ray_address")}
