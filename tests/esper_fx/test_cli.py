@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from esper_fx.config import PPOConfig
-from esper_fx.errors import EXIT_SETUP_ERROR as EXIT_CONFIG_ERROR
+from esper_fx import command_line, train
+from esper_fx.checkpoint import SHAPE_FIELDS
+from esper_fx.config import RESUME_OVERRIDABLE, PPOConfig, TrainingConfig
+from esper_fx.errors import EXIT_INTERRUPTED, EXIT_SETUP_ERROR, EXIT_TERMINATED
 from esper_fx.train import config_summary, main, resolve_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +60,7 @@ def test_help_exits_0(tmp_path):
 )
 def test_bad_configuration_exits_2_in_process(tmp_path, monkeypatch, capsys, args, needle):
     monkeypatch.chdir(tmp_path)
-    assert main(args) == EXIT_CONFIG_ERROR
+    assert main(args) == EXIT_SETUP_ERROR
     err = capsys.readouterr().err
     assert needle in err
     assert len(err.strip().splitlines()) == 1
@@ -69,7 +71,7 @@ def test_malformed_json_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.json"
     bad.write_text("{\"n_envs\": ")
-    assert main(["--config", str(bad)]) == EXIT_CONFIG_ERROR
+    assert main(["--config", str(bad)]) == EXIT_SETUP_ERROR
     assert "bad.json" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["bad.json"]
 
@@ -104,11 +106,6 @@ def test_summary_has_required_lines():
 # ----------------------------------------------------------------------------------------------
 # one command line built from the config's fields
 # ----------------------------------------------------------------------------------------------
-
-from esper_fx import command_line, train  # noqa: E402
-from esper_fx.checkpoint import SHAPE_FIELDS  # noqa: E402
-from esper_fx.config import RESUME_OVERRIDABLE, TrainingConfig  # noqa: E402
-from esper_fx.errors import EXIT_INTERRUPTED, EXIT_TERMINATED  # noqa: E402
 
 # A value for every field flag that differs from the quickstart preset, as the flag's words and as the
 # field's JSON value. A field declared with a flag and missing here fails the coverage test below.
@@ -207,7 +204,7 @@ def test_train_set_lr_runs_as_a_module(tmp_path):
 def test_a_bad_set_exits_2_with_one_line_naming_the_key_and_writes_nothing(tmp_path, monkeypatch, capsys, args,
                                                                              needle):
     monkeypatch.chdir(tmp_path)
-    assert main(args) == EXIT_CONFIG_ERROR
+    assert main(args) == EXIT_SETUP_ERROR
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0] and err[0].startswith("esper_fx.train: error: ")
     assert list(tmp_path.iterdir()) == []
@@ -288,7 +285,7 @@ def test_every_command_rejects_a_bad_flag_with_one_line_and_exit_2(command, tmp_
     monkeypatch.chdir(tmp_path)
     module = importlib.import_module(f"esper_fx.{command}")
     positional = ["RUN"] if command == "report" else []
-    assert module.main(["--no-such-flag", *positional]) == EXIT_CONFIG_ERROR
+    assert module.main(["--no-such-flag", *positional]) == EXIT_SETUP_ERROR
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"esper_fx.{command}: error: unrecognized arguments: --no-such-flag"]
     assert list(tmp_path.iterdir()) == []
