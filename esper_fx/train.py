@@ -102,6 +102,8 @@ def _resume_config(args: argparse.Namespace, overrides: dict[str, Any]) -> Train
     if args.config is not None or args.preset is not None:
         raise ConfigError("--resume takes the configuration from the checkpoint: drop --config/--preset")
     resume_path = overrides.pop("resume_path")
+    if not isinstance(resume_path, str):
+        raise ConfigError(f"resume_path must be a path (got {resume_path!r})")
     saved, run_dir = _resumed(resume_path)
     overrides = with_sections(saved, overrides)
     current = saved.to_dict()

@@ -200,6 +200,7 @@ def test_train_set_lr_runs_as_a_module(tmp_path):
     (["--set", "tensorboard=yes"], "tensorboard"),
     (["--set", "oracle=3"], "oracle"),
     (["--set", "heuristic.blend=spline"], "heuristic.blend"),
+    (["--set", "resume_path=5"], "resume_path"),
 ])
 def test_a_bad_set_exits_2_with_one_line_naming_the_key_and_writes_nothing(tmp_path, monkeypatch, capsys, args,
                                                                              needle):
