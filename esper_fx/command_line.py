@@ -9,7 +9,7 @@ same parser. We generate the flags ourselves rather than with a library such as 
 the project adds no dependency for a few dozen lines, and today's flag spellings (`--episodes`,
 `--data-dir`, `--no-tensorboard`) are a contract that a generic tool would rename.
 
-    python -m esper_fx.command_line      # print README's flag table for `python -m esper_fx.train`
+    python -m esper_fx.flag_table      # print README's flag table for `python -m esper_fx.train`
 
 Imports neither torch nor jax: a bad command line is rejected before either loads.
 """
@@ -232,13 +232,3 @@ def _flag_cell(action: argparse.Action) -> str:
 def _escape(text: str) -> str:
     return text.replace("|", "\\|")
 
-
-def main() -> int:
-    from esper_fx.train import build_parser
-
-    print(flag_table(build_parser()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

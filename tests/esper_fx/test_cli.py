@@ -263,7 +263,7 @@ def test_readme_flag_table_lists_every_field_flag_with_its_declared_help():
 
 def test_the_flag_table_prints_as_a_module(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "esper_fx.command_line"], cwd=tmp_path, env=env,
+    proc = subprocess.run([sys.executable, "-m", "esper_fx.flag_table"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == _readme_table()
 
