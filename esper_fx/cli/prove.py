@@ -9,7 +9,7 @@ Arms: `ppo` (the trained controller, greedy), `ppo_sampled` (the same policy, sa
 host), `random`, `heuristic`, `oracle` (the configured fixed schedule), `static_final` (per seed, the
 architecture the first learned arm ended with — or the oracle's — trained from scratch as a static
 network), or any registered controller name. Evaluation seeds never overlap the training run's seeds.
-The metric is the validation accuracy averaged over the last 3 epochs (`esper_fx.evaluate`); every pair
+The metric is the validation accuracy averaged over the last 3 epochs (`esper_fx.evaluation.episodes`); every pair
 against `wait` and against the trained controller gets a paired difference, its 95% interval and a
 verdict. Output: the table on the console, `<out>/prove.json` (every per-seed number) and `<out>/prove.png`.
 A bad flag prints one line and exits 2 with nothing written.
@@ -26,9 +26,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from esper_fx.checkpoint import CheckpointError
+from esper_fx.outputs.checkpoint import CheckpointError
 from esper_fx.config import PRESET_NAMES, TrainingConfig
-from esper_fx.ray_runtime import INSTALL_HINT, ray_installed
+from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
 
 EXIT_CONFIG_ERROR = 2
 DEFAULT_ARMS = ("ppo", "wait", "random", "heuristic", "oracle", "static_final")
@@ -104,7 +104,7 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
     policy = None
     try:
         if args.checkpoint is not None:
-            from esper_fx.evaluate import load_policy
+            from esper_fx.evaluation.episodes import load_policy
 
             base, policy = load_policy(args.checkpoint)
         else:
@@ -133,7 +133,7 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
         seeds = list(range(args.eval_seed_offset, args.eval_seed_offset + args.n_eval_seeds))
     if len(set(seeds)) != len(seeds):
         raise ProveError(f"evaluation seeds must be distinct (got {seeds})")
-    from esper_fx.comparison import check_disjoint
+    from esper_fx.evaluation.comparison import check_disjoint
 
     try:
         check_disjoint(config, seeds)
@@ -144,8 +144,8 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
 
 def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict[str, Any]:
     """Arm name -> a `compare` arm. Learned arms share one trained policy (trained once)."""
-    from esper_fx.comparison import STATIC_FINAL, Trained
-    from esper_fx.controller_registry import REGISTRY
+    from esper_fx.evaluation.comparison import STATIC_FINAL, Trained
+    from esper_fx.controllers.registry import REGISTRY
 
     arms: dict[str, Any] = {}
     for name in names:
@@ -194,8 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, Any], seeds: list[int],
               out: Path) -> int:
-    from esper_fx.cli_run import limit_cpu_threads
-    from esper_fx.comparison import compare
+    from esper_fx.cli.run import limit_cpu_threads
+    from esper_fx.evaluation.comparison import compare
 
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)

@@ -14,10 +14,10 @@ import signal
 import sys
 import time
 
-from esper_fx import compile_cache
+from esper_fx.training import compile_cache
 from esper_fx.config import TrainingConfig
-from esper_fx.stopping import exit_code, stop_signal
-from esper_fx.tensorboard_log import TB_SUBDIR
+from esper_fx.training.stopping import exit_code, stop_signal
+from esper_fx.outputs.tensorboard_log import TB_SUBDIR
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1  # the run cannot go on (e.g. the controller produced no valid action); one line
@@ -94,8 +94,8 @@ def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
         print(line, flush=True)
     limit_cpu_threads(config, lambda line: print(line, flush=True))
     cache_dir = compile_cache.enable(compile_cache_dir, enabled=compile_cache_enabled)
-    from esper_fx.loop import Interrupted, run
-    from esper_fx.telemetry import final_table
+    from esper_fx.training.loop import Interrupted, run
+    from esper_fx.outputs.events import final_table
 
     started = time.perf_counter()
     try:
@@ -150,7 +150,7 @@ def _resume_hint(config: TrainingConfig) -> str:
 def _has_checkpoint(run_dir: str | None) -> bool:
     if not run_dir or not os.path.isdir(os.path.join(run_dir, "checkpoints")):
         return False
-    from esper_fx.checkpoint import has_checkpoint
+    from esper_fx.outputs.checkpoint import has_checkpoint
 
     return has_checkpoint(run_dir)
 

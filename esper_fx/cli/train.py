@@ -1,6 +1,6 @@
 """`python -m esper_fx.train`: the command line a researcher runs (SPEC §14.4).
 
-This module parses the command line into a validated `TrainingConfig`; `esper_fx.cli_run` runs it.
+This module parses the command line into a validated `TrainingConfig`; `esper_fx.cli.run` runs it.
 
 Configuration is layered: the preset (default `quickstart`), then `--config PATH` (replaces the
 preset, strict), then single-field flags. Any invalid configuration prints one line naming the
@@ -18,13 +18,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from esper_fx import compile_cache
-from esper_fx.cli_run import EXIT_INTERRUPTED, config_summary, run_from_cli  # noqa: F401 (re-exported)
+from esper_fx.training import compile_cache
+from esper_fx.cli.run import EXIT_INTERRUPTED, config_summary, run_from_cli  # noqa: F401 (re-exported)
 from esper_fx.config import PRESET_NAMES, TrainingConfig, absolute_paths
-from esper_fx.controller_registry import REGISTRY
+from esper_fx.controllers.registry import REGISTRY
 from esper_fx.errors import SetupError
-from esper_fx.ray_runtime import INSTALL_HINT, ray_installed
-from esper_fx.stopping import exit_code, sigterm_stops, stop_signal
+from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
+from esper_fx.training.stopping import exit_code, sigterm_stops, stop_signal
 
 EXIT_CONFIG_ERROR = 2
 DEFAULT_RUNS_DIR = "runs"
@@ -169,8 +169,8 @@ def _resume_config(args: argparse.Namespace) -> TrainingConfig:
 def _resumed(path: str) -> tuple[TrainingConfig, str]:
     """The configuration and the run directory a resume continues: the checkpoint's, or, for a run stopped
     before its first checkpoint, its config.json (the run restarts from batch 0 in its directory)."""
-    from esper_fx.checkpoint import CheckpointError, NoCheckpoint, read_manifest
-    from esper_fx.preflight import restartable_run
+    from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, read_manifest
+    from esper_fx.training.preflight import restartable_run
 
     try:
         manifest = read_manifest(path)
@@ -193,7 +193,7 @@ def _resumed(path: str) -> tuple[TrainingConfig, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The exit code of one command line (see `esper_fx.cli_run`). SIGTERM is taken like Ctrl-C from the
+    """The exit code of one command line (see `esper_fx.cli.run`). SIGTERM is taken like Ctrl-C from the
     start: a run stopped at any point ends with a message, never a traceback."""
     with sigterm_stops():
         try:

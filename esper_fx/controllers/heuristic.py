@@ -6,7 +6,7 @@ masks and max_seeds as the reference does, and always germinates into an empty e
 
 from __future__ import annotations
 
-from esper_fx.controllers import Controller, ControllerSpec
+from esper_fx.controllers.protocol import Controller, ControllerSpec
 from rl import heuristic as H
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from esper_fx.controllers import Controller, ControllerSpec
+from esper_fx.controllers.protocol import Controller, ControllerSpec
 from rl import ppo
 from rl.distributions import Masks
 from rl.network import ActorCritic

@@ -2,7 +2,7 @@
 
 `TrainingConfig` checks `controller` against this registry before jax loads, so the built-in
 controllers are registered by import path ("module:function") and imported on their first use. A
-constructor takes a `ControllerSpec` and returns a `Controller` bundle (`esper_fx.controllers`, which is
+constructor takes a `ControllerSpec` and returns a `Controller` bundle (`esper_fx.controllers.protocol`, which is
 the public face of this registry: `register`, `get`, `names`, `build`).
 """
 
@@ -14,13 +14,13 @@ from typing import Any, Callable
 Constructor = Callable[[Any], Any]
 
 BUILT_IN: dict[str, str] = {
-    "ppo_lstm": "esper_fx.ppo_controller:build_ppo_lstm",
-    "ppo_mlp": "esper_fx.ppo_controller:build_ppo_mlp",
-    "heuristic": "esper_fx.heuristic_controller:build_heuristic",
-    "random": "esper_fx.controllers:build_random",
-    "wait": "esper_fx.controllers:build_wait",
-    "oracle": "esper_fx.controllers:build_oracle",
-    "static_final": "esper_fx.controllers:build_static_final",
+    "ppo_lstm": "esper_fx.controllers.ppo:build_ppo_lstm",
+    "ppo_mlp": "esper_fx.controllers.ppo:build_ppo_mlp",
+    "heuristic": "esper_fx.controllers.heuristic:build_heuristic",
+    "random": "esper_fx.controllers.baselines:build_random",
+    "wait": "esper_fx.controllers.baselines:build_wait",
+    "oracle": "esper_fx.controllers.baselines:build_oracle",
+    "static_final": "esper_fx.controllers.baselines:build_static_final",
 }
 ALIASES: dict[str, str] = {"ppo": "ppo_lstm"}
 

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from esper_fx.errors import DeviceUnavailableError, RunFailure
-from esper_fx.ray_runtime import RaySession, require_ray
-from esper_fx.ray_worker import EnvWorker, WorkerStep
-from esper_fx.stopping import deferred_stops
+from esper_fx.distributed.runtime import RaySession, require_ray
+from esper_fx.distributed.worker import EnvWorker, WorkerStep
+from esper_fx.training.stopping import deferred_stops
 from hosts.env import ApplyResult, PoolConfig
 from hosts.env.pool import resolve_device
 

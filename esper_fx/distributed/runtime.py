@@ -14,7 +14,7 @@ import os
 import warnings
 from dataclasses import dataclass
 
-from esper_fx.stopping import deferred_stops
+from esper_fx.training.stopping import deferred_stops
 
 INSTALL_HINT = "env workers need Ray: pip install -e '.[ray]'"
 

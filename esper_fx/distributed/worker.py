@@ -4,7 +4,7 @@ The worker runs exactly the per-env code of the in-process pool (`hosts.env.EnvP
 every env keeps its global index, so its model, optimisers, data batches, governor and RNG streams are
 those of the same env in a single-process run. What crosses the object store is plain: signals as
 numpy arrays (one per SIGNAL_FIELDS entry, [E_w, ...]), actions as an int32 [E_w, 4] array, events and
-episode results as the pool's own frozen dataclasses. No jax here: `esper_fx.ray_pool` drives it.
+episode results as the pool's own frozen dataclasses. No jax here: `esper_fx.distributed.pool` drives it.
 
 A worker uses the driver's torch intra-op thread count: CPU kernels reduce in an order that depends on it,
 so with the same count a worker's envs compute bit for bit what the in-process pool computes (the

@@ -21,7 +21,7 @@ An arm is
 `python -m esper_fx.prove` is this function with a command line, files and a plot.
 
 With `config.env_workers` > 0 the evaluation episodes run as Ray tasks, at most env_workers at a time
-(`esper_fx.ray_eval`), and the learning arms train with that many Ray env workers: the same per-seed
+(`esper_fx.evaluation.ray_tasks`), and the learning arms train with that many Ray env workers: the same per-seed
 numbers as a serial comparison. Ray is joined at `config.ray_address`, or started for the comparison.
 """
 
@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from esper_fx import stats
+from esper_fx.evaluation import stats
 from esper_fx.config import TrainingConfig
 
 STATIC_FINAL = "static_final"
@@ -119,9 +119,37 @@ class ComparisonTable:
 
     def plot(self, path=None, title: str | None = None):
         """Accuracy per arm per seed, each seed's arms joined by a line (paired); the arm means marked."""
-        from esper_fx.paired_plot import paired_arms
-
         return paired_arms(self, path=path, title=title)
+
+
+def paired_arms(table: Any, path=None, title: str | None = None) -> Any:
+    """The paired-arms figure of `compare` and `prove`: accuracy per arm per evaluation seed; saved to `path`
+    when given.
+
+    Each seed is one grey line joining its arms (so a seed-by-seed gain reads as a line going up), each arm's
+    mean is a black bar, and arms that beat the baseline are labelled. Built on `matplotlib.figure.Figure`
+    (no pyplot state), so it renders under any backend; matplotlib loads only when a figure is drawn.
+    """
+    from matplotlib.figure import Figure
+
+    arms = [r["arm"] for r in table.rows]
+    acc = np.array([[e.accuracy for e in table.episodes[a]] for a in arms])  # [arms, seeds]
+    fig = Figure(figsize=(max(5.0, 1.3 * len(arms) + 2), 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    xs = np.arange(len(arms))
+    for column in acc.T:
+        ax.plot(xs, column, color="0.6", linewidth=0.9, marker="o", markersize=3.5, alpha=0.8)
+    ax.hlines(acc.mean(axis=1), xs - 0.25, xs + 0.25, color="black", linewidth=2.5, label="mean over seeds")
+    verdicts = {p["a"]: p["verdict"] for p in table.pairs if p["b"] == "wait"}
+    labels = [f"{a}\n({verdicts[a]} wait)" if a in verdicts else a for a in arms]
+    ax.set_xticks(xs, labels, fontsize=8)
+    ax.set_ylabel("validation accuracy, last epochs (%)")
+    ax.set_title(title or f"{acc.shape[1]} evaluation seeds, one line per seed")
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
 
 
 # ----------------------------------------------------------------------------------------------
@@ -150,13 +178,13 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
 @contextmanager
 def episode_runner(config: TrainingConfig):
     """`evaluate.run_arm`, or with env workers its Ray fan-out, inside a Ray session for the comparison."""
-    from esper_fx import evaluate as ev
+    from esper_fx.evaluation import episodes as ev
 
     if config.env_workers == 0:
         yield ev.run_arm
         return
-    from esper_fx.ray_eval import remote_run_arm
-    from esper_fx.ray_runtime import RaySession
+    from esper_fx.evaluation.ray_tasks import remote_run_arm
+    from esper_fx.distributed.runtime import RaySession
 
     session = RaySession.open(config.ray_address, config.env_workers)
     try:
@@ -166,7 +194,7 @@ def episode_runner(config: TrainingConfig):
 
 
 def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm):
-    from esper_fx import evaluate as ev
+    from esper_fx.evaluation import episodes as ev
 
     built, trained, learned, cache = {}, {}, [], {}
     for name, arm in arms.items():
@@ -209,9 +237,9 @@ def _fossils_of(source: list[Any]) -> Callable[[int], dict[str, Any]]:
 def _build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], train_dir: str | None,
                say: Callable[[str], None], quiet: bool, cache: dict):
     """(evaluate.Arm, the training RunResult or None). Arms trained alike share one run (`cache`)."""
-    from esper_fx import controllers as ctl
-    from esper_fx import evaluate as ev
-    from esper_fx.loop import run
+    from esper_fx.controllers import protocol as ctl
+    from esper_fx.evaluation import episodes as ev
+    from esper_fx.training.loop import run
 
     spec = arm if isinstance(arm, Mapping) else {"controller": arm}
     unknown = set(spec) - {"controller", "reward_fn", "config", "greedy"}

@@ -3,7 +3,7 @@
 An evaluation seed fixes everything that is not the controller: the host's initialisation, the data order
 and the augmentation (env 0 of batch 0 under `config.seed = seed`). Every arm runs on the same seeds, so
 arms are compared seed by seed. Each (arm, seed) has its own action stream, derived from the seed and the
-arm's name (`esper_fx.step.act_key`).
+arm's name (`esper_fx.training.step.act_key`).
 
     arm = Arm.build("wait", config)                        # or a trained policy: Arm.trained(...)
     episode = arm.run(seed)                                # an `Episode`: accuracies, seeds, params
@@ -26,16 +26,16 @@ from typing import Any, Callable, NamedTuple, Sequence  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from esper_fx import checkpoint as ckpt  # noqa: E402
-from esper_fx import controllers as ctl  # noqa: E402
-from esper_fx import step as S  # noqa: E402
+from esper_fx.outputs import checkpoint as ckpt  # noqa: E402
+from esper_fx.controllers import protocol as ctl  # noqa: E402
+from esper_fx.training import step as S  # noqa: E402
 from esper_fx.config import TrainingConfig  # noqa: E402
 from esper_fx.contracts import EventType, signal_columns  # noqa: E402
-from esper_fx.env_bridge import BridgedPool  # noqa: E402
-from esper_fx.loop import EpochLog, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch  # noqa: E402
-from esper_fx.ppo_controller import frozen  # noqa: E402
-from esper_fx.run_state import LearnerState, fresh_learner  # noqa: E402
-from esper_fx.telemetry import Console  # noqa: E402
+from esper_fx.training.bridged_pool import BridgedPool  # noqa: E402
+from esper_fx.training.loop import EpochLog, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch  # noqa: E402
+from esper_fx.controllers.ppo import frozen  # noqa: E402
+from esper_fx.training.run_state import LearnerState, fresh_learner  # noqa: E402
+from esper_fx.outputs.events import Console  # noqa: E402
 from rl import rewards as R  # noqa: E402
 from rl.normalize import RunningMeanStd  # noqa: E402
 
@@ -92,7 +92,7 @@ class Arm:
     _step: tuple | None = field(default=None, repr=False)  # (step, new episode, signal columns), built once
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled (an evaluation episode as a Ray task, `esper_fx.ray_eval`) without the jitted step: it is
+        """Pickled (an evaluation episode as a Ray task, `esper_fx.evaluation.ray_tasks`) without the jitted step: it is
         rebuilt where the arm runs."""
         return {**self.__dict__, "_step": None}
 

@@ -14,9 +14,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from esper_fx.evaluate import Arm, Episode
-from esper_fx.ray_pool import get_or_explain, uses_cuda
-from esper_fx.ray_runtime import require_ray
+from esper_fx.evaluation.episodes import Arm, Episode
+from esper_fx.distributed.pool import get_or_explain, uses_cuda
+from esper_fx.distributed.runtime import require_ray
 
 
 def run_episode(arm: Arm, seed: int, torch_threads: int) -> Episode:

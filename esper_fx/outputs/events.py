@@ -2,7 +2,7 @@
 
 Logging never changes learning: everything here only reads values the loop already computed. The event
 types are the contracts' (`esper_fx.contracts.EventType`, re-exported here); a batch's row is a
-`esper_fx.history.BatchSummary`.
+`esper_fx.outputs.history.BatchSummary`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, TextIO
 
-from esper_fx.checkpoint import fsync_dir, has_checkpoint, write_durably
+from esper_fx.outputs.checkpoint import fsync_dir, has_checkpoint, write_durably
 from esper_fx.contracts import EventType
 from esper_fx.errors import OutputError, RunDirectoryError
-from esper_fx.history import OP_NAMES, BatchSummary
+from esper_fx.outputs.history import OP_NAMES, BatchSummary
 
 
 def utc_now() -> str:
@@ -288,7 +288,7 @@ class RunLog:
     def __init__(self, run_dir: RunDirectory | str | None, console: "Console", board: Any = None):
         self.dir = run_dir if isinstance(run_dir, RunDirectory) or run_dir is None else RunDirectory(run_dir)
         self.console = console
-        self.board = board  # esper_fx.tensorboard_log.Board or None
+        self.board = board  # esper_fx.outputs.tensorboard_log.Board or None
         self.events: list[dict[str, Any]] = []
 
     @property

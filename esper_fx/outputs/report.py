@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from esper_fx import plots
-from esper_fx.checkpoint import CheckpointError, read_manifest
+from esper_fx.outputs import plots
+from esper_fx.outputs.checkpoint import CheckpointError, read_manifest
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import LifecycleOp, SlotIdError, sort_slot_ids
-from esper_fx.history import BatchSummary, as_summaries, run_summary
+from esper_fx.outputs.history import BatchSummary, as_summaries, run_summary
 
 PLOTS_SUBDIR = "plots"
 REPORT_NAME = "report.html"

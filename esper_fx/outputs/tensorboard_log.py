@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from esper_fx.contracts import BLEND_NAMES
-from esper_fx.history import BatchSummary
+from esper_fx.outputs.history import BatchSummary
 
 TB_SUBDIR = "tb"
 SEED_TAGS = (

@@ -34,22 +34,22 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from esper_fx import controllers as ctl  # noqa: E402
-from esper_fx import preflight  # noqa: E402
-from esper_fx import report  # noqa: E402
-from esper_fx import step as S  # noqa: E402
+from esper_fx.controllers import protocol as ctl  # noqa: E402
+from esper_fx.training import preflight  # noqa: E402
+from esper_fx.outputs import report  # noqa: E402
+from esper_fx.training import step as S  # noqa: E402
 from esper_fx.config import TrainingConfig, absolute_paths  # noqa: E402
 from esper_fx.contracts import ACTION_HEADS, EventType, SignalColumn, signal_columns, unpack_signals  # noqa: E402
-from esper_fx.env_bridge import BridgedPool  # noqa: E402
+from esper_fx.training.bridged_pool import BridgedPool  # noqa: E402
 from esper_fx.errors import ControllerError, DataError  # noqa: E402
-from esper_fx.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary  # noqa: E402
-from esper_fx.history import SKIPPED_UPDATE, summarize_batch  # noqa: E402
-from esper_fx.run_state import Committed, Interrupted, LearnerState, Progress, advance, fresh_learner  # noqa: E402
-from esper_fx.run_state import interrupted, restore, save  # noqa: E402
-from esper_fx.stopping import deferred_stops, sigterm_stops, stop_signal  # noqa: E402
-from esper_fx.telemetry import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns  # noqa: E402
-from esper_fx.telemetry import nonfinite_warning, reward_events, update_warning  # noqa: E402
-from esper_fx.tensorboard_log import open_board  # noqa: E402
+from esper_fx.outputs.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary  # noqa: E402
+from esper_fx.outputs.history import SKIPPED_UPDATE, summarize_batch  # noqa: E402
+from esper_fx.training.run_state import Committed, Interrupted, LearnerState, Progress, advance, fresh_learner  # noqa: E402
+from esper_fx.training.run_state import interrupted, restore, save  # noqa: E402
+from esper_fx.training.stopping import deferred_stops, sigterm_stops, stop_signal  # noqa: E402
+from esper_fx.outputs.events import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns  # noqa: E402
+from esper_fx.outputs.events import nonfinite_warning, reward_events, update_warning  # noqa: E402
+from esper_fx.outputs.tensorboard_log import open_board  # noqa: E402
 from hosts.data.external import DatasetUnavailableError  # noqa: E402
 from hosts.env import EnvPool  # noqa: E402
 from rl import rewards as R  # noqa: E402
@@ -478,10 +478,10 @@ def resolve_policy_device(name: str) -> jax.Device:
 
 def build_pool(config: TrainingConfig) -> Any:
     """The run's env pool, built from the config's pool fields: in this process (`env_workers` 0), or
-    `env_workers` Ray actors (`esper_fx.ray_pool.RayEnvPool`; close it). A dataset that cannot be loaded,
+    `env_workers` Ray actors (`esper_fx.distributed.pool.RayEnvPool`; close it). A dataset that cannot be loaded,
     or that does not fit the configuration (a batch larger than the training split), raises DataError."""
     if config.env_workers > 0:
-        from esper_fx.ray_pool import RayEnvPool
+        from esper_fx.distributed.pool import RayEnvPool
 
         return RayEnvPool(config)
     try:

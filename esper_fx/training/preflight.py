@@ -1,7 +1,7 @@
 """What can be checked before a run writes its first file: the run directory, the devices, the data root.
 
 Each check raises a `SetupError` naming the path, device or field; none writes anything (a lock held by a
-live run is probed with a read-only open). `esper_fx.loop.run` calls `check_before_writing` first, then
+live run is probed with a read-only open). `esper_fx.training.loop.run` calls `check_before_writing` first, then
 builds the data (whose problems are also reported before anything is written), and only then claims the
 run directory.
 """
@@ -12,10 +12,10 @@ import fcntl
 import os
 from pathlib import Path
 
-from esper_fx.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint
+from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint
 from esper_fx.config import TrainingConfig
 from esper_fx.errors import DataError, DeviceUnavailableError, RunDirectoryError
-from esper_fx.telemetry import CONFIG_NAME, LOCK_NAME, refusal, run_dir_entries
+from esper_fx.outputs.events import CONFIG_NAME, LOCK_NAME, refusal, run_dir_entries
 
 # Room left in a path for what a run writes inside its directory (checkpoints/.tmp-batch-.../state/...).
 RUN_DIR_PATH_RESERVE = 200

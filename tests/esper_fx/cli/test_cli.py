@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from esper_fx.config import PPOConfig
-from esper_fx.train import EXIT_CONFIG_ERROR, config_summary, main, resolve_config
+from esper_fx.cli.train import EXIT_CONFIG_ERROR, config_summary, main, resolve_config
 
 REPO = Path(__file__).resolve().parents[2]
 

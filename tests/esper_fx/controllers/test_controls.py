@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import esper_fx
-from esper_fx import controllers as ctl
-from esper_fx import step as S
+from esper_fx.controllers import protocol as ctl
+from esper_fx.training import step as S
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import EventType
-from esper_fx.evaluate import Arm, Policy, run_arm
+from esper_fx.evaluation.episodes import Arm, Policy, run_arm
 
 # shapes16 at a tiny size; 12 epochs let a seed germinated at epoch 1 reach PROBATIONARY and be fossilized
 TINY16 = dict(task="shapes16", n_envs=1, n_episodes=1, max_epochs=12, synthetic_train_samples=256,
@@ -106,7 +106,7 @@ def test_an_episode_records_every_epoch_and_its_metric():
 
 
 def test_a_policy_loaded_from_the_run_directory_acts_like_the_trained_one(tmp_path):
-    from esper_fx.evaluate import load_policy
+    from esper_fx.evaluation.episodes import load_policy
 
     config = tiny16(controller="ppo_lstm", n_envs=2, n_episodes=2, max_epochs=4)
     trained = esper_fx.run(config, run_dir=tmp_path / "run")

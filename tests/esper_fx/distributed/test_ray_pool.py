@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 import esper_fx
-from esper_fx import checkpoint as ckpt
-from esper_fx import loop
+from esper_fx.outputs import checkpoint as ckpt
+from esper_fx.training import loop
 from esper_fx.config import TrainingConfig
-from esper_fx.ray_pool import worker_slices
-from esper_fx.ray_runtime import INSTALL_HINT
-from esper_fx.train import main
+from esper_fx.distributed.pool import worker_slices
+from esper_fx.distributed.runtime import INSTALL_HINT
+from esper_fx.cli.train import main
 
 ray = pytest.importorskip("ray")
 
@@ -129,7 +129,7 @@ def test_a_killed_worker_stops_the_run_naming_it_and_resume_continues_exactly(re
 
     pool.begin, pool.step = counting_begin, killing_step
     try:
-        with pytest.raises(esper_fx.ray_pool.EnvWorkerLost) as info:
+        with pytest.raises(esper_fx.distributed.pool.EnvWorkerLost) as info:
             esper_fx.run(config, run_dir=run_dir, pool=pool)
     finally:
         pool.close()
@@ -151,7 +151,7 @@ def local_ray():
 
 
 def test_a_worker_exception_reaches_the_driver_with_its_traceback(local_ray):
-    from esper_fx.ray_pool import EnvWorkerError, RayEnvPool
+    from esper_fx.distributed.pool import EnvWorkerError, RayEnvPool
 
     with RayEnvPool(small(n_envs=2, env_workers=2, max_epochs=2)) as pool:
         signals = pool.begin(0, 2)
@@ -176,7 +176,7 @@ def test_without_ray_env_workers_exit_2_with_the_install_line(monkeypatch, capsy
     with pytest.raises(ImportError, match=r"pip install -e '\.\[ray\]'"):
         loop.build_pool(small(env_workers=2))
     assert INSTALL_HINT in err
-    from esper_fx import prove
+    from esper_fx.cli import prove
 
     code = prove.main(["--env-workers", "2", "--out", str(tmp_path / "p"), "--quiet"])
     err = capsys.readouterr().err
@@ -185,7 +185,7 @@ def test_without_ray_env_workers_exit_2_with_the_install_line(monkeypatch, capsy
 
 
 def test_the_command_line_sets_env_workers_and_ray_address():
-    from esper_fx.train import resolve_config
+    from esper_fx.cli.train import resolve_config
 
     config, _ = resolve_config(["--n-envs", "4", "--env-workers", "2", "--ray-address", "auto", "--run-dir", "x"])
     assert (config.env_workers, config.ray_address) == (2, "auto")
@@ -259,7 +259,7 @@ def test_a_stopped_ray_run_checkpoints_and_leaves_no_ray_process(tmp_path, signu
 
 def test_workers_share_the_gpus_so_that_every_one_is_placed():
     from esper_fx.errors import DeviceUnavailableError
-    from esper_fx.ray_pool import gpu_share
+    from esper_fx.distributed.pool import gpu_share
 
     assert [gpu_share(g, w) for g, w in ((4, 2), (2, 2), (1, 2), (2, 4), (3, 4), (2, 3))] == [1, 1, 0.5, 0.5, 0.5, 0.5]
     with pytest.raises(DeviceUnavailableError, match="no GPU"):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from esper_fx import comparison as cmp
-from esper_fx import prove
+from esper_fx.evaluation import comparison as cmp
+from esper_fx.cli import prove
 from esper_fx.config import TrainingConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,6 +90,6 @@ def test_the_command_line_runs_as_a_module(tmp_path):
 
 def test_the_comparison_module_does_not_shadow_esper_fx_compare():
     import esper_fx
-    from esper_fx.comparison import Trained  # noqa: F401 - importing the engine first
+    from esper_fx.evaluation.comparison import Trained  # noqa: F401 - importing the engine first
 
     assert callable(esper_fx.compare) and esper_fx.compare.__name__ == "compare"

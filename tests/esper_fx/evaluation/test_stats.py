@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esper_fx import stats
+from esper_fx.evaluation import stats
 
 
 def test_t_interval_matches_the_textbook_value():

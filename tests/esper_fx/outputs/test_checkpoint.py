@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from esper_fx import checkpoint as ckpt
+from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.errors import SetupError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -180,7 +180,7 @@ def test_a_disk_that_fills_during_the_write_gives_one_line(tmp_path):
     """Issue 12, defect 12: a full disk gave a 1,000-line storm of 'Event loop is closed' hiding the cause."""
     script = tmp_path / "fill.py"
     script.write_text(
-        "import sys\nimport numpy as np\nfrom esper_fx import checkpoint as ckpt\nfrom esper_fx.cli_run import one_line\n"
+        "import sys\nimport numpy as np\nfrom esper_fx.outputs import checkpoint as ckpt\nfrom esper_fx.cli.run import one_line\n"
         "ckpt._check_free_space = lambda d, t: None  # let orbax meet the full disk itself\n"
         "trees = {'a': np.random.rand(1_000_000).astype(np.float32)}\n"
         "try:\n    ckpt.save_checkpoint(sys.argv[1], 0, trees, {'config': {}})\n"

@@ -1,4 +1,4 @@
-"""esper_fx.plots: figures built from synthetic history / events render, carry the expected artists, save."""
+"""esper_fx.outputs.plots: figures built from synthetic history / events render, carry the expected artists, save."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from matplotlib.collections import LineCollection, PathCollection, PolyCollectio
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from esper_fx import plots  # noqa: E402
-from esper_fx.history import BatchSummary  # noqa: E402
-from esper_fx.plots import StageInterval, events_to_intervals  # noqa: E402
-from esper_fx.telemetry import Event, EventType, RunDirectory  # noqa: E402
+from esper_fx.outputs import plots  # noqa: E402
+from esper_fx.outputs.history import BatchSummary  # noqa: E402
+from esper_fx.outputs.plots import StageInterval, events_to_intervals  # noqa: E402
+from esper_fx.outputs.events import Event, EventType, RunDirectory  # noqa: E402
 
 T = 25
 MENU = ["noop", "conv_light", "attention", "norm", "depthwise"]

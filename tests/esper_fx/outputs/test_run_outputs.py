@@ -24,11 +24,12 @@ import pytest
 from PIL import Image
 
 import esper_fx
-from esper_fx import loop, plots, report
+from esper_fx.outputs import plots, report
+from esper_fx.training import loop
 from esper_fx.config import TrainingConfig
-from esper_fx.history import BatchSummary
-from esper_fx.tensorboard_log import TB_SUBDIR, Board, batch_scalars
-from esper_fx.telemetry import LOCK_NAME, Console
+from esper_fx.outputs.history import BatchSummary
+from esper_fx.outputs.tensorboard_log import TB_SUBDIR, Board, batch_scalars
+from esper_fx.outputs.events import LOCK_NAME, Console
 from tests.esper_fx.stops import signal_at_apply
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from esper_fx import compile_cache as cc
-from esper_fx.train import resolve_config
+from esper_fx.training import compile_cache as cc
+from esper_fx.cli.train import resolve_config
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = dict(task="shapes10", n_envs=2, max_epochs=3, n_episodes=2, synthetic_train_samples=256,

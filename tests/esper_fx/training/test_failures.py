@@ -12,14 +12,15 @@ import numpy as np
 import pytest
 
 import esper_fx
-from esper_fx import checkpoint as ckpt
-from esper_fx import cli_run, loop
-from esper_fx import controllers as ctl
+from esper_fx.outputs import checkpoint as ckpt
+from esper_fx.cli import run as cli_run
+from esper_fx.training import loop
+from esper_fx.controllers import protocol as ctl
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import SignalColumn
 from esper_fx.errors import ControllerError, DataError, DeviceUnavailableError
-from esper_fx.run_state import fresh_learner
-from esper_fx.train import main
+from esper_fx.training.run_state import fresh_learner
+from esper_fx.cli.train import main
 from rl import rewards as R
 from tests.esper_fx.stops import signal_at_apply
 

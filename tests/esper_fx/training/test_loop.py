@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import esper_fx
-from esper_fx import checkpoint as ckpt
-from esper_fx import controllers as ctl
-from esper_fx import loop
+from esper_fx.outputs import checkpoint as ckpt
+from esper_fx.controllers import protocol as ctl
+from esper_fx.controllers import baselines
+from esper_fx.training import loop
 from esper_fx.config import TrainingConfig
 from tests.esper_fx.stops import signal_at_apply
 
@@ -178,7 +179,7 @@ def test_custom_two_function_controller_registers_and_runs():
         return {"bias": jnp.zeros(())}
 
     def act(state, carry, signals, key):
-        return ctl.wait_actions(signals)
+        return baselines.wait_actions(signals)
 
     ctl.register("always_wait_custom", ctl.make_controller(act, init=init, name="always_wait_custom"))
     assert "always_wait_custom" in ctl.names()
@@ -190,7 +191,7 @@ def test_history_records_the_seed_params_held_at_the_last_epoch():
     from esper_fx.contracts import LifecycleOp
 
     def act(state, carry, signals, key):
-        wait = ctl.wait_actions(signals)
+        wait = baselines.wait_actions(signals)
         germinate = wait.at[:, 3].set(int(LifecycleOp.GERMINATE))
         return jnp.where((signals["epoch"] == 1)[:, None], germinate, wait)
 
