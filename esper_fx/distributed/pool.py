@@ -8,7 +8,7 @@
 Worker w owns the contiguous envs `worker_slices(E, N)[w]`. Per epoch the driver sends each running worker
 its rows of the actions (int32 [E_w, 4]) and gets back its signals as numpy arrays through the object
 store; here they become torch tensors on the policy device (concatenated in env order), so
-`env_bridge.BridgedPool` and the loop see exactly what the in-process pool gives them. Envs keep their
+`training.bridged_pool.BridgedPool` and the loop see exactly what the in-process pool gives them. Envs keep their
 global index inside a worker, so on the CPU both pools give bitwise-identical runs.
 
 Failures: a worker that dies (killed, out of memory, its node lost) raises `EnvWorkerLost` naming the worker

@@ -8,7 +8,7 @@ episode results as the pool's own frozen dataclasses. No jax here: `esper_fx.dis
 
 A worker uses the driver's torch intra-op thread count: CPU kernels reduce in an order that depends on it,
 so with the same count a worker's envs compute bit for bit what the in-process pool computes (the
-command line runs CPU pools with one thread, `cli_run.limit_cpu_threads`).
+command line runs CPU pools with one thread, `esper_fx.cli.run.limit_cpu_threads`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ An arm is
   every seed;
 - a controller that learns (`"ppo_lstm"`, `"ppo_mlp"`, or a learning bundle): trained once on `config`
   (its training episodes never use an evaluation seed), then its greedy policy is run on every seed;
-- a `Trained` (a training configuration and a `Policy`, e.g. from `evaluate.load_policy`): run greedily;
+- a `Trained` (a training configuration and a `Policy`, e.g. from `episodes.load_policy`): run greedily;
 - `"static_final"`: per seed, the architecture another arm ended with (its fossils), built fossilized
   before epoch 1 and trained from scratch as a static network (`static_final_of`, default: the first
   learned arm, else "oracle");
@@ -44,7 +44,7 @@ BASELINE = "wait"
 
 
 class Trained(NamedTuple):
-    """A trained learning controller: its training configuration and its policy (`evaluate.Policy`)."""
+    """A trained learning controller: its training configuration and its policy (`episodes.Policy`)."""
 
     config: TrainingConfig
     policy: Any
@@ -177,7 +177,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
 
 @contextmanager
 def episode_runner(config: TrainingConfig):
-    """`evaluate.run_arm`, or with env workers its Ray fan-out, inside a Ray session for the comparison."""
+    """`episodes.run_arm`, or with env workers its Ray fan-out, inside a Ray session for the comparison."""
     from esper_fx.evaluation import episodes as ev
 
     if config.env_workers == 0:

@@ -2,7 +2,7 @@
 
     episodes = remote_run_arm(arm, seeds, workers=4, on_episode=print)   # = evaluate.run_arm(arm, seeds)
 
-Each episode is one Ray task running `evaluate.Arm.run(seed)` in a worker process: the arm (its config,
+Each episode is one Ray task running `episodes.Arm.run(seed)` in a worker process: the arm (its config,
 its frozen controller, the trained policy) travels pickled, its jitted step is rebuilt in the worker, and
 the worker uses the driver's torch thread count, so every per-seed number equals the serial run's (only
 `wall_s` differs). At most `workers` episodes run at once; `on_episode` sees them in seed order.
@@ -28,7 +28,7 @@ def run_episode(arm: Arm, seed: int, torch_threads: int) -> Episode:
 def remote_run_arm(arm: Arm, seeds: Sequence[int], on_episode: Callable[[Episode], None] | None = None, *,
                    workers: int) -> list[Episode]:
     """Every seed of `arm` as a Ray task, at most `workers` at a time; the episodes in seed order. Ray must
-    be initialised (`ray_runtime.RaySession`)."""
+    be initialised (`distributed.runtime.RaySession`)."""
     ray = require_ray()
     seeds = [int(s) for s in seeds]
     task = ray.remote(run_episode).options(num_cpus=1, num_gpus=1 if uses_cuda(arm.config) else 0, max_retries=0)

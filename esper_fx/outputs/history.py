@@ -1,6 +1,6 @@
 """What each batch leaves behind: its `BatchSummary`, its events, and the run's summary (SPEC §7.6, §7.7).
 
-A `BatchSummary` is one typed row per RL batch. The loop builds it (`summarize_batch`), telemetry writes it
+A `BatchSummary` is one typed row per RL batch. The loop builds it (`summarize_batch`), `outputs.events` writes it
 (`metrics.csv`, the console), the plots, `compare` and the notebooks read its attributes, and a checkpoint
 stores it as a plain dict (`to_dict` / `from_dict`). The PPO metrics stay a dict of named values
 (`metrics_to_python`), since what a controller's update reports is the controller's business.
@@ -76,12 +76,12 @@ class BatchRecord:
 
     env_results: Sequence[Any]  # hosts.env.EpisodeResult per env
     env_rewards: list[float]
-    events: list[Any]  # telemetry.Event
+    events: list[Any]  # events.Event
     head_counts: dict[str, list[int]]
     ppo: dict[str, Any] | None
     timing: dict[str, float]
     seed_params: list[float]  # per env, from the last epoch's signals
-    reward_events: list[Any] = field(default_factory=list)  # telemetry.Event (REWARD_COMPUTED, debug level)
+    reward_events: list[Any] = field(default_factory=list)  # events.Event (REWARD_COMPUTED, debug level)
     nonfinite: dict[str, int] = field(default_factory=dict)  # what the normalisers left out: NaN/inf counts
     reward_components: dict[str, float] = field(default_factory=dict)  # term -> episode sum, mean over envs
 

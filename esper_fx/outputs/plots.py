@@ -118,7 +118,7 @@ def _as_events(data: Any) -> list[dict[str, Any]]:
 
 
 def _number(value: Any) -> float:
-    """A float, with None / non-numbers as NaN (telemetry writes NaN as null)."""
+    """A float, with None / non-numbers as NaN (the run log writes NaN as null)."""
     if isinstance(value, bool):
         return float(value)
     try:

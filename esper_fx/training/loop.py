@@ -4,7 +4,7 @@
       run_batch(runner, learner, b)   reset the pool, T epochs, then the end-of-batch update
         run_epoch(...)                jax signals -> one jitted step (step.py) -> actions -> pool.step
 
-The pool is seen through the DLPack bridge (`env_bridge.BridgedPool`): the loop holds jax arrays and
+The pool is seen through the DLPack bridge (`bridged_pool.BridgedPool`): the loop holds jax arrays and
 python values only. After the last epoch the bootstrap value is taken from the post-action signals;
 after the batch the observation normaliser is updated once and the controller's `update` runs. Every
 random stream of batch b derives from (seed, b), so a run resumed from a checkpoint repeats the

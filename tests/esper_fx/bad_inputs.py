@@ -7,7 +7,7 @@ on stderr, and write nothing (no file created, changed or removed under the dire
 
 Most cases run in-process through `esper_fx.cli.train.main` (fast: torch and jax load once); the few that
 need a real filesystem limit (a full disk, a read-only mount) run in a subprocess inside a private
-mount namespace, and are skipped where `unshare` cannot make one. `tests/esper_fx/test_bad_inputs.py`
+mount namespace, and are skipped where `unshare` cannot make one. `tests/esper_fx/cli/test_bad_inputs.py`
 runs the whole fuzz.
 """
 

@@ -11,7 +11,7 @@ import pytest
 from esper_fx.config import PPOConfig
 from esper_fx.cli.train import EXIT_CONFIG_ERROR, config_summary, main, resolve_config
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _run_cli(args, cwd):

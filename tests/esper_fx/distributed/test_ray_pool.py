@@ -26,7 +26,7 @@ from esper_fx.cli.train import main
 
 ray = pytest.importorskip("ray")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # 3 envs over 2 workers (slices of 2 and 1); 5 episodes: the second batch runs 2 envs, worker 1 idles.
 SMALL = dict(

@@ -12,7 +12,7 @@ from esper_fx.evaluation import comparison as cmp
 from esper_fx.cli import prove
 from esper_fx.config import TrainingConfig
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY_SETS = ["--set", "n_envs=2", "--set", "synthetic_train_samples=256", "--set", "synthetic_test_samples=64",
              "--set", "batch_size_per_env=32", "--set", "max_train_batches=2", "--set", "max_epochs=4",
              "--set", "num_minibatches=1"]

@@ -13,7 +13,7 @@ import pytest
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.errors import SetupError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _manifest(next_batch: int) -> dict:

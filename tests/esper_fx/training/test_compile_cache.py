@@ -15,7 +15,7 @@ import pytest
 from esper_fx.training import compile_cache as cc
 from esper_fx.cli.train import resolve_config
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = dict(task="shapes10", n_envs=2, max_epochs=3, n_episodes=2, synthetic_train_samples=256,
             synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3)
 

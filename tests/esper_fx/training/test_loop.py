@@ -22,7 +22,7 @@ from esper_fx.training import loop
 from esper_fx.config import TrainingConfig
 from tests.esper_fx.stops import signal_at_apply
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 TINY = dict(
     task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256,
