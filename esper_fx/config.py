@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from esper_fx import contracts as C
-from esper_fx.controller_registry import REGISTRY
+from esper_fx.controllers.registry import REGISTRY
 from rl import validate as check
 from rl.config import (
     HeuristicConfig,
@@ -82,7 +82,7 @@ GROUP_OF_KEY: Mapping[str, str] = {key: group for group, cls in FLAT_GROUPS.item
 
 def option(default: Any, help: str | None = None, *, flag: str | None = None, metavar: str | None = None,
            resume: bool = False) -> Any:
-    """A field declared with its command-line facts, in one place (`esper_fx.command_line` builds the flags):
+    """A field declared with its command-line facts, in one place (`esper_fx.cli.parser` builds the flags):
     `help` (markdown; a field with help gets a flag, shown in `--help` and README's table), `flag` (its
     spelling when not `--field-name`, or `--no-field-name` for a switch that defaults to on), `metavar`, and
     `resume` (the value may change when a run is resumed; every other field must equal the checkpoint's)."""

@@ -22,8 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from esper_fx.command_line import CommandParser
-from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, ConfigError
+from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, CommandParser, ConfigError
 
 # name -> module under esper_fx.bench whose `run(settings) -> dict` measures it (imported on demand, so
 # one benchmark whose dependencies are missing does not stop the others)
