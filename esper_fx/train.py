@@ -1,4 +1,4 @@
-"""`python -m esper_fx.train`: the command line a researcher runs (SPEC §14.4).
+"""`python -m esper_fx.train`: the command line a researcher runs (BEHAVIOUR §14.4).
 
 This module parses the command line into a validated `TrainingConfig`; `esper_fx.cli_run` runs it.
 
@@ -141,7 +141,7 @@ def default_run_dir(label: str, now: datetime | None = None) -> str:
     return os.path.join(DEFAULT_RUNS_DIR, f"{label}-{stamp}-{secrets.token_hex(2)}")
 
 
-# On resume the checkpoint's config is authoritative; only these may differ (SPEC §7.8).
+# On resume the checkpoint's config is authoritative; only these may differ (BEHAVIOUR §7.8).
 RESUME_OVERRIDABLE = ("n_episodes", "device", "env_devices", "run_dir", "checkpoint_every", "data_root",
                       "num_workers", "env_workers", "ray_address", "data_path", "amp", "amp_dtype", "tensorboard", "report")
 
