@@ -8,7 +8,7 @@ against it in the same run. It computes the same function as `rl`:
   LayerNorm → five heads Linear(128→64) → ReLU → Linear(64→n) (slot S, blueprint B, blend 3, op 4,
   value 1). PyTorch's LSTM has two bias vectors; `bias_hh` is zeroed and frozen so `bias_ih` is the one
   fused bias of BEHAVIOUR §10.1 (forget slice 2.0), and the trainable parameters match the JAX ones one to one.
-  Orthogonal init with the gains of §10.1 (√2 hidden, 0.01 policy outputs, 1.0 value output, 1.0 LSTM).
+  Orthogonal init with the gains of BEHAVIOUR §10.1 (√2 hidden, 0.01 policy outputs, 1.0 value output, 1.0 LSTM).
 - masked categorical heads (BEHAVIOUR §9.2–9.4): masked logits −1e4, per-head sampling and log-probs, normalised
   entropy, causal head masks from the taken op.
 - GAE (BEHAVIOUR §11.3), advantage normalisation (§11.4), the PPO loss (§11.6: per-head clipped surrogate with
