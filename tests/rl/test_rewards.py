@@ -108,7 +108,7 @@ def run(fn_name: str, signals, actions, state=None, config=CFG):
 
 
 # ------------------------------------------------------------------------------------------
-# BEHAVIOUR §12.10 worked shaped examples, with and without jit
+# BEHAVIOUR §12.10 worked shaped examples X1–X8, with and without jit
 # ------------------------------------------------------------------------------------------
 
 
