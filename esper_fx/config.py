@@ -1,4 +1,4 @@
-"""`TrainingConfig`: every field, default and validation rule of a run (SPEC §14).
+"""`TrainingConfig`: every field, default and validation rule of a run (BEHAVIOUR §14).
 
 The run's own settings (task, envs, episodes, devices, data, outputs) are fields here. The controller
 side's settings live with the controller code and are nested: `config.ppo` (`rl.config.PPOConfig`),
@@ -146,7 +146,7 @@ class TrainingConfig:
     # telemetry
     use_telemetry: bool = True
     telemetry_level: TelemetryLevel = option(TelemetryLevel.NORMAL, "`off` also drops the telemetry features")
-    plateau_threshold: float = 0.5  # batch-level logging threshold (the tracker's is its own, §8.5)
+    plateau_threshold: float = 0.5  # batch-level logging threshold (the tracker's is its own, BEHAVIOUR §8.5)
     improvement_threshold: float = 2.0
     # outputs
     run_dir: str | None = option(None, "run directory, new or empty (default "
@@ -356,7 +356,7 @@ class TrainingConfig:
         return REGISTRY.canonical(self.controller)
 
     def entropy_coefficient(self, train_steps: int) -> float:
-        """β after `train_steps` completed updates (§11.8; `rl.config.entropy_coefficient`)."""
+        """β after `train_steps` completed updates (BEHAVIOUR §11.8; `rl.config.entropy_coefficient`)."""
         return entropy_coefficient(self.ppo, self.n_envs, train_steps)
 
     def replace(self, **changes: Any) -> "TrainingConfig":
@@ -412,7 +412,7 @@ class TrainingConfig:
             raise ValueError(f"config file {path} must hold a JSON object at the top level")
         return cls.from_dict(data)
 
-    # ---------------------------------------------------------------- presets (§14.3)
+    # ---------------------------------------------------------------- presets (BEHAVIOUR §14.3)
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TrainingConfig":
         key = str(name).lower()
@@ -421,7 +421,8 @@ class TrainingConfig:
         return cls(**{**_PRESETS[key], **overrides})
 
 
-# On resume the checkpoint's config is authoritative; only these fields may differ (declared with `resume=True`).
+# On resume the checkpoint's config is authoritative; only these fields may differ (declared with `resume=True`;
+# BEHAVIOUR §7.8).
 RESUME_OVERRIDABLE: tuple[str, ...] = tuple(f.name for f in fields(TrainingConfig) if f.metadata.get("resume"))
 
 

@@ -39,7 +39,7 @@ def limit_cpu_threads(config: TrainingConfig, say=print) -> None:
 
 
 def config_summary(config: TrainingConfig) -> list[str]:
-    """The pre-training summary of §14.4 (at least 8 lines)."""
+    """The pre-training summary of BEHAVIOUR §14.4 (at least 8 lines)."""
     ppo = config.ppo
     if ppo.entropy_anneal_episodes and (ppo.entropy_coef_start is not None or ppo.entropy_coef_end is not None):
         start, end = ppo.entropy_endpoints

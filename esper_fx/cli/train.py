@@ -1,4 +1,4 @@
-"""`python -m esper_fx.train`: the command line a researcher runs (SPEC §14.4).
+"""`python -m esper_fx.train`: the command line a researcher runs (BEHAVIOUR §14.4).
 
 This module parses the command line into a validated `TrainingConfig`; `esper_fx.cli.run` runs it.
 

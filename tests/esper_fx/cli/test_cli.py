@@ -1,4 +1,4 @@
-"""The command line rejects bad configuration with one line and exit code 2, writing nothing (SPEC §14.4)."""
+"""The command line rejects bad configuration with one line and exit code 2, writing nothing (BEHAVIOUR §14.4)."""
 
 import json
 import os
