@@ -44,9 +44,9 @@ ProveError = ConfigError  # a bad flag or configuration: one line, exit 2, nothi
 
 def build_parser() -> CommandParser:
     p = CommandParser(NAME,
-                      description="Train the PPO controller and compare it with the static host, random, the heuristic, "
-                            "a fixed growth schedule and a static copy of its final architecture, on evaluation "
-                            "seeds it never saw.",
+                      description="Train the PPO controller and compare it with the static host, random, the "
+                                  "heuristic, a fixed growth schedule and a static copy of its final architecture, "
+                                  "on evaluation seeds it never saw.",
                       epilog="--seed is the training run's seed (default: the preset's); with --env-workers N the "
                              "evaluation episodes also run as Ray tasks, N at a time.")
     p.add_argument("--preset", default="quickstart", help=f"base preset, one of {', '.join(PRESET_NAMES)}")
