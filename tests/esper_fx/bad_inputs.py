@@ -5,9 +5,9 @@ on stderr, and write nothing (no file created, changed or removed under the dire
 
     python -m tests.esper_fx.bad_inputs            # run every case, print the outcome of each and the counts
 
-Most cases run in-process through `esper_fx.train.main` (fast: torch and jax load once); the few that
+Most cases run in-process through `esper_fx.cli.train.main` (fast: torch and jax load once); the few that
 need a real filesystem limit (a full disk, a read-only mount) run in a subprocess inside a private
-mount namespace, and are skipped where `unshare` cannot make one. `tests/esper_fx/test_bad_inputs.py`
+mount namespace, and are skipped where `unshare` cannot make one. `tests/esper_fx/cli/test_bad_inputs.py`
 runs the whole fuzz.
 """
 
@@ -197,6 +197,9 @@ FLAG_CASES = [
     _flag_case("unknown flag", "--bogus"), _flag_case("config and preset", "--preset", "quickstart"),
     Case("flag preset unknown", ["--preset", "nope"]),
     _flag_case("data-dir empty", "--data-dir", ""),
+    _flag_case("set unknown key", "--set", "nosuch=1"), _flag_case("set without =", "--set", "lr"),
+    _flag_case("set bad value", "--set", "lr=abc"), _flag_case("set unknown nested key", "--set", "oracle.nosuch=1"),
+    _flag_case("set section not an object", "--set", "heuristic=[1]"),
     _flag_case("task cifar10 without its data", "--task", "cifar10", "--data-dir", "nowhere"),
     _flag_case("task tinystories without its data", "--task", "tinystories", "--data-dir", "nowhere"),
 ]
@@ -402,7 +405,7 @@ def _changed(before: dict, after: dict) -> list[str]:
 
 def _call_main(argv: list[str], cwd: Path) -> tuple[int | None, str]:
     """main(argv) in this process from `cwd`: (exit code or None after an escaping exception, stderr)."""
-    from esper_fx.train import main
+    from esper_fx.cli.train import main
 
     err, out = io.StringIO(), io.StringIO()
     old = os.getcwd()
@@ -422,7 +425,7 @@ def _call_main(argv: list[str], cwd: Path) -> tuple[int | None, str]:
 
 
 def _config_accepts(argv: list[str], cwd: Path) -> bool:
-    from esper_fx.train import resolve_config
+    from esper_fx.cli.train import resolve_config
 
     old = os.getcwd()
     os.chdir(cwd)

@@ -1,0 +1,31 @@
+"""Accuracy against training compute, every arm of a comparison: one point per arm per evaluation seed
+(x: the episode's training GFLOPs, host and seeds, validation and counterfactual passes left out), each
+arm's mean a larger marker. Built on `matplotlib.figure.Figure` (no pyplot state)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+
+def accuracy_vs_compute(table: Any, path=None, title: str | None = None) -> Figure:
+    """Draw `table` (an `esper_fx.evaluation.comparison.ComparisonTable`); save it to `path` when given."""
+    fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    for i, row in enumerate(table.rows):
+        episodes = table.episodes[row["arm"]]
+        x = np.array([e.training_flops / 1e9 for e in episodes])
+        y = np.array([e.accuracy for e in episodes])
+        color = f"C{i % 10}"
+        ax.scatter(x, y, s=14, color=color, alpha=0.6)
+        ax.scatter([np.nanmean(x)], [y.mean()], s=90, color=color, edgecolor="black", label=row["arm"])
+    ax.set_xlabel("training compute per episode (GFLOPs)")
+    ax.set_ylabel("validation accuracy, last epochs (%)")
+    ax.set_title(title or "accuracy against training compute")
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(alpha=0.3)
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig

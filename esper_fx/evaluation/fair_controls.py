@@ -1,0 +1,120 @@
+"""The controls a grown network must beat: a static network matched on training compute, and the best
+fixed growth schedule.
+
+- `static_matched`: per evaluation seed, the architecture another arm ended with (its fossils) trained
+  from scratch as a static network for the same *training* FLOPs as that arm's grown run. The static
+  network costs more per step than the host did before its seeds grew, so it gets fewer steps: a budget of
+  n = round(G / (3·B·F)) steps (`train_steps_budget`), spread evenly over the same epochs, where G is the
+  grown run's training FLOPs, B the samples per step and F the static network's forward FLOPs per sample
+  (host plus its fossils, `hosts.env.compute`). Its learning rate decays by a cosine to zero over those n
+  steps. Its epochs may take more steps than the grown run's (`max_train_batches` lifted: a grown run whose
+  seeds were culled spent FLOPs that a host-only rebuild needs more steps to match), up to what the
+  training split holds. The rounding leaves the two within half a step of each other; the measured ratio
+  is kept per seed.
+- `best_fixed`: one fixed schedule (slot, blueprint, blend, germination epoch), or no growth at all, played
+  in every episode whatever happens. The schedules of `schedule_grid` are each run on tuning seeds that are
+  neither training nor evaluation seeds; the best mean accuracy wins and is then run on the evaluation
+  seeds. The search's budget is len(grid) × len(tuning seeds) episodes, and its table is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from esper_fx.config import TrainingConfig
+from hosts.models.flops import BACKWARD_FACTOR
+
+STATIC_MATCHED = "static_matched"
+BEST_FIXED = "best_fixed"
+NO_GROWTH = "no growth"
+DEFAULT_TUNING_SEEDS = (800_000,)
+MATCH_TOLERANCE = 0.05  # static_matched's training FLOPs within 5% of the grown run's
+
+
+# ----------------------------------------------------------------------------------------------
+# static_matched
+# ----------------------------------------------------------------------------------------------
+
+
+def matched_steps(episode: Any) -> tuple[int, float]:
+    """(training steps, the expected FLOP ratio static / grown) of the compute-matched static rebuild of
+    `episode`'s final architecture."""
+    units, grown = episode.compute_units, episode.training_flops
+    if not units or not np.isfinite(grown) or grown <= 0:
+        raise ValueError(f"static_matched: the {episode.arm} episode on seed {episode.seed} has no FLOP count")
+    per_sample = units["host"] + sum(units[f] for f in episode.fossils)
+    batch = units["train_samples"] / units["train_steps"]
+    step_flops = (1 + BACKWARD_FACTOR) * per_sample * batch
+    steps = max(1, round(grown / step_flops))
+    return steps, steps * step_flops / grown
+
+
+def matched_overrides(source: Sequence[Any]) -> Callable[[int], dict[str, Any]]:
+    """Per evaluation seed, the config changes of the static_matched episode (its fossils, steps, cosine)."""
+    by_seed = {}
+    for e in source:
+        steps, _ = matched_steps(e)
+        by_seed[e.seed] = {"static_seeds": tuple(e.fossils), "train_steps_budget": steps, "lr_schedule": "cosine",
+                           "max_train_batches": 0}  # the budget, not the per-epoch cap, sets the steps
+    return lambda seed: dict(by_seed[seed])
+
+
+def flop_ratios(matched: Sequence[Any], source: Sequence[Any]) -> dict[int, float]:
+    """Per seed, the measured training FLOPs of static_matched over those of the grown run."""
+    grown = {e.seed: e.training_flops for e in source}
+    return {e.seed: e.training_flops / grown[e.seed] for e in matched}
+
+
+# ----------------------------------------------------------------------------------------------
+# best_fixed
+# ----------------------------------------------------------------------------------------------
+
+
+def germination_epochs(max_epochs: int) -> tuple[int, ...]:
+    """Epoch 1 and a quarter into the episode (once a seed could still fossilize by the end)."""
+    return tuple(sorted({1, max(1, max_epochs // 4)}))
+
+
+def schedule_grid(config: TrainingConfig) -> list[dict[str, Any] | None]:
+    """Every schedule the search tries: None (no growth), then each enabled slot × menu blueprint ×
+    germination epoch with the oracle's blend."""
+    blueprints = [b for b in config.menu if b != "noop"]
+    grid: list[dict[str, Any] | None] = [None]
+    for slot in config.enabled_slots:
+        for blueprint in blueprints:
+            for epoch in germination_epochs(config.max_epochs):
+                grid.append({"slot": slot, "blueprint": blueprint, "blend": config.oracle.blend,
+                             "germinate_epoch": epoch})
+    return grid
+
+
+def schedule_name(schedule: dict[str, Any] | None) -> str:
+    if schedule is None:
+        return NO_GROWTH
+    return f"{schedule['slot']}={schedule['blueprint']}/{schedule['blend']}@{schedule['germinate_epoch']}"
+
+
+def schedule_arm(name: str, config: TrainingConfig, schedule: dict[str, Any] | None):
+    """The evaluate.Arm that plays `schedule` (the oracle with it, or the static host for no growth)."""
+    from esper_fx.evaluation import episodes as ev
+
+    if schedule is None:
+        return ev.Arm.build(name, config, "wait")
+    oracle = {**config.oracle.to_dict(), **schedule}
+    return ev.Arm.build(name, config.replace(oracle=oracle), "oracle")
+
+
+def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_arm: Callable,
+                      say: Callable[[str], None]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """(the best schedule, the search table: one row per schedule with its accuracy per tuning seed)."""
+    table = []
+    for schedule in schedule_grid(config):
+        episodes = run_arm(schedule_arm(BEST_FIXED, config, schedule), list(tuning_seeds))
+        accs = [e.accuracy for e in episodes]
+        table.append({"schedule": schedule_name(schedule), "config": schedule, "accuracies": accs,
+                      "accuracy_mean": float(np.mean(accs))})
+        say(f"compare: best_fixed search: {schedule_name(schedule)}: {np.mean(accs):.2f}%")
+    best = max(table, key=lambda row: row["accuracy_mean"])  # the first of equals: the simpler schedule
+    return best["config"], table
