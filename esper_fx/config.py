@@ -127,9 +127,9 @@ class TrainingConfig:
     # the Ray cluster to join; None: the run starts (and stops) a local Ray
     ray_address: str | None = option(None, "join the Ray cluster at ADDR (default: start a local Ray for the run)",
                                      metavar="ADDR", resume=True)
-    data_root: str = option(C.DEFAULT_DATA_ROOT, "where CIFAR-10 / TinyStories / Fashion-MNIST live (fashion_mnist: "
-                            "this default means the dataset-fashion-mnist package's folder)", flag="--data-dir",
-                            metavar="DIR", resume=True)
+    # fashion_mnist: the default means the dataset-fashion-mnist package's folder (hosts.data.fashion_mnist)
+    data_root: str = option(C.DEFAULT_DATA_ROOT, "where CIFAR-10 / TinyStories / Fashion-MNIST live",
+                            flag="--data-dir", metavar="DIR", resume=True)
     data_split: DataSplit = option(DataSplit.SHARED, "how training data is divided across envs")
     batch_size_per_env: int | None = None  # task default
     max_train_batches: int | None = None  # task default; 0 = unlimited
