@@ -415,6 +415,14 @@ def has_checkpoint(run_dir: str | Path) -> bool:
     return True
 
 
+def restore_args(template: Mapping[str, Any]) -> Any:
+    """Where each array is restored: on the device (sharding) of the template's array, never on the device
+    recorded at save time (a checkpoint written on a GPU then loads on a CPU-only machine)."""
+    import orbax.checkpoint as ocp
+
+    return ocp.checkpoint_utils.construct_restore_args(dict(template))
+
+
 def _restore_trees(path: Path, template: Mapping[str, Any]) -> dict[str, Any]:
     import orbax.checkpoint as ocp
 
@@ -422,13 +430,15 @@ def _restore_trees(path: Path, template: Mapping[str, Any]) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return checkpointer.restore(os.path.abspath(path), item=dict(template))
+            return checkpointer.restore(os.path.abspath(path), item=dict(template),
+                                        restore_args=restore_args(template))
         except Exception as exc:  # a structure that does not match the template, unreadable data
             raise CheckpointError(f"cannot load the state of checkpoint {path.parent}: "
                                   f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc!r}") from exc
 
 
 def load_trees(manifest: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
+    """The checkpoint's pytrees, shaped like `template` and placed on its arrays' devices."""
     return _restore_trees(Path(manifest["_path"]) / STATE, template)
 
 

@@ -140,9 +140,12 @@ def is_locked(path: Path) -> bool:
 
 
 def check_devices(config: TrainingConfig) -> None:
-    """Every CUDA device the config names exists for torch (the envs) and, for the policy, for JAX."""
+    """Every CUDA device the config names exists for torch (the envs) and, for the policy, for JAX; an
+    "auto" policy device resolves to the same device for both (torch's cuda:0 needs a JAX GPU)."""
     named = [config.device, *(config.env_devices or ())]
     cuda = sorted({d for d in named if d.startswith("cuda:")})
+    if "auto" in named:
+        _check_auto_agrees()
     if not cuda:
         return
     import torch
@@ -156,7 +159,18 @@ def check_devices(config: TrainingConfig) -> None:
         jax_count = _jax_gpu_count()
         if int(config.device.split(":")[1]) >= jax_count:
             raise DeviceUnavailableError(f"device {config.device!r} is not available to JAX ({jax_count} GPU(s); "
-                                         f"install the cuda12 extra: pip install -e '.[cuda12]')")
+                                         f"install JAX's CUDA plugin: pip install -e '.[cuda12]' or '.[cuda13]')")
+
+
+def _check_auto_agrees() -> None:
+    """torch would put an "auto" policy on cuda:0; JAX must then have a GPU too (not fall back to the CPU)."""
+    import torch
+
+    if torch.cuda.is_available() and _jax_gpu_count() == 0:
+        raise DeviceUnavailableError(
+            "device 'auto': torch sees a CUDA device but JAX has no GPU backend, so the two halves would "
+            "run on different devices; install JAX's CUDA plugin (pip install -e '.[cuda12]' or '.[cuda13]') "
+            "or pass --device cpu")
 
 
 def _jax_gpu_count() -> int:

@@ -203,3 +203,43 @@ def test_an_unfinished_first_write_is_no_checkpoint_at_all(tmp_path):
         ckpt.find_checkpoint(tmp_path)
     _save(tmp_path / "checkpoints", 0)
     assert ckpt.find_checkpoint(tmp_path).skipped == ()
+
+
+# ------------------------------------------------------------------------------------------
+# placement: a checkpoint is restored onto the template's devices, not the ones it was saved from
+# ------------------------------------------------------------------------------------------
+
+
+def _jax_trees(value: float) -> dict:
+    import jax.numpy as jnp
+
+    return {"a": jnp.full((64,), value, jnp.float32), "b": {"c": jnp.arange(8, dtype=jnp.int32)}}
+
+
+def _as_saved_on(path: Path, device: str) -> None:
+    """Rewrite the recorded placement as a checkpoint written on `device` would hold it."""
+    sharding = path / "state" / "_sharding"
+    entries = json.loads(sharding.read_text())
+    sharding.write_text(json.dumps({k: v.replace("cpu:0", device) for k, v in entries.items()}))
+
+
+def test_a_checkpoint_saved_on_a_gpu_restores_onto_the_templates_cpu(tmp_path):
+    import jax
+
+    path = ckpt.save_checkpoint(tmp_path, 0, _jax_trees(2.0), _manifest(1))
+    _as_saved_on(path, "cuda:0")  # this machine has no cuda:0: only the template can say where to go
+    cpu = jax.devices("cpu")[0]
+    template = jax.device_put(_jax_trees(0.0), cpu)
+    trees = ckpt.load_trees({"_path": str(path)}, template)
+    assert float(trees["a"][0]) == 2.0 and trees["b"]["c"].tolist() == list(range(8))
+    assert all(leaf.devices() == {cpu} for leaf in jax.tree_util.tree_leaves(trees))
+
+
+def test_restore_args_name_the_templates_sharding(tmp_path):
+    import jax
+    import orbax.checkpoint as ocp
+
+    cpu = jax.devices("cpu")[0]
+    args = ckpt.restore_args(jax.device_put(_jax_trees(0.0), cpu))
+    leaves = jax.tree_util.tree_leaves(args, is_leaf=lambda x: isinstance(x, ocp.RestoreArgs))
+    assert leaves and all(isinstance(a, ocp.ArrayRestoreArgs) and a.sharding.device_set == {cpu} for a in leaves)
