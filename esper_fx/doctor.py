@@ -98,15 +98,15 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m esper_fx.doctor", description="Check that esper_fx works on this machine.")
-    p.add_argument("--device", default="auto", help="auto (cuda:0 if torch sees CUDA, else cpu), cpu or cuda:N")
+    p.add_argument("--device", default="auto", help="auto (cuda:0 if torch and JAX both see a GPU, else cpu), cpu or cuda:N")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     return p
 
 
 def resolve_devices(name: str) -> tuple[torch.device, Any]:
     """The torch and JAX devices of --device; UsageError (naming --device) if either side lacks it."""
-    if name == "auto":
-        name = "cuda:0" if torch.cuda.is_available() else "cpu"
+    if name == "auto":  # a GPU only if both halves have one (else `devices` fails and says why)
+        name = "cuda:0" if torch.cuda.is_available() and _jax_gpus() else "cpu"
     if name == "cpu":
         return torch.device("cpu"), jax.devices("cpu")[0]
     kind, _, index = name.partition(":")

@@ -45,6 +45,19 @@ def test_auto_is_the_cpu_without_cuda():
     assert torch_device == torch.device("cpu") and jax_device.platform == "cpu"
 
 
+def test_auto_with_a_torch_gpu_and_no_jax_gpu_runs_on_the_cpu_and_fails_devices(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Fake GPU")
+    monkeypatch.setattr(doctor, "_jax_gpus", lambda: [])
+    torch_device, _ = doctor.resolve_devices("auto")
+    assert torch_device == torch.device("cpu")
+    monkeypatch.setattr(doctor, "CHECKS", doctor.CHECKS[:2])  # versions, devices
+    checks = doctor.run_checks(doctor.Context(torch_device, None, Path(".")))
+    assert [c.status for c in checks] == [doctor.PASSED, doctor.FAILED]
+    assert "JAX has no GPU" in checks[1].detail
+
+
 def test_a_failing_check_is_reported_with_its_reason_and_exit_1(monkeypatch, tmp_path, capsys):
     def broken(ctx):
         raise ValueError("the reason\nsecond line")
