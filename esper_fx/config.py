@@ -1,4 +1,4 @@
-"""`TrainingConfig`: every field, default and validation rule of a run (SPEC §14).
+"""`TrainingConfig`: every field, default and validation rule of a run (BEHAVIOUR §14).
 
 The run's own settings (task, envs, episodes, devices, data, outputs) are fields here. The controller
 side's settings live with the controller code and are nested: `config.ppo` (`rl.config.PPOConfig`),
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from esper_fx import contracts as C
-from esper_fx.controller_registry import REGISTRY
+from esper_fx.controllers.registry import REGISTRY
 from rl import validate as check
 from rl.config import (
     HeuristicConfig,
@@ -84,7 +84,7 @@ GROUP_OF_KEY: Mapping[str, str] = {key: group for group, cls in FLAT_GROUPS.item
 class TrainingConfig:
     # run
     task: Task = Task.CIFAR10
-    controller: str = "ppo_lstm"  # a registered controller name (esper_fx.controllers)
+    controller: str = "ppo_lstm"  # a registered controller name (esper_fx.controllers.protocol)
     n_episodes: int = 100  # total target
     n_envs: int = 4
     max_epochs: int = 25  # episode length T
@@ -124,7 +124,7 @@ class TrainingConfig:
     # telemetry
     use_telemetry: bool = True
     telemetry_level: TelemetryLevel = TelemetryLevel.NORMAL
-    plateau_threshold: float = 0.5  # batch-level logging threshold (the tracker's is its own, §8.5)
+    plateau_threshold: float = 0.5  # batch-level logging threshold (the tracker's is its own, BEHAVIOUR §8.5)
     improvement_threshold: float = 2.0
     # outputs
     run_dir: str | None = None
@@ -332,7 +332,7 @@ class TrainingConfig:
         return REGISTRY.canonical(self.controller)
 
     def entropy_coefficient(self, train_steps: int) -> float:
-        """β after `train_steps` completed updates (§11.8; `rl.config.entropy_coefficient`)."""
+        """β after `train_steps` completed updates (BEHAVIOUR §11.8; `rl.config.entropy_coefficient`)."""
         return entropy_coefficient(self.ppo, self.n_envs, train_steps)
 
     def replace(self, **changes: Any) -> "TrainingConfig":
@@ -388,7 +388,7 @@ class TrainingConfig:
             raise ValueError(f"config file {path} must hold a JSON object at the top level")
         return cls.from_dict(data)
 
-    # ---------------------------------------------------------------- presets (§14.3)
+    # ---------------------------------------------------------------- presets (BEHAVIOUR §14.3)
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TrainingConfig":
         key = str(name).lower()

@@ -390,7 +390,7 @@ def check_memory_flat(ctx: Context) -> str:
 
 
 def check_cli_run(ctx: Context) -> str:
-    from esper_fx.train import main as train_main
+    from esper_fx.cli.train import main as train_main
 
     config = ctx.scratch / "config.json"
     config.write_text(json.dumps({**SMALL_RUN, "device": str(ctx.torch_device)}))
@@ -410,10 +410,10 @@ def check_cli_run(ctx: Context) -> str:
 
 def _restored(ctx: Context, device: Any) -> tuple[dict, dict]:
     """The CLI run's checkpoint restored with a template on `device`, and the manifest."""
-    from esper_fx import checkpoint as ckpt
-    from esper_fx import controllers as ctl
+    from esper_fx.outputs import checkpoint as ckpt
+    from esper_fx.controllers import protocol as ctl
     from esper_fx.config import TrainingConfig
-    from esper_fx.run_state import fresh_learner
+    from esper_fx.training.run_state import fresh_learner
 
     if ctx.cli_run is None:
         raise NotRun("cli_run did not finish (no checkpoint to restore)")
