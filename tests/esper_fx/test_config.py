@@ -225,3 +225,16 @@ def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
     path.write_bytes(b"{\"task\": \"caf\xe9\"}")
     with pytest.raises(ValueError, match="latin.json is not UTF-8"):
         TrainingConfig.from_json(path)
+
+
+def test_a_field_declares_its_command_line_facts_once():
+    from dataclasses import fields
+
+    from esper_fx.config import RESUME_OVERRIDABLE
+
+    meta = {f.name: dict(f.metadata) for f in fields(TrainingConfig)}
+    assert meta["n_episodes"]["flag"] == "--episodes" and meta["n_episodes"]["resume"] is True
+    assert "flag" not in meta["n_envs"] and "resume" not in meta["n_envs"] and meta["n_envs"]["help"]
+    assert meta["max_seeds"] == {}  # no help: no flag (set it with --set or JSON)
+    assert RESUME_OVERRIDABLE == tuple(name for name, m in meta.items() if m.get("resume"))
+    assert TrainingConfig().n_episodes == 100  # the declaration still carries the default
