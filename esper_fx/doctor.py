@@ -24,7 +24,6 @@ failed, 2 for a bad command line (one line on stderr, nothing written).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -43,8 +42,10 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, CommandParser, ConfigError
+
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR  # esper_fx.errors' table
 PACKAGES = ("torch", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")
 # the small workload of the pool checks and the CLI run (shapes10 at a few hundred samples)
 SMALL_RUN = dict(task="shapes10", controller="ppo_lstm", n_envs=2, max_epochs=3, n_episodes=2, seed=3,
@@ -56,7 +57,7 @@ MEMORY_EPISODES = 5
 MEMORY_TOLERANCE = 1.05  # reserved memory may grow 5% after the second episode
 
 
-class UsageError(ValueError):
+class UsageError(ConfigError):
     """A bad command line: one line, exit 2."""
 
 
@@ -91,13 +92,8 @@ class NotRun(Exception):
 # ----------------------------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise UsageError(message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m esper_fx.doctor", description="Check that esper_fx works on this machine.")
+def build_parser() -> CommandParser:
+    p = CommandParser("esper_fx.doctor", description="Check that esper_fx works on this machine.")
     p.add_argument("--device", default="auto", help="auto (cuda:0 if torch and JAX both see a GPU, else cpu), cpu or cuda:N")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     return p
@@ -140,13 +136,13 @@ def check_json_path(path: str | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
         check_json_path(args.json)
         torch_device, jax_device = resolve_devices(args.device)
-    except UsageError as exc:
-        print(f"esper_fx.doctor: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except ConfigError as exc:
+        return parser.fail(exc)
     with tempfile.TemporaryDirectory(prefix="esper_fx_doctor_") as scratch:
         checks = run_checks(Context(torch_device, jax_device, Path(scratch)), print_check)
     if args.json:
