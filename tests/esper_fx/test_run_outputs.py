@@ -20,6 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -63,27 +64,21 @@ def metrics_rows(run_dir: Path) -> list[dict[str, str]]:
 
 def read_board(run_dir: Path) -> dict[str, dict[int, float]]:
     """tag -> {step: value}, read back with the tensorboard package's own reader."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.util import tensor_util
-
-    acc = EventAccumulator(str(run_dir / TB_SUBDIR), size_guidance={"tensors": 0})
-    acc.Reload()
-    board = {}
-    for tag in acc.Tags()["tensors"]:
-        if tag.startswith("config"):
-            continue
-        board[tag] = {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)}
-    return board
+    return {tag: dict(events) for tag, events in _board_scalars(run_dir).items()}
 
 
 def board_events(run_dir: Path, tag: str) -> list[tuple[int, float]]:
     """Every (step, value) TensorBoard keeps for one tag, duplicates included, in file order."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.util import tensor_util
+    return _board_scalars(run_dir)[tag]
 
-    acc = EventAccumulator(str(run_dir / TB_SUBDIR), size_guidance={"tensors": 0})
+
+def _board_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / TB_SUBDIR), size_guidance={"scalars": 0})
     acc.Reload()
-    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+    assert acc.Tags()["tensors"] == [] or all(t.startswith("config") for t in acc.Tags()["tensors"])
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 # metrics.csv column -> TensorBoard tag (env{i}_accuracy, action counts and ppo_* follow a pattern)
@@ -130,7 +125,7 @@ def test_tensorboard_scalars_read_back_as_metrics_csv_holds_them(finished):
                 continue
             tag = tag_of(column)
             assert tag in board, f"{column} has no TensorBoard tag {tag}"
-            assert board[tag][step] == value, (column, step)  # float64 both ways: exactly equal
+            assert board[tag][step] == float(np.float32(value)), (column, step)  # float32 simple_value
             compared += 1
     assert compared > 2 * 40
 
@@ -163,8 +158,67 @@ def test_a_resume_from_an_earlier_checkpoint_replaces_the_later_scalars(tmp_path
     assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1, 2]
     assert [int(r["batch"]) for r in rows] == [0, 1, 2]
     for row in rows:
-        assert board["timing/batch_s"][int(row["batch"])] == float(row["wall_time_s"])
-    assert board["timing/batch_s"][2] != first.history[2].wall_time_s  # the second process's batch 2
+        assert board["timing/batch_s"][int(row["batch"])] == float(np.float32(row["wall_time_s"]))
+    assert board["timing/batch_s"][2] != float(np.float32(first.history[2].wall_time_s))  # the second process's batch 2
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get_json(url: str):
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read().decode("utf-8"))
+
+
+def _served_scalars(base: str, run: str, want: set[str], deadline: float) -> dict[str, list]:
+    """tag -> [[wall_time, step, value], ...] as the server serves them, once it lists every wanted tag."""
+    import time
+    import urllib.error
+    import urllib.parse
+
+    tags: set[str] = set()
+    while time.monotonic() < deadline:
+        try:
+            tags = set(_get_json(f"{base}/data/plugin/scalars/tags").get(run, {}))
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            tags = set()
+        if want <= tags:
+            break
+        time.sleep(0.5)
+    assert want <= tags, f"TensorBoard lists {len(tags)} of {len(want)} tags: missing {sorted(want - tags)[:5]}"
+    quote = urllib.parse.quote
+    return {tag: _get_json(f"{base}/data/plugin/scalars/scalars?run={quote(run)}&tag={quote(tag)}") for tag in want}
+
+
+@pytest.mark.slow
+def test_a_real_tensorboard_server_in_its_default_mode_serves_every_scalar(finished, tmp_path):
+    """As a user sees it: `tensorboard --logdir runs/` in its default (fast) loading mode, asked over HTTP."""
+    import time
+
+    _, run_dir, _ = finished
+    board = read_board(run_dir)
+    assert len(board) > 40
+    logdir = tmp_path / "runs"
+    logdir.mkdir()
+    (logdir / "run").symlink_to(run_dir / TB_SUBDIR, target_is_directory=True)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host",
+                             "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        served = _served_scalars(f"http://127.0.0.1:{port}", "run", set(board), time.monotonic() + 90)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    for tag, events in board.items():
+        assert {int(step): value for _, step, value in served[tag]} == pytest.approx(events, rel=1e-6), tag
 
 
 def test_batch_scalars_skip_missing_values_and_mark_skipped_updates():
@@ -388,7 +442,7 @@ def test_a_stop_inside_the_scalars_of_a_batch_keeps_tensorboard_with_the_checkpo
     esper_fx.run(config.replace(resume_path=str(tmp_path / "r")), run_dir=tmp_path / "r")
     board, rows = read_board(tmp_path / "r"), metrics_rows(tmp_path / "r")
     assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1, 2]
-    assert [board["timing/batch_s"][int(r["batch"])] for r in rows] == [float(r["wall_time_s"]) for r in rows]
+    assert [board["timing/batch_s"][int(r["batch"])] for r in rows] == [float(np.float32(r["wall_time_s"])) for r in rows]
 
 
 def test_a_resume_stopped_before_its_first_batch_leaves_tensorboard_as_metrics_csv(tmp_path):
