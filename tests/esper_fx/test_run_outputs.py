@@ -409,6 +409,69 @@ def test_a_failing_plot_is_reported_in_the_page_and_the_rest_is_written(finished
     assert messages and "python -m esper_fx.report" in messages[0]
 
 
+def _insert_line(path: Path, index: int, line: bytes) -> None:
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:index] + [line] + lines[index:]))
+
+
+def _replace_cell(path: Path, column: str, row: int, text: str) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split(",")
+    cells = lines[row + 1].rstrip("\n").split(",")
+    cells[header.index(column)] = text
+    lines[row + 1] = ",".join(cells) + "\n"
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+DAMAGES = {  # name -> (damage, a word of the note the page shows)
+    "events.jsonl not UTF-8": (lambda d: _insert_line(d / "events.jsonl", 3, b'{"event_type": "\xff\xfe"}\n'),
+                               "events.jsonl"),
+    "events.jsonl torn non-UTF-8 tail": (lambda d: (d / "events.jsonl").open("ab").write(b'{"event\xc3'),
+                                         "events.jsonl"),
+    "metrics.csv not UTF-8": (lambda d: _insert_line(d / "metrics.csv", 2, b"1,\xff\xfe,3\n"), "metrics.csv"),
+    "metrics.csv non-numeric cell": (lambda d: _replace_cell(d / "metrics.csv", "avg_accuracy", 0, "abc"),
+                                     "non-numeric"),
+    "metrics.csv non-numeric batch": (lambda d: _replace_cell(d / "metrics.csv", "batch", 1, "x"), "metrics.csv"),
+    "config.json wrong types": (lambda d: (d / "config.json").write_text(json.dumps(
+        {"slots": 5, "n_envs": "x", "blueprint_menu": 3, "n_episodes": [1], "max_epochs": {}, "task": 7})),
+        "config.json"),
+    "config.json infinite sizes": (lambda d: (d / "config.json").write_text(
+        '{"n_episodes": Infinity, "n_envs": 2}'), "config.json"),
+    "config.json a list": (lambda d: (d / "config.json").write_text("[1, 2]"), "config.json"),
+    "config.json not UTF-8": (lambda d: (d / "config.json").write_bytes(b'{"task": "\xff"}'), "config.json"),
+    "summary.json wrong types": (lambda d: (d / "summary.json").write_text('["batches"]'), "summary.json"),
+}
+
+
+def _damaged_copy(run_dir: Path, target: Path, damages: list[str], without_checkpoints: bool) -> Path:
+    shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns(
+        "plots", "report.html", *(["checkpoints", "summary.json"] if without_checkpoints else [])))
+    for damage in damages:
+        DAMAGES[damage][0](target)
+    return target
+
+
+@pytest.mark.parametrize("without_checkpoints", [False, True])
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_report_skips_damaged_lines_and_rows_with_a_note(finished, tmp_path, damage, without_checkpoints):
+    """A torn or damaged file costs its bad line or row (named in the page), never the report."""
+    copy = _damaged_copy(finished[1], tmp_path / "copy", [damage], without_checkpoints)
+    record = report.load_run(copy)
+    assert [h.batch for h in record.history] == ([0] if "batch" in damage and without_checkpoints else [0, 1])
+    word = DAMAGES[damage][1]
+    assert any(word in note for note in record.notes), record.notes
+    assert word in report.render_html(record, [])
+
+
+def test_the_report_command_builds_the_page_of_a_run_with_every_damage_at_once(finished, tmp_path, capsys):
+    damages = [d for d in sorted(DAMAGES) if not d.startswith(("config.json a", "config.json not", "summary"))]
+    copy = _damaged_copy(finished[1], tmp_path / "copy", damages, without_checkpoints=True)
+    assert report.main([str(copy)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    page = " ".join(parse_page(copy / report.REPORT_NAME).text)
+    for word in ("events.jsonl", "metrics.csv", "non-numeric", "config.json"):
+        assert word in page
+
 def test_report_command_fails_cleanly_on_a_directory_without_a_run(tmp_path):
     assert report.main([str(tmp_path)]) == 1
 
