@@ -313,6 +313,38 @@ def _remove_state(ckpt: Path) -> None:
     shutil.rmtree(ckpt / "state")
 
 
+def _latest_to(target: Callable[[Path], str]) -> Callable[[Path], None]:
+    """Point checkpoints/latest at `target(checkpoints dir)`, with no checkpoint of the run's own left."""
+
+    def edit(ckpt: Path) -> None:
+        root = ckpt.parent
+        outside = root.parent.parent / "other-run"
+        shutil.copytree(ckpt, outside / "checkpoints" / ckpt.name)
+        shutil.rmtree(ckpt)
+        for link in ("latest", "final"):
+            (root / link).unlink()
+        (root / "latest").symlink_to(target(root))
+
+    return edit
+
+
+def _loop(root: Path) -> str:
+    (root / "loop").symlink_to("latest")
+    return "loop"
+
+
+def _checkpoints_replaced_by_a_file(ckpt: Path) -> None:
+    shutil.rmtree(ckpt.parent)
+    ckpt.parent.write_text("not a directory")
+
+
+def _strip_checksums(manifest: dict) -> dict:
+    from esper_fx.checkpoint import _manifest_digest
+
+    body = {k: v for k, v in manifest.items() if k not in ("checksums", "manifest_checksum")}
+    return {**body, "manifest_checksum": _manifest_digest(body)}
+
+
 RESUME_CASES = [
     Case("resume with --preset", ["--resume", "run", "--preset", "quickstart"], setup=_checkpointed()),
     Case("resume with another task", ["--resume", "run", "--task", "pytext"], setup=_checkpointed()),
@@ -330,6 +362,15 @@ RESUME_CASES = [
          setup=_checkpointed(lambda c: (c / "manifest.json").write_bytes(b"{\"config\": \"\xff\"}"))),
     Case("resume state bit flip", ["--resume", "run", "--episodes", "4"], setup=_checkpointed(_flip_a_state_byte)),
     Case("resume state missing", ["--resume", "run", "--episodes", "4"], setup=_checkpointed(_remove_state)),
+    Case("resume latest link into another run", ["--resume", "run", "--episodes", "4"],
+         setup=_checkpointed(_latest_to(lambda root: str(root.parent.parent / "other-run" / "checkpoints" /
+                                                          "batch-000000")))),
+    Case("resume latest link loops", ["--resume", "run", "--episodes", "4"], setup=_checkpointed(_latest_to(_loop))),
+    Case("resume checkpoints/ replaced by a file", ["--resume", "run", "--episodes", "4"],
+         setup=_checkpointed(_checkpoints_replaced_by_a_file)),
+    Case("resume manifest stripped of its checksums", ["--resume", "run", "--episodes", "4"],
+         setup=_checkpointed(_edit_manifest(_strip_checksums))),
+    Case("resume episodes below those done", ["--resume", "run", "--episodes", "1"], setup=_checkpointed()),
     Case("resume into another non-empty run dir", ["--resume", "run", "--episodes", "4", "--run-dir", "other"],
          setup=lambda d: (_checkpointed()(d), _previous_run_at(d / "other"))),
 ]
