@@ -1,4 +1,5 @@
-"""What can be checked before a run writes its first file: the run directory, the devices, the data root.
+"""What can be checked before a run writes its first file: the run directory, a resume's checkpoint, the Ray
+cluster to join, the devices, the data root.
 
 Each check raises a `SetupError` naming the path, device or field; none writes anything (a lock held by a
 live run is probed with a read-only open). `esper_fx.loop.run` calls `check_before_writing` first, then
@@ -15,6 +16,7 @@ from pathlib import Path
 from esper_fx.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint, read_manifest
 from esper_fx.config import TrainingConfig
 from esper_fx.errors import DataError, DeviceUnavailableError, ResumeMismatchError, RunDirectoryError
+from esper_fx.ray_runtime import check_ray_address
 from esper_fx.telemetry import CONFIG_NAME, LOCK_NAME, refusal, run_dir_entries
 
 # Room left in a path for what a run writes inside its directory (checkpoints/.tmp-batch-.../state/...).
@@ -27,6 +29,8 @@ def check_before_writing(config: TrainingConfig) -> None:
     if config.run_dir:
         check_run_dir(Path(os.path.abspath(config.run_dir)), resumed_run_dir(config.resume_path))
     check_resume_episodes(config)
+    if config.env_workers > 0:
+        check_ray_address(config.ray_address)
     check_devices(config)
     check_data_root(config)
 

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from esper_fx.checkpoint import SHAPE_FIELDS, CheckpointError
 from esper_fx.config import PRESET_NAMES, SEED_MAX, SEED_MIN, TrainingConfig
-from esper_fx.ray_runtime import INSTALL_HINT, ray_installed
+from esper_fx.ray_runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
 from esper_fx.stopping import deferred_stops, exit_code, sigterm_stops, stop_signal
 
 EXIT_CONFIG_ERROR = 2
@@ -138,6 +138,11 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
         check_policy_fields(base, config, args.checkpoint)
     if config.env_workers > 0 and not ray_installed():
         raise ProveError(f"--env-workers {config.env_workers}: {INSTALL_HINT}")
+    if config.env_workers > 0:
+        try:
+            check_ray_address(config.ray_address)
+        except RayAddressError as exc:
+            raise ProveError(str(exc)) from None
     from esper_fx.comparison import check_disjoint
 
     try:

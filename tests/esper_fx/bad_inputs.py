@@ -197,6 +197,9 @@ FLAG_CASES = [
     _flag_case("unknown flag", "--bogus"), _flag_case("config and preset", "--preset", "quickstart"),
     Case("flag preset unknown", ["--preset", "nope"]),
     _flag_case("data-dir empty", "--data-dir", ""),
+    _flag_case("ray-address not an address", "--env-workers", "1", "--ray-address", "head node"),
+    _flag_case("ray-address port out of range", "--env-workers", "1", "--ray-address", "127.0.0.1:70000"),
+    _flag_case("ray-address unreachable", "--env-workers", "1", "--ray-address", "127.0.0.1:1"),
     _flag_case("task cifar10 without its data", "--task", "cifar10", "--data-dir", "nowhere"),
     _flag_case("task tinystories without its data", "--task", "tinystories", "--data-dir", "nowhere"),
 ]
