@@ -41,10 +41,11 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from esper_fx import stats
-from esper_fx.config import TrainingConfig
+from esper_fx.config import SEED_MAX, SEED_MIN, TrainingConfig
 
 STATIC_FINAL = "static_final"
 BASELINE = "wait"
+MAX_EVAL_SEEDS = 100_000  # one episode per arm and seed: far beyond any useful comparison, small in memory
 
 
 class Trained(NamedTuple):
@@ -145,9 +146,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     """
     if not arms:
         raise ValueError("compare needs at least one arm")
-    seeds = [int(s) for s in seeds]
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"compare needs distinct evaluation seeds (got {seeds})")
+    seeds = check_seeds(seeds)
     say = progress or (lambda line: None)
     with episode_runner(config) as run_arm:
         return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm)
@@ -301,10 +300,31 @@ def training_seeds_between(config: TrainingConfig, low: int, high: int, limit: i
 
 
 def seed_ranges(seeds: Sequence[int] | range) -> list[tuple[int, int]]:
-    """The seeds as inclusive (low, high) ranges: one for a contiguous `range`, one per seed otherwise."""
+    """The seeds as inclusive (low, high) ranges of consecutive integers: one for a contiguous `range` (never
+    enumerated), else the sorted seeds' runs."""
     if isinstance(seeds, range) and seeds.step == 1:
         return [(seeds.start, seeds.stop - 1)] if len(seeds) else []
-    return [(int(s), int(s)) for s in seeds]
+    out: list[tuple[int, int]] = []
+    for s in sorted(int(s) for s in seeds):
+        if out and s <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], s))
+        else:
+            out.append((s, s))
+    return out
+
+
+def check_seeds(seeds: Sequence[int] | range) -> list[int]:
+    """The evaluation seeds as a list: at most MAX_EVAL_SEEDS, distinct, each a signed 64-bit seed (else a
+    ValueError naming the problem), checked before any is enumerated."""
+    if len(seeds) > MAX_EVAL_SEEDS:
+        raise ValueError(f"{len(seeds)} evaluation seeds: at most {MAX_EVAL_SEEDS} (one episode per arm and seed)")
+    out = [int(s) for s in seeds]
+    outside = [s for s in out if not SEED_MIN <= s <= SEED_MAX]
+    if outside:
+        raise ValueError(f"evaluation seed {outside[0]} is not a signed 64-bit seed (from {SEED_MIN} to {SEED_MAX})")
+    if not out or len(set(out)) != len(out):
+        raise ValueError(f"compare needs distinct evaluation seeds (got {out[:20]}{' ...' if len(out) > 20 else ''})")
+    return out
 
 
 def check_disjoint(config: TrainingConfig, seeds: Sequence[int] | range) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from esper_fx.checkpoint import SHAPE_FIELDS, CheckpointError
+from esper_fx.comparison import MAX_EVAL_SEEDS
 from esper_fx.config import PRESET_NAMES, SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.ray_runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
 from esper_fx.stopping import deferred_stops, exit_code, sigterm_stops, stop_signal
@@ -39,7 +40,6 @@ EXIT_CONFIG_ERROR = 2
 DEFAULT_ARMS = ("ppo", "wait", "random", "heuristic", "oracle", "static_final")
 DEFAULT_EVAL_SEEDS = 8
 DEFAULT_EVAL_SEED_OFFSET = 900_000
-MAX_EVAL_SEEDS = 100_000  # one episode per arm and seed: far beyond any useful comparison, small in memory
 LEARNED_ARMS = {"ppo": True, "ppo_sampled": False}  # arm -> greedy
 SECTIONS = ("oracle", "heuristic")  # nested config sections: `--set oracle.slot=r0c1`
 # Fields a trained policy's shapes (or what its observations mean) depend on: `--checkpoint` keeps them.

@@ -280,3 +280,27 @@ def test_a_real_signal_during_evaluation_ends_prove_without_a_traceback(signum, 
     assert "Traceback" not in err and err.strip().count("esper_fx.prove: interrupted") == 1, err
     report = json.loads((tmp_path / "p" / "prove.json").read_text())
     assert report["partial"] is True and 1 <= len(report["episodes"]["wait"]) < 50
+
+
+@pytest.mark.parametrize("seeds, needle", [
+    (range(0, 10**12), "at most"), ([2**63], "signed 64-bit"), ([5, 5], "distinct"), ([], "distinct"),
+])
+def test_compare_refuses_bad_seed_sets_at_once(seeds, needle):
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=needle):
+        cmp.compare({"wait": "wait"}, TrainingConfig.preset("quickstart"), seeds)
+    assert time.perf_counter() - started < 5
+
+
+def test_the_overlap_check_of_many_listed_seeds_is_bounded():
+    import time
+
+    config = TrainingConfig.preset("quickstart", seed=0, n_episodes=2**40, n_envs=1024, num_minibatches=1)
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="also training seeds"):
+        cmp.check_disjoint(config, list(range(0, 100_000)))
+    cmp.check_disjoint(config.replace(n_episodes=1024), [-5, *range(-100_000, -10)])  # below every training seed
+    assert time.perf_counter() - started < 5
+    assert cmp.seed_ranges([5, 3, 4, 9, 10, 1]) == [(1, 1), (3, 5), (9, 10)]
