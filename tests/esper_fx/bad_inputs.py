@@ -1,4 +1,5 @@
-"""A fuzz of bad inputs to `python -m esper_fx.train`: command-line flags, JSON configs, filesystem situations.
+"""A fuzz of bad inputs to `python -m esper_fx.train` (command-line flags, JSON configs, filesystem situations,
+resumes) and to `python -m esper_fx.prove` (its flags, seed sets, arms, output paths, checkpoints).
 
 Every case is a mistake a user can make. The command must reject each one with exit code 2 and one line
 on stderr, and write nothing (no file created, changed or removed under the directory it ran from).
@@ -49,6 +50,7 @@ class Case:
     namespace: str | None = None  # subprocess inside `unshare` with this shell prefix (mounts)
     late: bool = False  # fails after training started: the run directory may hold files, but stays resumable
     heavy: bool = False  # would allocate far more memory than a machine has: run only if the config rejects it
+    command: str = "train"  # the module run: esper_fx.train or esper_fx.prove
 
 
 @dataclass
@@ -397,8 +399,50 @@ def _namespace_cases() -> list[Case]:
     ]
 
 
+def _prove_case(name: str, *flags: str, setup: Callable[[Path], None] | None = None) -> Case:
+    """`prove` at the fuzz's tiny size with one thing wrong: refused before anything is trained or written."""
+    tiny = [f"{k}={json.dumps(v)}" for k, v in BASE.items() if k not in ("controller", "n_episodes", "seed")]
+    sets = [arg for item in tiny for arg in ("--set", item)]
+    return Case(f"prove {name}", ["--quiet", "--arms", "wait", "oracle", *sets, *flags], setup=setup, command="prove")
+
+
+def _prove_checkpoint_case(name: str, *flags: str) -> Case:
+    return _prove_case(name, "--checkpoint", "run", *flags, setup=_checkpointed())
+
+
+PROVE_CASES = [
+    _prove_case("seed beyond 64 bits", "--seed", str(2**64)),
+    _prove_case("eval seed beyond 64 bits", "--eval-seeds", str(2**64)),
+    _prove_case("eval seed offset past the top", "--eval-seed-offset", str(2**63 - 2), "--n-eval-seeds", "8"),
+    _prove_case("n-eval-seeds huge", "--n-eval-seeds", str(10**15)),
+    _prove_case("eval seeds overlap a huge run", "--seed", "900000", "--train-episodes", str(2**40),
+                "--arms", "ppo", "wait"),
+    _prove_case("oracle slot not enabled", "--set", "oracle.slot=r0c0", "--set", "slots=[\"r0c1\"]"),
+    _prove_case("oracle slot unknown", "--set", "oracle.slot=r9c9"),
+    _prove_case("oracle germinate after the episode", "--set", "oracle.germinate_epoch=50"),
+    _prove_case("oracle set as a number", "--set", "oracle=5"),
+    _prove_case("heuristic set as a list", "--set", "heuristic=[1]"),
+    _prove_case("set without a value", "--set", "lr"),
+    _prove_case("set an unknown field", "--set", "learning_rate=1"),
+    _prove_case("arm unknown", "--arms", "dqn"),
+    _prove_case("static_final before its source", "--arms", "static_final", "oracle"),
+    _prove_case("out is a file", "--out", "f", setup=_make_file("f")),
+    _prove_case("out inside a file", "--out", "f/out", setup=_make_file("f")),
+    _prove_case("out not empty", "--out", "o", setup=_make_file("o/x")),
+    _prove_case("json in a missing folder", "--out", "o", "--json", "missing/p.json"),
+    _prove_case("json names a folder", "--out", "o", "--json", "d", setup=lambda d: (d / "d").mkdir()),
+    _prove_case("checkpoint missing", "--checkpoint", "nowhere"),
+    _prove_case("ray-address unreachable", "--env-workers", "1", "--ray-address", "127.0.0.1:1"),
+    _prove_checkpoint_case("checkpoint with another task", "--set", "task=shapes16"),
+    _prove_checkpoint_case("checkpoint with other slots", "--set", "slots=[\"r0c0\"]"),
+    _prove_checkpoint_case("checkpoint with another lstm size", "--set", "lstm_hidden_dim=64"),
+    _prove_checkpoint_case("checkpoint with another controller", "--set", "controller=ppo_mlp"),
+]
+
+
 def all_cases() -> list[Case]:
-    return JSON_CASES + CONFIG_FILE_CASES + FLAG_CASES + FS_CASES + RESUME_CASES + _namespace_cases()
+    return (JSON_CASES + CONFIG_FILE_CASES + FLAG_CASES + FS_CASES + RESUME_CASES + PROVE_CASES
+            + _namespace_cases())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -444,9 +488,12 @@ def _changed(before: dict, after: dict) -> list[str]:
     return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
 
 
-def _call_main(argv: list[str], cwd: Path) -> tuple[int | None, str]:
-    """main(argv) in this process from `cwd`: (exit code or None after an escaping exception, stderr)."""
-    from esper_fx.train import main
+def _call_main(argv: list[str], cwd: Path, command: str = "train") -> tuple[int | None, str]:
+    """`command`'s main(argv) in this process from `cwd`: (exit code or None after an escaping exception,
+    stderr)."""
+    import importlib
+
+    main = importlib.import_module(f"esper_fx.{command}").main
 
     err, out = io.StringIO(), io.StringIO()
     old = os.getcwd()
@@ -481,7 +528,7 @@ def _config_accepts(argv: list[str], cwd: Path) -> bool:
 
 def _subprocess_main(case: Case, cwd: Path, code_root: Path) -> tuple[int | None, str]:
     env = dict(os.environ, PYTHONPATH=str(code_root))
-    cmd = " ".join(["exec", sys.executable, "-m", "esper_fx.train", *(_quote(a) for a in case.argv)])
+    cmd = " ".join(["exec", sys.executable, "-m", f"esper_fx.{case.command}", *(_quote(a) for a in case.argv)])
     if case.namespace is not None:
         cmd = (f"unshare --user --map-root-user --mount sh -c '{case.namespace}"
                f"{cmd.replace(chr(39), chr(39) + chr(92) + chr(39) + chr(39))}'")
@@ -515,7 +562,7 @@ def run_case(case: Case, workdir: Path, code_root: Path = REPO) -> Outcome:
         if case.subprocess:
             code, err = _subprocess_main(case, d, code_root)
         else:
-            code, err = _call_main(case.argv, d)
+            code, err = _call_main(case.argv, d, case.command)
     finally:
         release_locks()
     wrote = _changed(before, snapshot(d))

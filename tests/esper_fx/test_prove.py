@@ -209,20 +209,17 @@ def test_a_checkpoint_is_not_evaluated_with_other_shape_fields(trained_run, sets
 # ----------------------------------------------------------------------------------------------
 
 
-def test_sigterm_during_evaluation_writes_the_finished_episodes_as_partial(tmp_path, capsys, monkeypatch):
+def test_sigterm_during_evaluation_writes_the_finished_episodes_as_partial(tmp_path, capsys):
     from esper_fx import evaluate
+    from tests.esper_fx.stops import signal_at_call
 
-    original, calls = evaluate.Arm.run, {"n": 0}
-
-    def run(self, seed):
-        calls["n"] += 1
-        if calls["n"] == 4:  # the first seed of the second arm: three episodes have finished
-            os.kill(os.getpid(), signal.SIGTERM)
-        return original(self, seed)
-
-    monkeypatch.setattr(evaluate.Arm, "run", run)
-    out = tmp_path / "p"
-    code = prove.main(["--arms", "wait", "random", "--n-eval-seeds", "3", "--out", str(out), "--quiet", *TINY_SETS])
+    restore = signal_at_call(evaluate.Arm, "run", 4, signal.SIGTERM)  # the second arm's first seed
+    try:
+        out = tmp_path / "p"
+        code = prove.main(["--arms", "wait", "random", "--n-eval-seeds", "3", "--out", str(out), "--quiet",
+                           *TINY_SETS])
+    finally:
+        restore()
     assert code == 143
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "interrupted (SIGTERM)" in err[0] and "3 evaluation episode(s) of 6" in err[0], err
