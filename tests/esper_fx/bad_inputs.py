@@ -6,9 +6,9 @@ on stderr, and write nothing (no file created, changed or removed under the dire
 
     python -m tests.esper_fx.bad_inputs            # run every case, print the outcome of each and the counts
 
-Most cases run in-process through `esper_fx.train.main` (fast: torch and jax load once); the few that
+Most cases run in-process through `esper_fx.cli.train.main` (fast: torch and jax load once); the few that
 need a real filesystem limit (a full disk, a read-only mount) run in a subprocess inside a private
-mount namespace, and are skipped where `unshare` cannot make one. `tests/esper_fx/test_bad_inputs.py`
+mount namespace, and are skipped where `unshare` cannot make one. `tests/esper_fx/cli/test_bad_inputs.py`
 runs the whole fuzz.
 """
 
@@ -202,6 +202,9 @@ FLAG_CASES = [
     _flag_case("ray-address not an address", "--env-workers", "1", "--ray-address", "head node"),
     _flag_case("ray-address port out of range", "--env-workers", "1", "--ray-address", "127.0.0.1:70000"),
     _flag_case("ray-address unreachable", "--env-workers", "1", "--ray-address", "127.0.0.1:1"),
+    _flag_case("set unknown key", "--set", "nosuch=1"), _flag_case("set without =", "--set", "lr"),
+    _flag_case("set bad value", "--set", "lr=abc"), _flag_case("set unknown nested key", "--set", "oracle.nosuch=1"),
+    _flag_case("set section not an object", "--set", "heuristic=[1]"),
     _flag_case("task cifar10 without its data", "--task", "cifar10", "--data-dir", "nowhere"),
     _flag_case("task tinystories without its data", "--task", "tinystories", "--data-dir", "nowhere"),
 ]
@@ -344,7 +347,7 @@ def _checkpoints_replaced_by_a_file(ckpt: Path) -> None:
 
 
 def _strip_checksums(manifest: dict) -> dict:
-    from esper_fx.checkpoint import _manifest_digest
+    from esper_fx.outputs.checkpoint import _manifest_digest
 
     body = {k: v for k, v in manifest.items() if k not in ("checksums", "manifest_checksum")}
     return {**body, "manifest_checksum": _manifest_digest(body)}
@@ -493,7 +496,7 @@ def _call_main(argv: list[str], cwd: Path, command: str = "train") -> tuple[int 
     stderr)."""
     import importlib
 
-    main = importlib.import_module(f"esper_fx.{command}").main
+    main = importlib.import_module(f"esper_fx.cli.{command}").main
 
     err, out = io.StringIO(), io.StringIO()
     old = os.getcwd()
@@ -513,7 +516,7 @@ def _call_main(argv: list[str], cwd: Path, command: str = "train") -> tuple[int 
 
 
 def _config_accepts(argv: list[str], cwd: Path) -> bool:
-    from esper_fx.train import resolve_config
+    from esper_fx.cli.train import resolve_config
 
     old = os.getcwd()
     os.chdir(cwd)

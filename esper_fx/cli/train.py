@@ -1,0 +1,164 @@
+"""`python -m esper_fx.train`: the command line a researcher runs (BEHAVIOUR §14.4).
+
+This module parses the command line into a validated `TrainingConfig`; `esper_fx.cli.run` runs it.
+
+Configuration is layered: the preset (default `quickstart`), or `--config PATH` (replaces the preset,
+strict), then `--set KEY=VALUE` (any field), then the single-field flags (one per field declared with a
+help text in `esper_fx.config`; `esper_fx.cli.parser` builds them). Any invalid configuration prints
+one line naming the problem to stderr and exits 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from esper_fx.training import compile_cache
+from esper_fx.cli.run import config_summary, run_from_cli  # noqa: F401 (config_summary re-exported)
+from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
+from esper_fx.config import PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths
+from esper_fx.errors import CommandParser, ConfigError
+from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
+from esper_fx.training.stopping import exit_code, sigterm_stops, stop_signal
+
+NAME = "esper_fx.train"
+DEFAULT_RUNS_DIR = "runs"
+DEFAULT_PRESET = "quickstart"
+
+
+def build_parser() -> CommandParser:
+    """The command's own options, then one flag per configuration field (declared in `esper_fx.config`)."""
+    p = CommandParser(NAME, description="Train a morphogenetic host with a seed controller (default: the offline "
+                                        "quickstart preset, the shapes16 task with the PPO/LSTM controller).",
+                      epilog="Layers: the preset (or --config), then --set, then the field flags. A bad value "
+                             "prints one line naming it and exits 2, writing nothing.")
+    cache_dir = "/".join(compile_cache.CACHE_SUBDIR)
+    p.add_argument("--preset", default=None, metavar="NAME",
+                   help=f"base preset, one of {', '.join(f'`{n}`' for n in PRESET_NAMES)} (default `{DEFAULT_PRESET}`)")
+    p.add_argument("--config", metavar="PATH", help="JSON config file; replaces the preset entirely")
+    add_set_option(p)
+    p.add_argument("--no-compile-cache", action="store_false", dest="compile_cache", default=None,
+                   help=f"do not use JAX's persistent compilation cache (also `{compile_cache.ENV_SWITCH}=0`)")
+    p.add_argument("--compile-cache-dir", dest="compile_cache_dir", metavar="DIR",
+                   help=f"where the compilation cache lives (also `{compile_cache.ENV_DIR}`; default "
+                        f"`~/.cache/{cache_dir}`, or `$XDG_CACHE_HOME/{cache_dir}`)")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    add_field_flags(p.add_argument_group("configuration fields (any other: --set KEY=VALUE)"))
+    return p
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The command line's changes to the base config: the --set items, then the field flags on top."""
+    return {**parse_sets(args.sets), **field_values(args)}
+
+
+def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, argparse.Namespace]:
+    """Parse the command line into a validated config. Raises ConfigError; writes nothing."""
+    args = build_parser().parse_args(argv)
+    if args.config is not None and args.preset is not None:
+        raise ConfigError("--config replaces the preset: pass either --config or --preset, not both")
+    overrides = _overrides(args)
+    if overrides.get("resume_path") is not None:
+        return _with_ray(absolute_paths(_resume_config(args, overrides))), args
+    try:
+        if args.config is not None:
+            base = TrainingConfig.from_json(args.config)
+        else:
+            base = TrainingConfig.preset(args.preset or DEFAULT_PRESET)
+        config = base.replace(**with_sections(base, overrides)) if overrides else base
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(str(exc)) from None
+    if config.run_dir is None and config.resume_path is None:
+        label = Path(args.config).stem if args.config else (args.preset or DEFAULT_PRESET)
+        config = config.replace(run_dir=default_run_dir(label))
+    return _with_ray(absolute_paths(config)), args
+
+
+def _with_ray(config: TrainingConfig) -> TrainingConfig:
+    """The config, when its env workers can run: Ray must be installed (else one line on how)."""
+    if config.env_workers > 0 and not ray_installed():
+        raise ConfigError(f"--env-workers {config.env_workers}: {INSTALL_HINT}")
+    return config
+
+
+def default_run_dir(label: str, now: datetime | None = None) -> str:
+    """runs/<label>-<UTC timestamp to the millisecond>-<4 random hex digits>: two launches in the same
+    second (or millisecond) get different directories (and the run directory's lock catches the rest)."""
+    now = now or datetime.now(timezone.utc)
+    stamp = now.strftime("%Y%m%dT%H%M%S") + f".{now.microsecond // 1000:03d}Z"
+    return os.path.join(DEFAULT_RUNS_DIR, f"{label}-{stamp}-{secrets.token_hex(2)}")
+
+
+def _resume_config(args: argparse.Namespace, overrides: dict[str, Any]) -> TrainingConfig:
+    """The checkpoint's config with the command line's changes, each one a field declared resume-overridable
+    (`RESUME_OVERRIDABLE`) or equal to the checkpoint's value."""
+    if args.config is not None or args.preset is not None:
+        raise ConfigError("--resume takes the configuration from the checkpoint: drop --config/--preset")
+    resume_path = overrides.pop("resume_path")
+    if not isinstance(resume_path, str):
+        raise ConfigError(f"resume_path must be a path (got {resume_path!r})")
+    saved, run_dir = _resumed(resume_path)
+    overrides = with_sections(saved, overrides)
+    current = saved.to_dict()
+    for name, value in overrides.items():
+        wanted = list(value) if isinstance(value, (list, tuple)) else value
+        if name not in RESUME_OVERRIDABLE and wanted != current[name]:
+            raise ConfigError(f"--resume: {name} cannot change on resume (the checkpoint has {current[name]!r}, "
+                              f"the command line {wanted!r})")
+    run_dir = overrides.pop("run_dir", None) or run_dir
+    overrides = {k: v for k, v in overrides.items() if k in RESUME_OVERRIDABLE}
+    try:
+        return saved.replace(**overrides, run_dir=run_dir, resume_path=str(resume_path))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _resumed(path: str) -> tuple[TrainingConfig, str]:
+    """The configuration and the run directory a resume continues: the checkpoint's, or, for a run stopped
+    before its first checkpoint, its config.json (the run restarts from batch 0 in its directory)."""
+    from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, read_manifest
+    from esper_fx.training.preflight import restartable_run
+
+    try:
+        manifest = read_manifest(path)
+        source, config, run_dir = manifest["_path"], manifest["config"], str(Path(manifest["_path"]).parent.parent)
+    except NoCheckpoint as exc:
+        restart = restartable_run(path)
+        if restart is None:
+            raise ConfigError(f"cannot resume from {path!r}: {exc}") from None
+        source, run_dir = str(restart / "config.json"), str(restart)
+        try:
+            return TrainingConfig.from_json(source), run_dir
+        except ValueError as bad:
+            raise ConfigError(f"cannot resume from {path!r}: {bad}") from None
+    except CheckpointError as exc:
+        raise ConfigError(f"cannot resume from {path!r}: {exc}") from None
+    try:
+        return TrainingConfig.from_dict(config), run_dir
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"cannot resume from {source}: its config is invalid: {exc}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The exit code of one command line (see `esper_fx.cli.run`). SIGTERM is taken like Ctrl-C from the
+    start: a run stopped at any point ends with a message, never a traceback."""
+    with sigterm_stops():
+        try:
+            config, args = resolve_config(argv)
+        except ConfigError as exc:
+            return CommandParser(NAME).fail(exc)
+        except KeyboardInterrupt as stop:
+            print(f"\nInterrupted ({signal.Signals(stop_signal(stop)).name}) before the run started.", file=sys.stderr)
+            return exit_code(stop_signal(stop))
+        return run_from_cli(config, quiet=args.quiet, compile_cache_dir=args.compile_cache_dir,
+                            compile_cache_enabled=args.compile_cache)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
