@@ -271,14 +271,14 @@ def test_a_resume_that_cannot_go_on_leaves_metrics_events_and_config_untouched(t
 
     esper_fx.run(tiny(controller="wait", n_episodes=4, report=False), run_dir=tmp_path / "r")
     before = snapshot(tmp_path / "r")
-    assert main(["--resume", str(tmp_path / "r"), "--episodes", "2"]) == EXIT_CONFIG_ERROR  # below the 4 done
+    assert main(["--resume", str(tmp_path / "r"), "--episodes", "2"]) == EXIT_SETUP_ERROR  # below the 4 done
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "n_episodes 2 is below the 4 episodes" in err[0]
     assert snapshot(tmp_path / "r") == before
     shutil.rmtree(tmp_path / "r" / "checkpoints")
     (tmp_path / "r" / "checkpoints").write_text("x")
     before = snapshot(tmp_path / "r")
-    assert main(["--resume", str(tmp_path / "r"), "--episodes", "6"]) == EXIT_CONFIG_ERROR
+    assert main(["--resume", str(tmp_path / "r"), "--episodes", "6"]) == EXIT_SETUP_ERROR
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checkpoints is not a directory" in err[0]
     assert snapshot(tmp_path / "r") == before and len(_metrics(tmp_path / "r")) == 2
