@@ -503,8 +503,8 @@ SHAPES10_QUICK = {
 
 # fashion_mnist: the real Fashion-MNIST files (the dataset-fashion-mnist package's folder by default) and
 # its small 3x3 host, with the quickstart's controller, reward and episode shape; sized so that
-# `python -m esper_fx.prove --preset fashion_mnist` fits in 30 minutes on an idle 2-core CPU (about 24 min
-# estimated from the measured CPU time per training batch and per evaluation episode; README).
+# `python -m esper_fx.prove --preset fashion_mnist` fits in 30 minutes on an idle 2-core CPU (about 15 min
+# from the 902 s of CPU time its first full prove run took; README).
 FASHION_MNIST = {
     **QUICKSTART, "task": "fashion_mnist", "n_episodes": 32, "val_samples": 2000,
     "synthetic_train_samples": 50000, "synthetic_test_samples": 10000,
