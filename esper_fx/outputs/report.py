@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import csv
 import html
 import json
 import math
@@ -35,13 +34,14 @@ from typing import Any, Callable, Mapping, Sequence
 from esper_fx.outputs import plots
 from esper_fx.outputs.checkpoint import CheckpointError, read_manifest
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import LifecycleOp, SlotIdError, sort_slot_ids
+from esper_fx.contracts import SlotIdError, sort_slot_ids
+from esper_fx.outputs.events import load_events, read_metrics, summary_from_csv
 from esper_fx.outputs.history import BatchSummary, as_summaries, run_summary
 
 PLOTS_SUBDIR = "plots"
 REPORT_NAME = "report.html"
 DPI = 100
-SKIPPED_EVENT_TYPES = ('"REWARD_COMPUTED"',)  # debug-level lines the report never reads (parsed lazily)
+SKIPPED_EVENT_TYPES = ("REWARD_COMPUTED",)  # debug-level lines the report never reads (left unparsed)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -70,7 +70,7 @@ def load_run(run_dir: str | Path) -> RunRecord:
         raise FileNotFoundError(f"{path} is not a run directory (no config.json, no metrics.csv)")
     notes: list[str] = []
     config = _read_json(path / "config.json", notes) or {}
-    events = load_events(path / "events.jsonl")
+    events = load_events(path / "events.jsonl", notes, skip_types=SKIPPED_EVENT_TYPES)
     history = load_history(path, config, events, notes)
     saved = _read_json(path / "summary.json", notes)
     finished = bool(saved) and saved.get("batches") == len(history)
@@ -89,22 +89,6 @@ def _read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
         return None
 
 
-def load_events(path: Path) -> list[dict[str, Any]]:
-    """events.jsonl without the debug-level REWARD_COMPUTED lines; a torn last line is skipped."""
-    if not path.exists():
-        return []
-    events = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip() or any(kind in line for kind in SKIPPED_EVENT_TYPES):
-                continue
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return events
-
-
 def load_history(path: Path, config: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                  notes: list[str]) -> list[BatchSummary]:
     """Every finished batch: the latest checkpoint's rows, then metrics.csv's later rows."""
@@ -115,57 +99,11 @@ def load_history(path: Path, config: Mapping[str, Any], events: Sequence[Mapping
         pass  # no checkpoint yet: metrics.csv alone
     menu, slot_ids = _menu_and_slots(config)
     ppo = {e.get("batch"): e.get("data") for e in events if e.get("event_type") == "PPO_UPDATE_COMPLETED"}
-    for row in _metrics_rows(path / "metrics.csv", notes):
+    for row in read_metrics(path / "metrics.csv", notes):
         batch = int(float(row["batch"]))
         if batch not in rows:
             rows[batch] = summary_from_csv(row, ppo.get(batch), menu, slot_ids)
     return [rows[b] for b in sorted(rows)]
-
-
-def _metrics_rows(path: Path, notes: list[str]) -> list[dict[str, str]]:
-    if not path.exists():
-        return []
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    complete = [r for r in rows if r.get("batch") not in (None, "") and None not in r.values()]
-    if len(complete) < len(rows):
-        notes.append(f"metrics.csv: {len(rows) - len(complete)} incomplete row(s) left out")
-    return complete
-
-
-def _csv_number(text: str | None) -> float:
-    try:
-        return float(text) if text not in (None, "") else math.nan
-    except ValueError:
-        return math.nan
-
-
-def _csv_int(text: str | None) -> int:
-    value = _csv_number(text)
-    return int(value) if math.isfinite(value) else 0
-
-
-def summary_from_csv(row: Mapping[str, str], ppo: Mapping[str, Any] | None, menu: Sequence[str],
-                     slot_ids: Sequence[str]) -> BatchSummary:
-    """A history row from a metrics.csv row. metrics.csv has no per-head counts: the op head's choices are
-    the pool's op counts, the other heads are empty; env rewards and timing are not recorded there."""
-    envs = sorted(int(k[3:-len("_accuracy")]) for k in row if k.startswith("env") and k.endswith("_accuracy"))
-    ops = [op.name for op in LifecycleOp]
-    counts = {op: _csv_int(row.get(f"action_counts_{op}")) for op in ops}
-    return BatchSummary(
-        batch=_csv_int(row["batch"]), episodes_completed=_csv_int(row.get("episodes_completed")),
-        env_accuracies=[_csv_number(row[f"env{i}_accuracy"]) for i in envs],
-        avg_accuracy=_csv_number(row.get("avg_accuracy")),
-        rolling_avg_accuracy=_csv_number(row.get("rolling_avg_accuracy")),
-        avg_reward=_csv_number(row.get("avg_reward")), env_rewards=[], host_max_accuracies=[], env_seed_params=[],
-        action_counts=counts,
-        successful_action_counts={op: _csv_int(row.get(f"successful_action_counts_{op}")) for op in ops},
-        head_counts={"op": [counts[op] for op in ops]}, menu=list(menu), slot_ids=list(slot_ids),
-        entropy_coef=_csv_number(row.get("entropy_coef")), seeds_created=_csv_int(row.get("seeds_created")),
-        seeds_fossilized=_csv_int(row.get("seeds_fossilized")), contributing_fossilized=0,
-        seeds_culled=_csv_int(row.get("seeds_culled")), rollbacks=_csv_int(row.get("rollbacks")),
-        ppo=dict(ppo) if ppo is not None else None, timing={}, wall_time_s=_csv_number(row.get("wall_time_s")),
-    )
 
 
 def _training_config(config: Mapping[str, Any]) -> TrainingConfig | None:

@@ -192,6 +192,20 @@ def test_events_round_trip_through_a_run_directory(tmp_path):
     assert len(plots.load_events(run_dir.events_path)) == len(make_events())
 
 
+def test_a_torn_events_line_is_left_out_with_a_note_and_skipped_types_are_not_read(tmp_path):
+    """One reader of events.jsonl for the plots and the report: tolerant of the torn last line a killed run
+    leaves, saying so when asked."""
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"event_type": "A", "batch": 0}\n{"event_type": "REWARD_COMPUTED"}\n{"event_type": "B", "ba',
+                    encoding="utf-8")
+    notes: list[str] = []
+    events = plots.load_events(tmp_path, notes, skip_types=("REWARD_COMPUTED",))
+    assert [e["event_type"] for e in events] == ["A"]
+    assert notes == ["events.jsonl: 1 unreadable line(s) left out"]
+    assert [e["event_type"] for e in plots.load_events(path)] == ["A", "REWARD_COMPUTED"]
+    assert plots.load_events(tmp_path / "missing.jsonl") == []
+
+
 def test_integer_stage_values_are_named():
     events = [ev("SEED_GERMINATED", 1, 0, "r0c0", stage=3), stage(4, 0, "r0c0", 3, 4)]
     assert [iv.stage for iv in events_to_intervals(events, 1, max_epochs=6)] == ["TRAINING", "BLENDING"]
