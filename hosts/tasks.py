@@ -1,11 +1,11 @@
-"""The task table of SPEC §6.1: one frozen `TaskSpec` per task.
+"""The task table of BEHAVIOUR §6.1: one frozen `TaskSpec` per task.
 
 A TaskSpec names the topology, the host preset (`build_host()` returns a fresh host), the loop's
 per-env batch, the task's own max_epochs (which sets dwell and the probation timeout; the spec
 itself is the `task_config` handed to SeedSlot / MorphogeneticModel, so it carries `max_epochs`
 and `blending_steps`), the learning rates, the default `max_train_batches` and the governor's
 random-guess loss. The SGD settings of hosts and seeds live here too. (The LOSS-family reward constants
-of §6.1 are the reward's: `rl.rewards.LOSS_TASK_VALUES`.)
+of BEHAVIOUR §6.1 are the reward's: `rl.rewards.LOSS_TASK_VALUES`.)
 
     >>> get_task("CIFAR10").batch_size
     512
@@ -24,7 +24,7 @@ from hosts.models.cnn import CNNHost
 from hosts.models.transformer import TransformerHost
 from hosts.seeds.blending import DEFAULT_BLENDING_TOTAL_STEPS
 
-# §1.6 host and seed training: SGD, one optimizer for the host and one per seed
+# BEHAVIOUR §1.6 host and seed training: SGD, one optimizer for the host and one per seed
 HOST_LR = 0.01
 HOST_MOMENTUM = 0.9
 HOST_WEIGHT_DECAY = 5e-4
@@ -72,7 +72,7 @@ _CNN_COMMON = dict(topology="cnn", kind="classification", max_epochs=25, max_tra
                    random_guess_loss=math.log(10), num_classes=10)
 
 # pytext's host lr stays at the reference 0.01: the host alone reaches val loss 3.08 nats/byte after one
-# epoch and 2.30 after 25 (target <= 3.5, §6.7.6): `python -m hosts.data.difficulty pytext --seeds 0`.
+# epoch and 2.30 after 25 (target <= 3.5, BEHAVIOUR §6.7): `python -m hosts.data.difficulty pytext --seeds 0`.
 PYTEXT_LR = 0.01
 SHAPES16_LR = 0.05  # the tiny host on 16x16 images learns in the few steps of a 12-epoch episode
 

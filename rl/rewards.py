@@ -1,4 +1,4 @@
-"""Rewards of SPEC §12 as pure JAX functions over the signals pytree, vectorised over envs.
+"""Rewards of BEHAVIOUR §12 as pure JAX functions over the signals pytree, vectorised over envs.
 
 Every reward function has the same signature
 
@@ -6,12 +6,12 @@ Every reward function has the same signature
 
 - `signals`: the host -> controller dict of arrays (`esper_fx.contracts.SIGNAL_FIELDS`).
 - `actions`: int32 [E, 4] in head order (slot, blueprint, blend, op). The *target* is the sampled
-  slot for every op, WAIT included (§12.2).
-- `reward_state`: `RewardState` (phi_prev [E, S], the PBRS memory of §12.4).
+  slot for every op, WAIT included (BEHAVIOUR §12.2).
+- `reward_state`: `RewardState` (phi_prev [E, S], the PBRS memory of BEHAVIOUR §12.4).
 - `config`: `RewardConfig`, an immutable pytree of every constant (it may be traced or static).
 
 `components` maps every term to an [E] float32 array; the terms sum, in the listed order, to the
-reward. Every family includes the loop-level terms of §12.8 (`governor`: −10 on a panicking step;
+reward. Every family includes the loop-level terms of BEHAVIOUR §12.8 (`governor`: −10 on a panicking step;
 `auto_cull`: the penalty carried from the previous step's auto-culls).
 """
 
@@ -40,7 +40,7 @@ _PROBATIONARY = int(C.SeedStage.PROBATIONARY)
 _FOSSILIZED = int(C.SeedStage.FOSSILIZED)
 _MAX_STAGE = max(int(s) for s in C.SeedStage)
 
-# §12.4 Φ_stage indexed by the SeedStage integer value (every stage not listed is 0).
+# BEHAVIOUR §12.4 Φ_stage indexed by the SeedStage integer value (every stage not listed is 0).
 _STAGE_POTENTIAL_BY_NAME = {
     C.SeedStage.GERMINATED: 1.0,
     C.SeedStage.TRAINING: 2.0,
@@ -52,7 +52,7 @@ STAGE_POTENTIALS: tuple[float, ...] = tuple(_STAGE_POTENTIAL_BY_NAME.get(v, 0.0)
 
 
 class LossTaskValues(NamedTuple):
-    """The task-specific LOSS-family values of SPEC §6.1."""
+    """The task-specific constants of the LOSS family (BEHAVIOUR §12.7)."""
 
     typical_loss_delta_std: float
     baseline_loss: float
@@ -72,9 +72,9 @@ LOSS_TASK_VALUES: Mapping[str, LossTaskValues] = {
 
 
 class RewardConfig(NamedTuple):
-    """Every reward constant of SPEC §12.3–§12.8 (defaults: cifar10, default TrainingConfig)."""
+    """Every reward constant of BEHAVIOUR §12.3–§12.8 (defaults: cifar10, default TrainingConfig)."""
 
-    # §12.3 shaped contribution reward
+    # BEHAVIOUR §12.3 shaped contribution reward
     contribution_weight: float = 1.0
     proxy_weight: float = 0.3
     pbrs_weight: float = 0.3
@@ -113,11 +113,11 @@ class RewardConfig(NamedTuple):
     probation_base: float = 3.0
     probation_grace_epochs: float = 2.0
     probation_max_penalty: float = 10.0
-    # §12.4 potentials: φ = Φ_stage + min(0.3·eis, 2.0)
+    # BEHAVIOUR §12.4 potentials: φ = Φ_stage + min(0.3·eis, 2.0)
     stage_potentials: tuple[float, ...] = STAGE_POTENTIALS
     eis_potential_scale: float = 0.3
     eis_potential_max: float = 2.0
-    # §12.5 fossilize shaping (I < 0 branch) and legitimacy
+    # BEHAVIOUR §12.5 fossilize shaping (I < 0 branch) and legitimacy
     fossilize_regression_base: float = -0.5
     fossilize_regression_scale: float = 0.2
     fossilize_regression_max: float = 1.0
@@ -126,19 +126,19 @@ class RewardConfig(NamedTuple):
     fossilize_ransomware_penalty: float = -0.3
     min_fossilize_contribution: float = C.MIN_FOSSILIZE_CONTRIBUTION
     legitimacy_epochs: float = float(C.MIN_PROBATION_EPOCHS)
-    # §12.5 cull shaping
+    # BEHAVIOUR §12.5 cull shaping
     cull_empty_penalty: float = -0.2
     cull_young_penalty: float = -0.3
     min_cull_age: float = float(C.MIN_CULL_AGE)
     cull_good_seed_scale: float = 0.05
     cull_max_penalty: float = -0.9
-    # §12.6 sparse and minimal
+    # BEHAVIOUR §12.6 sparse and minimal
     sparse_reward_scale: float = RewardSettings.sparse_reward_scale
     param_penalty_weight: float = RewardSettings.param_penalty_weight
     param_budget: float = float(RewardSettings.param_budget)
     early_cull_penalty: float = -0.1
     early_cull_age: float = 5.0
-    # §12.7 loss family (task values: cifar10)
+    # BEHAVIOUR §12.7 loss family (task values: cifar10)
     loss_delta_weight: float = 5.0
     max_loss_delta: float = 5.0
     regression_penalty_scale: float = 0.5
@@ -150,7 +150,7 @@ class RewardConfig(NamedTuple):
     baseline_loss: float = _CIFAR_LOSS.baseline_loss
     target_loss: float = _CIFAR_LOSS.target_loss
     terminal_loss_weight: float = 1.0
-    # §12.8 loop-level terms
+    # BEHAVIOUR §12.8 loop-level terms
     governor_punishment: float = -C.GOVERNOR_DEATH_PENALTY
     # the growth reward (LEARNING.md): reward per pp of committed accuracy, the share of an unfossilized
     # seed's contribution held back until it is fossilized, the parameter rent, the rollback penalty
@@ -176,7 +176,7 @@ class RewardConfig(NamedTuple):
 
 
 def loss_task_values(task: str) -> LossTaskValues:
-    """The §6.1 LOSS-family values of a task (ValueError listing the tasks for an unknown name)."""
+    """The LOSS-family constants of a task (BEHAVIOUR §12.7; ValueError listing the tasks for an unknown name)."""
     key = str(task).lower()
     if key not in LOSS_TASK_VALUES:
         raise ValueError(f"unknown task {task!r} for the loss reward; available: {list(LOSS_TASK_VALUES)}")
@@ -261,7 +261,7 @@ def _is_terminal(signals: Signals) -> jax.Array:
 
 
 # ------------------------------------------------------------------------------------------
-# §12.3 shaped contribution reward, term by term
+# BEHAVIOUR §12.3 shaped contribution reward, term by term
 # ------------------------------------------------------------------------------------------
 
 
@@ -323,7 +323,7 @@ def probation_indecision(t: Target, op: jax.Array, b: jax.Array, cfg: RewardConf
 
 
 def stage_potential(stage: jax.Array, cfg: RewardConfig) -> jax.Array:
-    """Φ_stage of §12.4 (0 for every stage outside the table)."""
+    """Φ_stage of BEHAVIOUR §12.4 (0 for every stage outside the table)."""
     chex.assert_type(stage, int)
     table = jnp.asarray(cfg.stage_potentials, jnp.float32)
     idx = jnp.asarray(stage, jnp.int32)
@@ -357,7 +357,7 @@ def rent(total_params: jax.Array, host_params: jax.Array, weight: Any, cap: Any)
 
 
 def fossilize_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
-    """§12.5 fossilize shaping, before the op cost (first matching rule)."""
+    """BEHAVIOUR §12.5 fossilize shaping, before the op cost (first matching rule)."""
     _check_target(t)
     i, c = t.improvement, t.c
     ransomware = t.c_valid & (c > cfg.fossilize_ransomware_contribution) & (i < cfg.fossilize_ransomware_improvement)
@@ -373,7 +373,7 @@ def fossilize_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
 
 
 def cull_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
-    """§12.5 cull shaping, before the op cost (first matching rule)."""
+    """BEHAVIOUR §12.5 cull shaping, before the op cost (first matching rule)."""
     _check_target(t)
     c = t.c
     good_seed = jnp.maximum(cfg.cull_good_seed_penalty - cfg.cull_good_seed_scale * c, cfg.cull_max_penalty)
@@ -411,7 +411,7 @@ def contribution_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
 
 
 def loop_terms(signals: Signals, cfg: RewardConfig) -> dict[str, jax.Array]:
-    """§12.8: −10 on a panicking step, plus the pending auto-cull penalty of the previous step."""
+    """BEHAVIOUR §12.8: −10 on a panicking step, plus the pending auto-cull penalty of the previous step."""
     assert_signals(signals)
     panic = jnp.asarray(signals["panic"]).astype(bool)
     return {
@@ -422,7 +422,7 @@ def loop_terms(signals: Signals, cfg: RewardConfig) -> dict[str, jax.Array]:
 
 def next_phi_prev(signals: Signals, t: Target, op: jax.Array, phi_prev: jax.Array, phi_now: jax.Array,
                   cfg: RewardConfig) -> jax.Array:
-    """The PBRS memory after this step (§12.4, §7.4).
+    """The PBRS memory after this step (BEHAVIOUR §12.4, §7.4).
 
     Every empty slot has phi_prev 0. A target holding a seed stores φ_now, unless the op culls it
     (a CULL of a non-fossil always succeeds and empties the slot: 0). GERMINATE into an empty target
@@ -458,7 +458,7 @@ def _finish(components: dict[str, jax.Array], state: RewardState):
 
 
 def shaped(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
-    """The SHAPED contribution reward (§12.3) with telescoping PBRS and the loop-level terms."""
+    """The SHAPED contribution reward (BEHAVIOUR §12.3) with telescoping PBRS and the loop-level terms."""
     _check_inputs(signals, actions, reward_state)
     t, op = target_view(signals, actions), _op(actions)
     b = attribution(t, op, signals, config)
@@ -479,7 +479,7 @@ def shaped(signals: Signals, actions: jax.Array, reward_state: RewardState, conf
 
 
 # ------------------------------------------------------------------------------------------
-# §12.6 SPARSE and MINIMAL
+# BEHAVIOUR §12.6 SPARSE and MINIMAL
 # ------------------------------------------------------------------------------------------
 
 
@@ -493,14 +493,14 @@ def sparse_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
 
 
 def sparse(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
-    """SPARSE (§12.6): the terminal score only, plus the loop-level terms. phi_prev is untouched."""
+    """SPARSE (BEHAVIOUR §12.6): the terminal score only, plus the loop-level terms. phi_prev is untouched."""
     _check_inputs(signals, actions, reward_state)
     components = {"sparse": sparse_terminal(signals, config), **loop_terms(signals, config)}
     return _finish(components, reward_state)
 
 
 def minimal(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
-    """MINIMAL (§12.6): SPARSE plus −0.1 for culling a seed younger than 5 epochs."""
+    """MINIMAL (BEHAVIOUR §12.6): SPARSE plus −0.1 for culling a seed younger than 5 epochs."""
     _check_inputs(signals, actions, reward_state)
     t, op = target_view(signals, actions), _op(actions)
     early = (op == _OP_CULL) & t.seed & (t.age < config.early_cull_age)
@@ -513,7 +513,7 @@ def minimal(signals: Signals, actions: jax.Array, reward_state: RewardState, con
 
 
 # ------------------------------------------------------------------------------------------
-# §12.7 LOSS family
+# BEHAVIOUR §12.7 LOSS family
 # ------------------------------------------------------------------------------------------
 
 
@@ -538,7 +538,7 @@ def loss_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
 
 
 def loss(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
-    """The LOSS family (§12.7): progress, rent after a grace period, stage term, terminal."""
+    """The LOSS family (BEHAVIOUR §12.7): progress, rent after a grace period, stage term, terminal."""
     _check_inputs(signals, actions, reward_state)
     t = target_view(signals, actions)
     in_grace = t.seed & (t.age < config.grace_epochs)
@@ -557,7 +557,7 @@ def loss(signals: Signals, actions: jax.Array, reward_state: RewardState, config
 
 
 # ------------------------------------------------------------------------------------------
-# §12.1 dispatch
+# BEHAVIOUR §12.1 dispatch
 # ------------------------------------------------------------------------------------------
 
 # ------------------------------------------------------------------------------------------
@@ -626,7 +626,7 @@ def get_reward_fn(name: str) -> RewardFn:
 
 
 def dispatch(config_or_family: Any, mode: str | None = None) -> RewardFn:
-    """§12.1 (`rl.config.reward_fn_name`): the reward function of a family and a mode.
+    """BEHAVIOUR §12.1 (`rl.config.reward_fn_name`): the reward function of a family and a mode.
 
     Accepts a TrainingConfig (its reward settings), a `RewardSettings`, or a family name plus a mode.
     """

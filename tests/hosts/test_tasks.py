@@ -1,4 +1,4 @@
-"""hosts.tasks: the task table of SPEC §6.1 agrees with the contracts and builds the right hosts.
+"""hosts.tasks: the task table of BEHAVIOUR §6.1 agrees with the contracts and builds the right hosts.
 
 (The LOSS-family reward constants of the table are the reward's: tests/rl/test_rewards.py checks them.)"""
 
