@@ -356,43 +356,85 @@ def flatten_metrics(entry: BatchSummary) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 
 
+def _text_lines(path: Path, notes: list[str] | None) -> list[str]:
+    """The file's lines decoded as UTF-8; a line that is not (a torn write, a damaged disk) is left out,
+    with a note."""
+    with open(path, "rb") as fh:
+        raw = fh.read().splitlines(keepends=True)
+    lines, bad = [], []
+    for number, line in enumerate(raw, 1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad.append(number)
+    if bad and notes is not None:
+        notes.append(f"{path.name}: {len(bad)} line(s) that are not UTF-8 left out (line {bad[0]}"
+                     f"{' ...' if len(bad) > 1 else ''})")
+    return lines
+
+
 def load_events(path: str | Path, notes: list[str] | None = None,
                 skip_types: Sequence[str] = ()) -> list[dict[str, Any]]:
     """`events.jsonl` (or the run directory holding it) as event dicts, tolerant of what a stopped run leaves.
 
-    A missing file gives no events; a line that is not JSON (the torn last line of a run killed while it
-    wrote) is left out, and `notes`, when given, says how many. Lines of the event types in `skip_types`
-    are left out unparsed (the report skips the debug-level REWARD_COMPUTED lines)."""
+    A missing file gives no events; a line that is not a JSON object (the torn last line of a run killed
+    while it wrote, a damaged disk) is left out, and `notes`, when given, says how many when there is more
+    than that one torn line. Lines of the event types in `skip_types` are left out unparsed (the report
+    skips the debug-level REWARD_COMPUTED lines)."""
     path = Path(path)
     if path.is_dir():
         path = path / EVENTS_NAME
     if not path.exists():
         return []
     markers = tuple(f'"{kind}"' for kind in skip_types)
-    events, unreadable = [], 0
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip() or any(marker in line for marker in markers):
-                continue
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                unreadable += 1
-    if unreadable and notes is not None:
-        notes.append(f"{path.name}: {unreadable} unreadable line(s) left out")
+    events, bad = [], 0
+    for line in _text_lines(path, notes):
+        if not line.strip() or any(marker in line for marker in markers):
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+        else:
+            bad += 1
+    if bad > 1 and notes is not None:  # (one torn last line is what an interrupted run leaves: no note)
+        notes.append(f"{path.name}: {bad} line(s) that are not JSON events left out")
     return events
 
 
 def read_metrics(path: Path, notes: list[str]) -> list[dict[str, str]]:
-    """metrics.csv's complete rows as dicts of text (a row cut short by a stop is left out, with a note)."""
+    """metrics.csv's complete rows whose batch is a whole number, as dicts of text; the rest are left out
+    with a note (a non-numeric cell elsewhere reads as a missing value)."""
     if not path.exists():
         return []
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    complete = [r for r in rows if r.get("batch") not in (None, "") and None not in r.values()]
+    rows = list(csv.DictReader(_text_lines(path, notes)))
+    complete = [r for r in rows if None not in r.values() and _whole_number(r.get("batch")) is not None]
     if len(complete) < len(rows):
-        notes.append(f"metrics.csv: {len(rows) - len(complete)} incomplete row(s) left out")
+        notes.append(f"metrics.csv: {len(rows) - len(complete)} incomplete or damaged row(s) left out")
+    unreadable = sum(1 for r in complete for k, v in r.items() if v not in ("", None, "True", "False")
+                     and k is not None and not _is_number(v) and not v.startswith("["))
+    if unreadable:
+        notes.append(f"metrics.csv: {unreadable} non-numeric cell(s) read as missing values")
     return complete
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _whole_number(text: str | None) -> int | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return int(value) if math.isfinite(value) and value >= 0 and value == int(value) else None
 
 
 def _csv_number(text: str | None) -> float:

@@ -64,7 +64,9 @@ class RunRecord:
 
 
 def load_run(run_dir: str | Path) -> RunRecord:
-    """Read a run directory (finished or not). Raises FileNotFoundError when it holds no run at all."""
+    """Read a run directory (finished or not). Raises FileNotFoundError when it holds no run at all. What is
+    damaged (a line that is not UTF-8 or not JSON, a row with a non-numeric batch, a config.json of the
+    wrong shape) is left out with a note in `notes`, never an exception."""
     path = Path(run_dir).absolute()
     if not (path / "config.json").exists() and not (path / "metrics.csv").exists():
         raise FileNotFoundError(f"{path} is not a run directory (no config.json, no metrics.csv)")
@@ -80,13 +82,18 @@ def load_run(run_dir: str | Path) -> RunRecord:
 
 
 def _read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
+    """A JSON object file, or None (missing; unreadable, not UTF-8, not JSON or not an object: noted)."""
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        notes.append(f"{path.name} could not be read ({exc})")
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: UnicodeDecodeError and JSONDecodeError
+        notes.append(f"{path.name} could not be read ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})")
         return None
+    if not isinstance(value, dict):
+        notes.append(f"{path.name} left out: it holds a JSON {type(value).__name__}, not an object")
+        return None
+    return value
 
 
 def load_history(path: Path, config: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
@@ -97,7 +104,7 @@ def load_history(path: Path, config: Mapping[str, Any], events: Sequence[Mapping
         rows.update((h.batch, h) for h in as_summaries(read_manifest(path)["history"]))
     except (CheckpointError, OSError, ValueError, KeyError, TypeError):
         pass  # no checkpoint yet: metrics.csv alone
-    menu, slot_ids = _menu_and_slots(config)
+    menu, slot_ids = _menu_and_slots(config, notes)
     ppo = {e.get("batch"): e.get("data") for e in events if e.get("event_type") == "PPO_UPDATE_COMPLETED"}
     for row in read_metrics(path / "metrics.csv", notes):
         batch = int(float(row["batch"]))
@@ -113,17 +120,24 @@ def _training_config(config: Mapping[str, Any]) -> TrainingConfig | None:
         return None
 
 
-def _menu_and_slots(config: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def _menu_and_slots(config: Mapping[str, Any], notes: list[str] | None = None) -> tuple[list[str], list[str]]:
     parsed = _training_config(config)
-    if parsed is None:
-        return list(config.get("blueprint_menu") or []), list(config.get("slots") or [])
-    return list(parsed.menu), list(parsed.slot_ids)
+    if parsed is not None:
+        return list(parsed.menu), list(parsed.slot_ids)
+    if config and notes is not None:
+        notes.append("config.json is not a valid configuration: the blueprint and slot names are taken as "
+                     "they are where they are lists of names")
+    return _names(config.get("blueprint_menu")), _names(config.get("slots"))
+
+
+def _names(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) and all(isinstance(v, str) for v in value) else []
 
 
 def _planned_batches(config: Mapping[str, Any]) -> int | None:
     try:
         return math.ceil(int(config["n_episodes"]) / int(config["n_envs"]))
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
         return None
 
 
@@ -161,7 +175,7 @@ def plot_specs(record: RunRecord) -> list[tuple[str, str, Callable[[], Any]]]:
     ]
     if history:
         last = history[-1].batch
-        slots = list(config.get("slots") or [])
+        slots = _names(config.get("slots"))
         specs.append(("lifecycle", f"Seed lifecycle of the last batch ({last})",
                       lambda: plots.plot_lifecycle(record.events, last, n_envs=config.get("n_envs"),
                                                    slot_ids=_lifecycle_slots(slots),
