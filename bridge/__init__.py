@@ -1,6 +1,7 @@
 """The DLPack bridge: the only package besides `esper_fx` that imports both torch and jax.
 
-Importing it first sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (see `ensure_jax_env`) before jax loads.
+Importing it, like importing any module of `esper_fx`, sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` before jax
+loads (`esper_fx.ensure_jax_env`, re-exported here).
 """
 
 from bridge.dlpack import (

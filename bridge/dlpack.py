@@ -39,40 +39,16 @@ The rules that keep this correct (each one is enforced or documented here):
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
-import warnings
 from typing import Any, NamedTuple
 
+# esper_fx first: importing it sets XLA_PYTHON_CLIENT_PREALLOCATE=false before jax loads (`ensure_jax_env`,
+# re-exported here and from `bridge`).
+from esper_fx import PREALLOCATE_VAR, ensure_jax_env
 from esper_fx.contracts import SIGNAL_DTYPES
 
-PREALLOCATE_VAR = "XLA_PYTHON_CLIENT_PREALLOCATE"
-
-
-def ensure_jax_env() -> None:
-    """Stop JAX from preallocating 75% of GPU memory; call it before JAX is first imported.
-
-    Sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless the variable is already set (an explicit choice is
-    kept). The variable is read when JAX creates its GPU client, so setting it after ``import jax`` only
-    works if no JAX backend has been used yet: in that case this warns. Importing `bridge` calls it.
-    """
-    if PREALLOCATE_VAR in os.environ:
-        return
-    os.environ[PREALLOCATE_VAR] = "false"
-    if "jax" in sys.modules:
-        warnings.warn(
-            f"jax was imported before {PREALLOCATE_VAR}=false was set; it takes effect only if no JAX "
-            "backend has been initialised yet. Call bridge.ensure_jax_env() (or import bridge) first.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-
-
-ensure_jax_env()
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import torch  # noqa: E402
+import jax
+import jax.numpy as jnp
+import torch
 
 ALLOWED_DTYPES: frozenset[str] = SIGNAL_DTYPES
 ALIGNMENT = 64  # bytes; XLA's minimum buffer alignment, and what torch's allocators always give

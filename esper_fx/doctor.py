@@ -37,7 +37,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import bridge  # noqa: F401  (XLA_PYTHON_CLIENT_PREALLOCATE=false before jax is first imported)
 import jax
 import jax.numpy as jnp
 import torch

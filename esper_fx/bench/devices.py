@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import bridge  # noqa: F401  (sets XLA_PYTHON_CLIENT_PREALLOCATE=false before jax is first imported)
 import jax
 import torch
 

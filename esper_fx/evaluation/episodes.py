@@ -16,28 +16,25 @@ epoch-to-epoch swing of a small host is several pp), together with the parameter
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Sequence
 
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+import numpy as np
 
-import time  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any, Callable, NamedTuple, Sequence  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from esper_fx.outputs import checkpoint as ckpt  # noqa: E402
-from esper_fx.controllers import protocol as ctl  # noqa: E402
-from esper_fx.training import step as S  # noqa: E402
-from esper_fx.config import TrainingConfig  # noqa: E402
-from esper_fx.contracts import EventType, signal_columns  # noqa: E402
-from esper_fx.training.bridged_pool import BridgedPool  # noqa: E402
-from esper_fx.training.loop import EpochLog, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch  # noqa: E402
-from esper_fx.controllers.ppo import frozen  # noqa: E402
-from esper_fx.training.run_state import LearnerState, fresh_learner  # noqa: E402
-from esper_fx.outputs.events import Console  # noqa: E402
-from rl import rewards as R  # noqa: E402
-from rl.normalize import RunningMeanStd  # noqa: E402
+from esper_fx.outputs import checkpoint as ckpt
+from esper_fx.controllers import protocol as ctl
+from esper_fx.training import step as S
+from esper_fx.config import TrainingConfig
+from esper_fx.contracts import EventType, signal_columns
+from esper_fx.training.bridged_pool import BridgedPool
+from esper_fx.training.loop import EpochLog, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch
+from esper_fx.controllers.ppo import frozen
+from esper_fx.training.run_state import LearnerState, fresh_learner
+from esper_fx.outputs.events import Console
+from rl import rewards as R
+from rl.normalize import RunningMeanStd
 
 LAST_EPOCHS = 3  # the metric: validation accuracy averaged over the last 3 epochs
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from esper_fx.errors import OutputError, ResumeMismatchError, SetupError
+from esper_fx.outputs.durable import fsync_dir, fsync_tree, install_dir, replace_link, write_durably
 
 CHECKPOINT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -65,57 +66,6 @@ class CheckpointError(SetupError, RuntimeError):
 
 class NoCheckpoint(CheckpointError):
     """The directory holds no checkpoint at all (not even a damaged one): a run stopped before its first."""
-
-
-# ----------------------------------------------------------------------------------------------
-# durable file operations
-# ----------------------------------------------------------------------------------------------
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(path: Path) -> None:
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(Path(root))
-
-
-def write_durably(path: Path, data: bytes) -> None:
-    """Write a new file and fsync it."""
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _replace_link(link: Path, target_name: str) -> None:
-    tmp = link.with_name(f".{link.name}.{uuid.uuid4().hex[:8]}")
-    os.symlink(target_name, tmp)
-    os.replace(tmp, link)
-    fsync_dir(link.parent)
-
-
-def _install(tmp: Path, target: Path) -> None:
-    """Put the complete checkpoint `tmp` at `target`: old copy aside, new one in, fsync, old one deleted."""
-    aside = None
-    if target.exists():
-        aside = target.with_name(f".old-{target.name}-{uuid.uuid4().hex[:8]}")
-        os.rename(target, aside)
-    os.rename(tmp, target)
-    fsync_dir(target.parent)
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -251,19 +201,19 @@ def save_checkpoint(checkpoint_dir: str | Path, batch_idx: int, trees: Mapping[s
         tmp.mkdir()
         try:
             _save_trees(tmp / STATE, trees)
-            _fsync_tree(tmp / STATE)
+            fsync_tree(tmp / STATE)
             body = {"checkpoint_version": CHECKPOINT_VERSION, **manifest,
                     "checksums": state_checksums(tmp / STATE), "complete": True}
             body["manifest_checksum"] = _manifest_digest(body)
             write_durably(tmp / MANIFEST, json.dumps(body).encode("utf-8"))
             fsync_dir(tmp)
-            _install(tmp, target)
+            install_dir(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        _replace_link(root / "latest", name)
+        replace_link(root / "latest", name)
         if final:
-            _replace_link(root / "final", name)
+            replace_link(root / "final", name)
     except OSError as exc:
         raise OutputError(f"cannot write checkpoint {target}: {exc.strerror or exc}") from exc
     _prune(root)

@@ -22,7 +22,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, TextIO
 
-from esper_fx.outputs.checkpoint import fsync_dir, has_checkpoint, write_durably
+from esper_fx.outputs.checkpoint import has_checkpoint
+from esper_fx.outputs.durable import append_text, replace_text
 from esper_fx.contracts import EventType
 from esper_fx.errors import OutputError, RunDirectoryError
 from esper_fx.outputs.history import OP_NAMES, BatchSummary
@@ -93,21 +94,6 @@ def reward_events(reward: Sequence[float], components: Mapping[str, Sequence[flo
     return events
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Replace `path` by a durable copy of `text`: write a temporary file, fsync, rename, fsync the directory."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    write_durably(tmp, text.encode("utf-8"))
-    tmp.replace(path)
-    fsync_dir(path.parent)
-
-
-def _append_durably(path: Path, text: str) -> None:
-    with open(path, "a", encoding="utf-8", newline="") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 @contextmanager
 def _writing(path: Path):
     """Turn an OSError while writing `path` into an OutputError naming the file and the cause."""
@@ -121,6 +107,7 @@ def _writing(path: Path):
 
 LOCK_NAME = ".lock"  # flock()ed for the life of a run; the only file a fresh run directory may hold
 CONFIG_NAME = "config.json"
+EVENTS_NAME = "events.jsonl"
 
 
 def run_dir_entries(path: Path) -> list[str]:
@@ -143,7 +130,7 @@ class RunDirectory:
         self.path = Path(os.path.abspath(path))  # resolved once: a later chdir cannot move the run
         with _writing(self.path):
             self.path.mkdir(parents=True, exist_ok=True)
-        self.events_path = self.path / "events.jsonl"
+        self.events_path = self.path / EVENTS_NAME
         self.metrics_path = self.path / "metrics.csv"
         self.checkpoint_dir = self.path / "checkpoints"
         self._metric_columns: list[str] | None = list(columns) if columns else self._existing_columns()
@@ -190,23 +177,23 @@ class RunDirectory:
 
     def write_config(self, config_dict: Mapping[str, Any]) -> None:
         with _writing(self.path / CONFIG_NAME):
-            _atomic_write_text(self.path / CONFIG_NAME, json.dumps(to_jsonable(config_dict), indent=2) + "\n")
+            replace_text(self.path / CONFIG_NAME, json.dumps(to_jsonable(config_dict), indent=2) + "\n")
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         with _writing(self.path / "summary.json"):
-            _atomic_write_text(self.path / "summary.json", json.dumps(to_jsonable(summary), indent=2) + "\n")
+            replace_text(self.path / "summary.json", json.dumps(to_jsonable(summary), indent=2) + "\n")
 
     def append_events(self, events: Iterable[Event]) -> None:
         lines = [json.dumps(e.to_dict()) for e in events]
         if lines:
             with _writing(self.events_path):
-                _append_durably(self.events_path, "\n".join(lines) + "\n")
+                append_text(self.events_path, "\n".join(lines) + "\n")
 
     def start_metrics(self) -> None:
         """Write metrics.csv's header now (a fresh run with fixed columns)."""
         if self._metric_columns and not self.metrics_path.exists():
             with _writing(self.metrics_path):
-                _atomic_write_text(self.metrics_path, _csv_text([self._metric_columns]))
+                replace_text(self.metrics_path, _csv_text([self._metric_columns]))
 
     def append_metrics(self, row: BatchSummary) -> None:
         flat = flatten_metrics(row)
@@ -217,8 +204,8 @@ class RunDirectory:
             if new:  # a row with columns the header lacks: widen the header, keep every earlier row
                 self._rewrite_metrics(self._metric_rows(), self._metric_columns + new)
             if not self.metrics_path.exists():
-                _atomic_write_text(self.metrics_path, _csv_text([self._metric_columns]))
-            _append_durably(self.metrics_path, _csv_text([[_cell(flat.get(k)) for k in self._metric_columns]]))
+                replace_text(self.metrics_path, _csv_text([self._metric_columns]))
+            append_text(self.metrics_path, _csv_text([[_cell(flat.get(k)) for k in self._metric_columns]]))
 
     def _metric_rows(self) -> list[dict[str, str]]:
         if not self.metrics_path.exists():
@@ -229,7 +216,7 @@ class RunDirectory:
     def _rewrite_metrics(self, rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> None:
         self._metric_columns = list(columns)
         table = [list(columns)] + [[row.get(k) or "" for k in columns] for row in rows]
-        _atomic_write_text(self.metrics_path, _csv_text(table))
+        replace_text(self.metrics_path, _csv_text(table))
 
     def truncate_history(self, n_batches: int) -> None:
         """On resume: keep exactly the metrics rows and events of batches 0 .. n_batches−1 (by batch number,
@@ -253,7 +240,7 @@ class RunDirectory:
                 if batch is None or (isinstance(batch, int) and batch < n_batches):
                     kept.append(line)
             with _writing(self.events_path):
-                _atomic_write_text(self.events_path, "\n".join(kept) + ("\n" if kept else ""))
+                replace_text(self.events_path, "\n".join(kept) + ("\n" if kept else ""))
 
 
 def refusal(path: Path, held: Sequence[str]) -> str:
@@ -372,6 +359,127 @@ def flatten_metrics(entry: BatchSummary) -> dict[str, Any]:
             value = json.dumps(value)
         row[f"ppo_{key}"] = value
     return row
+
+
+# ----------------------------------------------------------------------------------------------
+# reading a run directory back (the report, the plots, the notebooks)
+# ----------------------------------------------------------------------------------------------
+
+
+def _text_lines(path: Path, notes: list[str] | None) -> list[str]:
+    """The file's lines decoded as UTF-8; a line that is not (a torn write, a damaged disk) is left out,
+    with a note."""
+    with open(path, "rb") as fh:
+        raw = fh.read().splitlines(keepends=True)
+    lines, bad = [], []
+    for number, line in enumerate(raw, 1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad.append(number)
+    if bad and notes is not None:
+        notes.append(f"{path.name}: {len(bad)} line(s) that are not UTF-8 left out (line {bad[0]}"
+                     f"{' ...' if len(bad) > 1 else ''})")
+    return lines
+
+
+def load_events(path: str | Path, notes: list[str] | None = None,
+                skip_types: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """`events.jsonl` (or the run directory holding it) as event dicts, tolerant of what a stopped run leaves.
+
+    A missing file gives no events; a line that is not a JSON object (the torn last line of a run killed
+    while it wrote, a damaged disk) is left out, and `notes`, when given, says how many when there is more
+    than that one torn line. Lines of the event types in `skip_types` are left out unparsed (the report
+    skips the debug-level REWARD_COMPUTED lines)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / EVENTS_NAME
+    if not path.exists():
+        return []
+    markers = tuple(f'"{kind}"' for kind in skip_types)
+    events, bad = [], 0
+    for line in _text_lines(path, notes):
+        if not line.strip() or any(marker in line for marker in markers):
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+        else:
+            bad += 1
+    if bad > 1 and notes is not None:  # (one torn last line is what an interrupted run leaves: no note)
+        notes.append(f"{path.name}: {bad} line(s) that are not JSON events left out")
+    return events
+
+
+def read_metrics(path: Path, notes: list[str]) -> list[dict[str, str]]:
+    """metrics.csv's complete rows whose batch is a whole number, as dicts of text; the rest are left out
+    with a note (a non-numeric cell elsewhere reads as a missing value)."""
+    if not path.exists():
+        return []
+    rows = list(csv.DictReader(_text_lines(path, notes)))
+    complete = [r for r in rows if None not in r.values() and _whole_number(r.get("batch")) is not None]
+    if len(complete) < len(rows):
+        notes.append(f"metrics.csv: {len(rows) - len(complete)} incomplete or damaged row(s) left out")
+    unreadable = sum(1 for r in complete for k, v in r.items() if v not in ("", None, "True", "False")
+                     and k is not None and not _is_number(v) and not v.startswith("["))
+    if unreadable:
+        notes.append(f"metrics.csv: {unreadable} non-numeric cell(s) read as missing values")
+    return complete
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _whole_number(text: str | None) -> int | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return int(value) if math.isfinite(value) and value >= 0 and value == int(value) else None
+
+
+def _csv_number(text: str | None) -> float:
+    try:
+        return float(text) if text not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
+
+
+def _csv_int(text: str | None) -> int:
+    value = _csv_number(text)
+    return int(value) if math.isfinite(value) else 0
+
+
+def summary_from_csv(row: Mapping[str, str], ppo: Mapping[str, Any] | None, menu: Sequence[str],
+                     slot_ids: Sequence[str]) -> BatchSummary:
+    """A history row from a metrics.csv row (the inverse of `flatten_metrics`, as far as the file goes).
+    metrics.csv has no per-head counts: the op head's choices are the pool's op counts, the other heads are
+    empty; env rewards and timing are not recorded there."""
+    envs = sorted(int(k[3:-len("_accuracy")]) for k in row if k.startswith("env") and k.endswith("_accuracy"))
+    counts = {op: _csv_int(row.get(f"action_counts_{op}")) for op in OP_NAMES}
+    return BatchSummary(
+        batch=_csv_int(row["batch"]), episodes_completed=_csv_int(row.get("episodes_completed")),
+        env_accuracies=[_csv_number(row[f"env{i}_accuracy"]) for i in envs],
+        avg_accuracy=_csv_number(row.get("avg_accuracy")),
+        rolling_avg_accuracy=_csv_number(row.get("rolling_avg_accuracy")),
+        avg_reward=_csv_number(row.get("avg_reward")), env_rewards=[], host_max_accuracies=[], env_seed_params=[],
+        action_counts=counts,
+        successful_action_counts={op: _csv_int(row.get(f"successful_action_counts_{op}")) for op in OP_NAMES},
+        head_counts={"op": [counts[op] for op in OP_NAMES]}, menu=list(menu), slot_ids=list(slot_ids),
+        entropy_coef=_csv_number(row.get("entropy_coef")), seeds_created=_csv_int(row.get("seeds_created")),
+        seeds_fossilized=_csv_int(row.get("seeds_fossilized")), contributing_fossilized=0,
+        seeds_culled=_csv_int(row.get("seeds_culled")), rollbacks=_csv_int(row.get("rollbacks")),
+        ppo=dict(ppo) if ppo is not None else None, timing={}, wall_time_s=_csv_number(row.get("wall_time_s")),
+    )
 
 
 # ----------------------------------------------------------------------------------------------

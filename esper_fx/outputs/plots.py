@@ -16,7 +16,6 @@ stage at x = e, and a seed still present at the end of the episode is drawn up t
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from esper_fx.contracts import BLEND_NAMES, SeedStage, SlotIdError, sort_slot_ids
+from esper_fx.outputs.events import load_events
 from esper_fx.outputs.history import OP_NAMES, BatchSummary, as_summaries
 
 __all__ = [
@@ -87,18 +87,6 @@ def _as_history(data: Any) -> list[BatchSummary]:
     if history is None:
         return []
     return as_summaries(history)
-
-
-def load_events(path: str | Path) -> list[dict[str, Any]]:
-    """Read `events.jsonl` (or the run directory holding it) into a list of event dicts."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "events.jsonl"
-    events = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            events.append(json.loads(line))
-    return events
 
 
 def _event_dict(event: Any) -> dict[str, Any]:

@@ -20,7 +20,6 @@ itself never ends a run (`write_report_or_warn`).
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import json
 import math
@@ -34,14 +33,15 @@ from typing import Any, Callable, Mapping, Sequence
 from esper_fx.outputs import plots
 from esper_fx.outputs.checkpoint import CheckpointError, read_manifest
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import LifecycleOp, SlotIdError, sort_slot_ids
+from esper_fx.contracts import SlotIdError, sort_slot_ids
 from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, CommandParser, ConfigError
+from esper_fx.outputs.events import load_events, read_metrics, summary_from_csv
 from esper_fx.outputs.history import BatchSummary, as_summaries, run_summary
 
 PLOTS_SUBDIR = "plots"
 REPORT_NAME = "report.html"
 DPI = 100
-SKIPPED_EVENT_TYPES = ('"REWARD_COMPUTED"',)  # debug-level lines the report never reads (parsed lazily)
+SKIPPED_EVENT_TYPES = ("REWARD_COMPUTED",)  # debug-level lines the report never reads (left unparsed)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ def load_run(run_dir: str | Path) -> RunRecord:
         raise FileNotFoundError(f"{path} is not a run directory (no config.json, no metrics.csv)")
     notes: list[str] = []
     config = _read_json(path / "config.json", notes) or {}
-    events = load_events(path / "events.jsonl", notes)
+    events = load_events(path / "events.jsonl", notes, skip_types=SKIPPED_EVENT_TYPES)
     history = load_history(path, config, events, notes)
     saved = _read_json(path / "summary.json", notes)
     finished = bool(saved) and saved.get("batches") == len(history)
@@ -96,45 +96,6 @@ def _read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
     return value
 
 
-def _text_lines(path: Path, notes: list[str] | None) -> list[str]:
-    """The file's lines decoded as UTF-8; a line that is not (a torn write, a damaged disk) is left out,
-    with a note."""
-    with open(path, "rb") as fh:
-        raw = fh.read().splitlines(keepends=True)
-    lines, bad = [], []
-    for number, line in enumerate(raw, 1):
-        try:
-            lines.append(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            bad.append(number)
-    if bad and notes is not None:
-        notes.append(f"{path.name}: {len(bad)} line(s) that are not UTF-8 left out (line {bad[0]}"
-                     f"{' ...' if len(bad) > 1 else ''})")
-    return lines
-
-
-def load_events(path: Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
-    """events.jsonl without the debug-level REWARD_COMPUTED lines; a torn or damaged line is skipped."""
-    if not path.exists():
-        return []
-    events, bad = [], 0
-    for line in _text_lines(path, notes):
-        if not line.strip() or any(kind in line for kind in SKIPPED_EVENT_TYPES):
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-        else:
-            bad += 1
-    if bad > 1 and notes is not None:  # (one torn last line is what an interrupted run leaves: no note)
-        notes.append(f"events.jsonl: {bad} line(s) that are not JSON events left out")
-    return events
-
-
 def load_history(path: Path, config: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                  notes: list[str]) -> list[BatchSummary]:
     """Every finished batch: the latest checkpoint's rows, then metrics.csv's later rows."""
@@ -145,78 +106,11 @@ def load_history(path: Path, config: Mapping[str, Any], events: Sequence[Mapping
         pass  # no checkpoint yet: metrics.csv alone
     menu, slot_ids = _menu_and_slots(config, notes)
     ppo = {e.get("batch"): e.get("data") for e in events if e.get("event_type") == "PPO_UPDATE_COMPLETED"}
-    for row in _metrics_rows(path / "metrics.csv", notes):
+    for row in read_metrics(path / "metrics.csv", notes):
         batch = int(float(row["batch"]))
         if batch not in rows:
             rows[batch] = summary_from_csv(row, ppo.get(batch), menu, slot_ids)
     return [rows[b] for b in sorted(rows)]
-
-
-def _metrics_rows(path: Path, notes: list[str]) -> list[dict[str, str]]:
-    """metrics.csv's complete rows whose batch is a whole number; the rest are left out with a note (a
-    non-numeric cell elsewhere reads as a missing value)."""
-    if not path.exists():
-        return []
-    rows = list(csv.DictReader(_text_lines(path, notes)))
-    complete = [r for r in rows if None not in r.values() and _batch_number(r.get("batch")) is not None]
-    if len(complete) < len(rows):
-        notes.append(f"metrics.csv: {len(rows) - len(complete)} incomplete or damaged row(s) left out")
-    unreadable = sum(1 for r in complete for k, v in r.items() if v not in ("", None, "True", "False")
-                     and k is not None and not _is_number(v) and not v.startswith("["))
-    if unreadable:
-        notes.append(f"metrics.csv: {unreadable} non-numeric cell(s) read as missing values")
-    return complete
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _batch_number(text: str | None) -> int | None:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return int(value) if math.isfinite(value) and value >= 0 and value == int(value) else None
-
-
-def _csv_number(text: str | None) -> float:
-    try:
-        return float(text) if text not in (None, "") else math.nan
-    except ValueError:
-        return math.nan
-
-
-def _csv_int(text: str | None) -> int:
-    value = _csv_number(text)
-    return int(value) if math.isfinite(value) else 0
-
-
-def summary_from_csv(row: Mapping[str, str], ppo: Mapping[str, Any] | None, menu: Sequence[str],
-                     slot_ids: Sequence[str]) -> BatchSummary:
-    """A history row from a metrics.csv row. metrics.csv has no per-head counts: the op head's choices are
-    the pool's op counts, the other heads are empty; env rewards and timing are not recorded there."""
-    envs = sorted(int(k[3:-len("_accuracy")]) for k in row if k.startswith("env") and k.endswith("_accuracy"))
-    ops = [op.name for op in LifecycleOp]
-    counts = {op: _csv_int(row.get(f"action_counts_{op}")) for op in ops}
-    return BatchSummary(
-        batch=_csv_int(row["batch"]), episodes_completed=_csv_int(row.get("episodes_completed")),
-        env_accuracies=[_csv_number(row[f"env{i}_accuracy"]) for i in envs],
-        avg_accuracy=_csv_number(row.get("avg_accuracy")),
-        rolling_avg_accuracy=_csv_number(row.get("rolling_avg_accuracy")),
-        avg_reward=_csv_number(row.get("avg_reward")), env_rewards=[], host_max_accuracies=[], env_seed_params=[],
-        action_counts=counts,
-        successful_action_counts={op: _csv_int(row.get(f"successful_action_counts_{op}")) for op in ops},
-        head_counts={"op": [counts[op] for op in ops]}, menu=list(menu), slot_ids=list(slot_ids),
-        entropy_coef=_csv_number(row.get("entropy_coef")), seeds_created=_csv_int(row.get("seeds_created")),
-        seeds_fossilized=_csv_int(row.get("seeds_fossilized")), contributing_fossilized=0,
-        seeds_culled=_csv_int(row.get("seeds_culled")), rollbacks=_csv_int(row.get("rollbacks")),
-        ppo=dict(ppo) if ppo is not None else None, timing={}, wall_time_s=_csv_number(row.get("wall_time_s")),
-    )
 
 
 def _training_config(config: Mapping[str, Any]) -> TrainingConfig | None:

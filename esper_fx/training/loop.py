@@ -13,48 +13,40 @@ uninterrupted run. Run state and checkpoints: `run_state.py`; the per-batch rows
 
 from __future__ import annotations
 
+import math
 import os
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
 
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-# One OpenBLAS thread (unless set): JAX's CPU LAPACK kernels (the QR of the controller's orthogonal
-# initialisation) run on scipy's OpenBLAS, whose spinning worker threads stalled that initialisation for
-# 3-8 s instead of 10 ms whenever other processes kept the cores busy. The parameters are bit-identical.
-# It takes effect if set before that library loads, which happens at the first LAPACK call.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import math  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any, Callable  # noqa: E402
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from esper_fx.controllers import protocol as ctl  # noqa: E402
-from esper_fx.training import preflight  # noqa: E402
-from esper_fx.outputs import report  # noqa: E402
-from esper_fx.training import step as S  # noqa: E402
-from esper_fx.config import TrainingConfig, absolute_paths  # noqa: E402
-from esper_fx.contracts import ACTION_HEADS, EventType, SignalColumn, signal_columns, unpack_signals  # noqa: E402
-from esper_fx.training.bridged_pool import BridgedPool  # noqa: E402
-from esper_fx.errors import ControllerError, DataError  # noqa: E402
-from esper_fx.outputs.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary  # noqa: E402
-from esper_fx.outputs.history import SKIPPED_UPDATE, summarize_batch  # noqa: E402
-from esper_fx.training.run_state import Committed, Interrupted, LearnerState, Progress, advance, fresh_learner  # noqa: E402
-from esper_fx.training.run_state import interrupted, restore, save  # noqa: E402
-from esper_fx.training.stopping import deferred_stops, sigterm_stops, stop_signal  # noqa: E402
-from esper_fx.outputs.events import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns  # noqa: E402
-from esper_fx.outputs.events import nonfinite_warning, reward_events, update_warning  # noqa: E402
-from esper_fx.outputs.tensorboard_log import open_board  # noqa: E402
-from hosts.data.external import DatasetUnavailableError  # noqa: E402
-from hosts.env import EnvPool  # noqa: E402
-from hosts.env.pool import resolve_device  # noqa: E402
-from rl import rewards as R  # noqa: E402
-from rl import rollout as rollout_lib  # noqa: E402
+from esper_fx.controllers import protocol as ctl
+from esper_fx.training import preflight
+from esper_fx.outputs import report
+from esper_fx.training import step as S
+from esper_fx.config import TrainingConfig, absolute_paths
+from esper_fx.contracts import ACTION_HEADS, EventType, SignalColumn, signal_columns, unpack_signals
+from esper_fx.training.bridged_pool import BridgedPool
+from esper_fx.errors import ControllerError, DataError
+from esper_fx.outputs.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary
+from esper_fx.outputs.history import SKIPPED_UPDATE, summarize_batch
+from esper_fx.training.run_state import Committed, Interrupted, LearnerState, Progress, advance, fresh_learner
+from esper_fx.training.run_state import interrupted, restore, save
+from esper_fx.training.stopping import deferred_stops, sigterm_stops, stop_signal
+from esper_fx.outputs.events import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns
+from esper_fx.outputs.events import nonfinite_warning, reward_events, update_warning
+from esper_fx.outputs.tensorboard_log import open_board
+from hosts.data.external import DatasetUnavailableError
+from hosts.env import EnvPool
+from hosts.env.pool import resolve_device
+from rl import rewards as R
+from rl import rollout as rollout_lib
 
 __all__ = ["run", "RunResult", "Interrupted", "build_pool"]
 

@@ -143,11 +143,13 @@ def test_a_killed_worker_stops_the_run_naming_it_and_resume_continues_exactly(re
 
 @pytest.fixture
 def local_ray():
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init installs its own handler: put ours back after
     with warnings.catch_warnings():  # Ray's fork+exec of its daemons
         warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
         ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)
     yield
     ray.shutdown()
+    signal.signal(signal.SIGTERM, sigterm)
 
 
 def test_a_worker_exception_reaches_the_driver_with_its_traceback(local_ray):

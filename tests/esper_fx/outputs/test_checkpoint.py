@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from esper_fx.outputs import checkpoint as ckpt
+from esper_fx.outputs import durable
 from esper_fx.errors import SetupError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -130,8 +131,8 @@ def test_resaving_replaces_the_old_copy(tmp_path):
 def test_link_swaps_and_rewrites_are_fsynced(tmp_path, monkeypatch):
     """Issue 12, defect 4: the symlink swaps were not fsynced."""
     synced = []
-    real = ckpt.fsync_dir
-    monkeypatch.setattr(ckpt, "fsync_dir", lambda path: (synced.append(Path(path)), real(path)))
+    real = durable.fsync_dir
+    monkeypatch.setattr(durable, "fsync_dir", lambda path: (synced.append(Path(path)), real(path)))
     _save(tmp_path, 0, final=True)
     assert synced.count(tmp_path) >= 3  # the install, the latest link and the final link
 

@@ -192,6 +192,22 @@ def test_events_round_trip_through_a_run_directory(tmp_path):
     assert len(plots.load_events(run_dir.events_path)) == len(make_events())
 
 
+def test_damaged_events_lines_are_left_out_with_a_note_and_skipped_types_are_not_read(tmp_path):
+    """One reader of events.jsonl for the plots and the report, tolerant of what a stopped run leaves: the
+    torn last line of a killed run is left out quietly, more damaged lines with a note."""
+    path = tmp_path / "events.jsonl"
+    good = '{"event_type": "A", "batch": 0}\n{"event_type": "REWARD_COMPUTED"}\n'
+    path.write_text(good + '{"event_type": "B", "ba', encoding="utf-8")
+    notes: list[str] = []
+    events = plots.load_events(tmp_path, notes, skip_types=("REWARD_COMPUTED",))
+    assert [e["event_type"] for e in events] == ["A"] and notes == []
+    assert [e["event_type"] for e in plots.load_events(path)] == ["A", "REWARD_COMPUTED"]
+    path.write_text(good + "[1, 2]\n" + '{"event_type": "B", "ba', encoding="utf-8")
+    assert [e["event_type"] for e in plots.load_events(path, notes)] == ["A", "REWARD_COMPUTED"]
+    assert notes == ["events.jsonl: 2 line(s) that are not JSON events left out"]
+    assert plots.load_events(tmp_path / "missing.jsonl") == []
+
+
 def test_integer_stage_values_are_named():
     events = [ev("SEED_GERMINATED", 1, 0, "r0c0", stage=3), stage(4, 0, "r0c0", 3, 4)]
     assert [iv.stage for iv in events_to_intervals(events, 1, max_epochs=6)] == ["TRAINING", "BLENDING"]
