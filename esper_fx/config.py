@@ -60,10 +60,26 @@ class AmpDtype(StrEnum):
 
 
 class TelemetryLevel(StrEnum):
-    OFF = "off"
-    MINIMAL = "minimal"
+    """What the run writes to events.jsonl: `debug` adds every reward component of every epoch."""
+
     NORMAL = "normal"
     DEBUG = "debug"
+
+
+# Fields of earlier versions that changed nothing a run did. A config file that names one is refused with
+# this reason; a saved config (a checkpoint's manifest, a run's config.json) drops them (`upgrade_saved`).
+RETIRED_FIELDS: Mapping[str, str] = {
+    "plateau_threshold": "nothing read it",
+    "improvement_threshold": "nothing read it",
+    "chunk_length": "it always equalled max_epochs",
+}
+# Telemetry levels of earlier versions: "minimal" did what "normal" does; "off" also set use_telemetry to
+# false, which changes the observation size. A config file naming one is refused with this line.
+RETIRED_TELEMETRY_LEVELS: Mapping[str, str] = {
+    "minimal": "telemetry_level 'minimal' was removed: it did what 'normal' does (use 'normal')",
+    "off": "telemetry_level 'off' was removed: set use_telemetry to false to drop the gradient features "
+           "from the observation (this changes the observation size: a checkpoint records it)",
+}
 
 
 # Seeds seed torch (which takes 64-bit integers) and jax (signed 64-bit) with seed + small offsets.
@@ -115,17 +131,16 @@ class TrainingConfig:
     amp: bool = False
     amp_dtype: AmpDtype = AmpDtype.FLOAT16
     # policy
-    chunk_length: int | None = None  # -> max_epochs
     blueprint_menu: tuple[str, ...] | None = None  # topology default
     # the controller side (flat keys: lr, gamma, ..., reward_family, ...)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     reward: RewardSettings = field(default_factory=RewardSettings)
     discard_rolled_back_envs: bool = False
     # telemetry
+    # The gradient features of each slot in the observation: false drops them and shrinks the observation
+    # by 10 per slot (so a checkpoint trained with one value cannot resume with the other; resume checks it).
     use_telemetry: bool = True
-    telemetry_level: TelemetryLevel = TelemetryLevel.NORMAL
-    plateau_threshold: float = 0.5  # batch-level logging threshold (the tracker's is its own, §8.5)
-    improvement_threshold: float = 2.0
+    telemetry_level: TelemetryLevel = TelemetryLevel.NORMAL  # events only: debug adds the reward components
     # outputs
     run_dir: str | None = None
     resume_path: str | None = None
@@ -146,7 +161,6 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         self._coerce()
         self._validate_counts()
-        self._validate_thresholds()
         self._validate_slots()
         self._validate_data()
         self._validate_workers()
@@ -165,6 +179,8 @@ class TrainingConfig:
     def _coerce(self) -> None:
         enums = {"task": Task, "data_split": DataSplit, "data_path": DataPath, "amp_dtype": AmpDtype,
                  "telemetry_level": TelemetryLevel}
+        if isinstance(self.telemetry_level, str) and self.telemetry_level in RETIRED_TELEMETRY_LEVELS:
+            raise ValueError(RETIRED_TELEMETRY_LEVELS[self.telemetry_level])
         for name, cls in enums.items():
             self._set(name, check.enum(name, cls, getattr(self, name)))
         REGISTRY.canonical(check.text("controller", self.controller))
@@ -184,17 +200,12 @@ class TrainingConfig:
         for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "one_seed_at_a_time",
                      "germination_deadline", "tensorboard", "report"):
             check.boolean(name, getattr(self, name))
-        if self.telemetry_level == TelemetryLevel.OFF:
-            self._set("use_telemetry", False)
-        if self.chunk_length is None:
-            self._set("chunk_length", self.max_epochs)
 
     def _validate_counts(self) -> None:
         for name in ("n_episodes", "n_envs", "max_epochs", "checkpoint_every"):
             self._set(name, check.at_least_one(name, getattr(self, name)))
         for name in ("seed", "data_seed"):
             self._set(name, check.int_between(name, getattr(self, name), SEED_MIN, SEED_MAX))
-        self._set("chunk_length", check.integer("chunk_length", self.chunk_length))
         self._set("max_seeds", check.optional_at_least("max_seeds", self.max_seeds, 1))
         for name, limit in SIZE_LIMITS.items():
             check.at_most(name, getattr(self, name), limit)
@@ -203,16 +214,7 @@ class TrainingConfig:
                 f"num_minibatches must be <= n_envs (got num_minibatches={self.ppo.num_minibatches}, "
                 f"n_envs={self.n_envs})"
             )
-        if self.chunk_length != self.max_epochs:
-            raise ValueError(
-                f"chunk_length must match max_epochs (got chunk_length={self.chunk_length}, "
-                f"max_epochs={self.max_epochs})"
-            )
         self._set("min_cull_age", check.at_least_one("min_cull_age", self.min_cull_age))
-
-    def _validate_thresholds(self) -> None:
-        check.number("plateau_threshold", self.plateau_threshold)
-        check.number("improvement_threshold", self.improvement_threshold)
 
     def _validate_slots(self) -> None:
         if not self.slots:
@@ -336,9 +338,7 @@ class TrainingConfig:
         return entropy_coefficient(self.ppo, self.n_envs, train_steps)
 
     def replace(self, **changes: Any) -> "TrainingConfig":
-        """A validated copy with some fields (or flat keys) changed; chunk_length follows max_epochs."""
-        if "max_epochs" in changes and "chunk_length" not in changes:
-            changes["chunk_length"] = None
+        """A validated copy with some fields (or flat keys) changed."""
         return TrainingConfig(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
 
     # ---------------------------------------------------------------- (de)serialisation
@@ -359,6 +359,9 @@ class TrainingConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainingConfig":
         if not isinstance(d, Mapping):
             raise ValueError(f"a config must be a JSON object (got {type(d).__name__})")
+        retired = sorted(k for k in d if k in RETIRED_FIELDS)
+        if retired:
+            raise ValueError(f"config key {retired[0]!r} was removed ({RETIRED_FIELDS[retired[0]]}): delete it")
         known = set(field_names(cls)) - set(FLAT_GROUPS) | set(GROUP_OF_KEY)
         unknown = sorted(k for k in d if k not in known)
         for name, section in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
@@ -369,7 +372,13 @@ class TrainingConfig:
         return cls(**dict(d))
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "TrainingConfig":
+    def from_saved(cls, d: Mapping[str, Any]) -> "TrainingConfig":
+        """A config this project wrote (a checkpoint's manifest, a run's config.json), from any version."""
+        return cls.from_dict(upgrade_saved(d))
+
+    @classmethod
+    def from_json(cls, path: str | Path, saved: bool = False) -> "TrainingConfig":
+        """A config file; `saved`: one this project wrote (retired fields are dropped, not refused)."""
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -386,7 +395,7 @@ class TrainingConfig:
                              f"column {exc.colno}") from None
         if not isinstance(data, dict):
             raise ValueError(f"config file {path} must hold a JSON object at the top level")
-        return cls.from_dict(data)
+        return cls.from_saved(data) if saved else cls.from_dict(data)
 
     # ---------------------------------------------------------------- presets (§14.3)
     @classmethod
@@ -403,6 +412,17 @@ def absolute_paths(config: TrainingConfig) -> TrainingConfig:
     changes = {name: os.path.abspath(getattr(config, name)) for name in ("run_dir", "resume_path")
                if getattr(config, name)}
     return config.replace(**changes) if changes else config
+
+
+def upgrade_saved(d: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved config of an earlier version in today's keys: retired fields dropped, a retired telemetry
+    level read as "normal" ("off" had already set use_telemetry to false in the saved config)."""
+    if not isinstance(d, Mapping):
+        return d
+    out = {k: v for k, v in d.items() if k not in RETIRED_FIELDS}
+    if out.get("telemetry_level") in RETIRED_TELEMETRY_LEVELS:
+        out["telemetry_level"] = TelemetryLevel.NORMAL.value
+    return out
 
 
 def _nest(values: dict[str, Any]) -> dict[str, Any]:
@@ -439,11 +459,10 @@ PRESET_NAMES: tuple[str, ...] = (
     "cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext", "quickstart", "shapes10_quick", "heuristic",
 )
 
-_CIFAR = {"task": "cifar10", "entropy_coef": 0.1, "plateau_threshold": 0.4}
+_CIFAR = {"task": "cifar10", "entropy_coef": 0.1}
 _TINY = {
     "task": "tinystories", "entropy_coef": 0.05, "entropy_coef_start": 0.05, "entropy_coef_end": 0.01,
-    "entropy_anneal_episodes": 10, "plateau_threshold": 0.3, "improvement_threshold": 1.5,
-    "sparse_reward_scale": 0.5,
+    "entropy_anneal_episodes": 10, "sparse_reward_scale": 0.5,
 }
 
 # quickstart: the shapes16 task (16x16 shapes10 images, a host that cannot see space; docs/LEARNING.md),
@@ -464,7 +483,7 @@ SHAPES10_QUICK = {
 
 _PRESETS: dict[str, dict[str, Any]] = {
     "cifar10": dict(_CIFAR),
-    "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08, "plateau_threshold": 0.35},
+    "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
     "tinystories": dict(_TINY),
     "shapes10": {**_CIFAR, "task": "shapes10"},
     "pytext": {**_TINY, "task": "pytext"},

@@ -365,11 +365,6 @@ def signal_columns(num_slots: int, num_blueprints: int, obs_dim: int) -> dict[st
     return columns
 
 
-def packed_widths(columns: Mapping[str, SignalColumn]) -> dict[str, int]:
-    """W per dtype: the number of columns of each packed buffer."""
-    return {dtype: max((c.stop for c in columns.values() if c.dtype == dtype), default=0) for dtype in PACKED_DTYPES}
-
-
 def unpack_signals(packed: Mapping[str, Any], columns: Mapping[str, SignalColumn]) -> dict[str, Any]:
     """The SIGNAL_FIELDS dict viewed out of the packed buffers {dtype: [E, W]} (views, no copies)."""
     out = {}

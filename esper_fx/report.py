@@ -170,7 +170,7 @@ def summary_from_csv(row: Mapping[str, str], ppo: Mapping[str, Any] | None, menu
 
 def _training_config(config: Mapping[str, Any]) -> TrainingConfig | None:
     try:
-        return TrainingConfig.from_dict(config)
+        return TrainingConfig.from_saved(config)
     except (ValueError, TypeError):
         return None
 

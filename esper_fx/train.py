@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", metavar="N",
                    help="checkpoint every N batches")
     p.add_argument("--telemetry-level", dest="telemetry_level",
-                   help="off, minimal, normal (default) or debug; off also removes telemetry features")
+                   help="normal (default) or debug (every reward component goes into events.jsonl)")
     p.add_argument("--no-tensorboard", action="store_false", dest="tensorboard", default=None,
                    help="no TensorBoard scalars in <run dir>/tb/")
     p.add_argument("--no-report", action="store_false", dest="report", default=None,
@@ -115,8 +115,6 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
         else:
             base = TrainingConfig.preset(args.preset or "quickstart")
         overrides = _overrides(args)
-        if "max_epochs" in overrides:
-            overrides["chunk_length"] = overrides["max_epochs"]
         config = base.replace(**overrides) if overrides else base
     except (ValueError, TypeError) as exc:
         raise ConfigError(str(exc)) from None
@@ -181,13 +179,13 @@ def _resumed(path: str) -> tuple[TrainingConfig, str]:
             raise ConfigError(f"cannot resume from {path!r}: {exc}") from None
         source, run_dir = str(restart / "config.json"), str(restart)
         try:
-            return TrainingConfig.from_json(source), run_dir
+            return TrainingConfig.from_json(source, saved=True), run_dir
         except ValueError as bad:
             raise ConfigError(f"cannot resume from {path!r}: {bad}") from None
     except CheckpointError as exc:
         raise ConfigError(f"cannot resume from {path!r}: {exc}") from None
     try:
-        return TrainingConfig.from_dict(config), run_dir
+        return TrainingConfig.from_saved(config), run_dir
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"cannot resume from {source}: its config is invalid: {exc}") from None
 

@@ -250,13 +250,6 @@ def check_logits(logits, head: str = "head") -> None:
     )
 
 
-def check_heads(logits: Sequence, masks: Sequence) -> None:
-    """Run `check_mask` and `check_logits` on every head (concrete arrays)."""
-    for name, lg, m in zip(C.ACTION_HEADS, logits, masks):
-        check_mask(m, name)
-        check_logits(lg, name)
-
-
 def check_actions(actions, masks: Sequence) -> None:
     """Raise InvalidStateError if a concrete action `[..., 4]` is out of range or masked."""
     a = np.asarray(actions)
