@@ -2,7 +2,7 @@
 
 The run's own settings (task, envs, episodes, devices, data, outputs) are fields here. The controller
 side's settings live with the controller code and are nested: `config.ppo` (`rl.config.PPOConfig`),
-`config.reward` (`rl.config.RewardSettings`) and `config.heuristic` (`rl.config.HeuristicConfig`), each
+`config.reward` (`rl.config.RewardConfig`) and `config.heuristic` (`rl.config.HeuristicConfig`), each
 default written once, there. The PPO and reward fields keep their flat names everywhere a user sees
 them: `TrainingConfig(lr=1e-4)`, `config.replace(gamma=0.99)`, `config.lr`, the JSON of `to_dict` /
 `from_dict` (so every earlier config file and checkpoint manifest still loads) and the command line.
@@ -29,15 +29,16 @@ from rl.config import (
     OracleConfig,
     PPOConfig,
     RewardFamily,
+    REWARD_SETTINGS,
+    RewardConfig,
     RewardMode,
-    RewardSettings,
     check_rotation,
     entropy_coefficient,
     field_names,
 )
 
 __all__ = [
-    "TrainingConfig", "HeuristicConfig", "OracleConfig", "PPOConfig", "RewardSettings", "Task", "DataSplit", "DataPath",
+    "TrainingConfig", "HeuristicConfig", "OracleConfig", "PPOConfig", "RewardConfig", "Task", "DataSplit", "DataPath",
     "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "PRESET_NAMES",
 ]
 
@@ -91,9 +92,11 @@ DATA_SIZE_LIMITS = {"synthetic_train_samples": 1_000_000, "synthetic_test_sample
 POLICY_DEVICE = re.compile(r"auto|cpu|cuda:\d+")
 ENV_DEVICE = re.compile(r"cpu|cuda:\d+")
 
-# The nested groups whose fields are flat keys of the run: group field -> its dataclass.
-FLAT_GROUPS: Mapping[str, type] = {"ppo": PPOConfig, "reward": RewardSettings}
-GROUP_OF_KEY: Mapping[str, str] = {key: group for group, cls in FLAT_GROUPS.items() for key in field_names(cls)}
+# The nested groups whose fields are flat keys of the run: group field -> its dataclass, and the keys (every
+# PPO field; of the reward's, the settings: its other fields are constants or taken from the run).
+FLAT_GROUPS: Mapping[str, type] = {"ppo": PPOConfig, "reward": RewardConfig}
+FLAT_KEYS: Mapping[str, tuple[str, ...]] = {"ppo": field_names(PPOConfig), "reward": REWARD_SETTINGS}
+GROUP_OF_KEY: Mapping[str, str] = {key: group for group, keys in FLAT_KEYS.items() for key in keys}
 
 
 @dataclass(frozen=True, init=False)
@@ -134,7 +137,7 @@ class TrainingConfig:
     blueprint_menu: tuple[str, ...] | None = None  # topology default
     # the controller side (flat keys: lr, gamma, ..., reward_family, ...)
     ppo: PPOConfig = field(default_factory=PPOConfig)
-    reward: RewardSettings = field(default_factory=RewardSettings)
+    reward: RewardConfig = field(default_factory=RewardConfig)  # gamma, min_cull_age, task scale: from the run
     discard_rolled_back_envs: bool = False
     # telemetry
     # The gradient features of each slot in the observation: false drops them and shrinks the observation
@@ -165,6 +168,7 @@ class TrainingConfig:
         self._validate_data()
         self._validate_workers()
         self._validate_menu_and_rotation()
+        self._set("reward", self.reward.for_run(self.task, self.ppo.gamma, self.min_cull_age))
 
     def __getattr__(self, name: str) -> Any:
         """The flat keys of the nested groups read through: `config.lr` is `config.ppo.lr`."""
@@ -348,7 +352,7 @@ class TrainingConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in FLAT_GROUPS:
-                out.update({k: _plain(v) for k, v in dataclasses.asdict(value).items()})
+                out.update({k: _plain(getattr(value, k)) for k in FLAT_KEYS[f.name]})
             elif isinstance(value, (HeuristicConfig, OracleConfig)):
                 out[f.name] = value.to_dict()
             else:

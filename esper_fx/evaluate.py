@@ -135,7 +135,7 @@ class Arm:
         spec = ctl.ControllerSpec.from_config(config)
         if self._step is None:
             columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
-            reward = R.RewardConfig.from_training_config(config)
+            reward = config.reward
             self._step = (S.make_step(self.controller, resolve_reward_fn(config, None), reward, columns,
                                       spec.max_epochs), S.make_new_episode(self.controller, spec), columns)
         step, new_episode, columns = self._step

@@ -257,7 +257,7 @@ class Runner:
     @classmethod
     def build(cls, config: TrainingConfig, spec: ctl.ControllerSpec, controller: ctl.Controller,
               reward_fn: Callable, pool: Any, console: Console) -> "Runner":
-        reward_config = R.RewardConfig.from_training_config(config)
+        reward_config = config.reward
         columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
         bootstraps = controller.learns and config.ppo.horizon_bootstrap
         return cls(config, spec, controller, pool if isinstance(pool, BridgedPool) else BridgedPool(pool, columns),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import chex
@@ -277,7 +278,7 @@ _seed_step = st.tuples(st.sampled_from(LIVE_STAGES), st.integers(0, 12))
        gamma=st.floats(0.5, 1.0))
 def test_pbrs_telescopes_to_discounted_potential_differences(lifetimes, gamma):
     """Per seed lifetime: Σ(entry bonus + PBRS) = 0.3·Σ_k(γ·φ_k − φ_{k−1}), φ_{−1} = 0, φ_0 = 1."""
-    cfg = CFG._replace(gamma=gamma)
+    cfg = dataclasses.replace(CFG, gamma=gamma)
     state, paid, expected = R.RewardState.init(1, 3), 0.0, 0.0
     for lifetime in lifetimes:
         _, comps, state = run("shaped", make_signals(), act(G), state, cfg)
@@ -435,7 +436,7 @@ def test_sparse_is_zero_before_the_end_and_matches_the_example_at_t_equals_T():
 
 
 def test_sparse_clips_before_scaling():
-    cfg = CFG._replace(sparse_reward_scale=0.5)
+    cfg = dataclasses.replace(CFG, sparse_reward_scale=0.5)
     signals = make_signals(epoch=25, host_max_acc=100.0, seed_params=0.0)
     assert run("sparse", signals, act(W), config=cfg)[0] == pytest.approx(0.5)
     heavy = make_signals(epoch=25, host_max_acc=10.0, seed_params=1e8)
@@ -542,20 +543,27 @@ def test_dispatch_maps_family_and_mode():
     ],
 )
 def test_loss_family_constants(name, values):
-    got = R.loss_task_values(name)
+    got = R.RewardConfig().for_run(name, gamma=0.99, min_cull_age=1)
     assert (got.typical_loss_delta_std, got.baseline_loss, got.target_loss, got.compute_rent_weight) == values
 
 
-def test_reward_config_from_training_config_takes_task_and_config_values():
-    cfg = R.RewardConfig.from_training_config(
-        TrainingConfig(task="tinystories", gamma=0.99, param_budget=1000, sparse_reward_scale=0.5))
+def test_a_runs_reward_takes_its_gamma_cull_age_and_task_scale_from_the_run():
+    cfg = TrainingConfig(task="tinystories", gamma=0.9, min_cull_age=4, param_budget=1000,
+                         sparse_reward_scale=0.5).reward
     assert (cfg.typical_loss_delta_std, cfg.baseline_loss, cfg.target_loss, cfg.compute_rent_weight) == (
         0.15, 10.8, 3.5, 0.01)
-    assert (cfg.gamma, cfg.param_budget, cfg.sparse_reward_scale) == (0.99, 1000.0, 0.5)
-    assert R.RewardConfig.from_training_config(TrainingConfig()) == R.RewardConfig()
-    assert R.loss_task_values("pytext") == (0.15, 5.5, 1.5, 0.01)
+    assert (cfg.gamma, cfg.min_cull_age, cfg.param_budget, cfg.sparse_reward_scale) == (0.9, 4.0, 1000, 0.5)
+    assert TrainingConfig().reward == R.RewardConfig(min_cull_age=9.0)  # cifar10 is the default task
+    assert TrainingConfig(gamma=0.5).replace(gamma=0.8).reward.gamma == 0.8
     with pytest.raises(ValueError, match="cifar10"):
-        R.loss_task_values("mnist")
+        R.RewardConfig().for_run("mnist", gamma=0.99, min_cull_age=1)
+
+
+def test_the_young_cull_penalty_uses_the_cull_age_it_is_given():
+    signals = with_seed(make_signals(), stage=TRAINING, age=2)  # no measured contribution: 0 unless young
+    pay = lambda cfg: float(R.cull_shaping(R.target_view(signals, act(CU)), cfg)[0])  # noqa: E731
+    assert pay(CFG) == 0.0  # age 2 is not young with the reference's age of 1
+    assert pay(dataclasses.replace(CFG, min_cull_age=9.0)) == pytest.approx(-0.3 * 7)
 
 
 # ------------------------------------------------------------------------------------------
