@@ -304,7 +304,7 @@ class TrainingConfig:
     # ---------------------------------------------------------------- derived values
     @property
     def topology(self) -> str:
-        return C.TASK_TOPOLOGY[self.task]
+        return C.task_facts(self.task).topology
 
     @property
     def menu(self) -> tuple[str, ...]:

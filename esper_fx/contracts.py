@@ -182,32 +182,66 @@ def blueprint_actions(topology: str) -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------------------
-# Tasks: the slot-head size and topology of each (host details live in hosts.tasks; they must agree)
+# Tasks: every fact of every task, one table (hosts.tasks adds the host builders; the reward reads the
+# loss scale; the config reads the topology and the slot-head size)
 # --------------------------------------------------------------------------------------
 
-TASK_NAMES: tuple[str, ...] = ("cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext", "shapes16")
-TASK_TOPOLOGY: Mapping[str, str] = {
-    "cifar10": "cnn",
-    "cifar10_deep": "cnn",
-    "tinystories": "transformer",
-    "shapes10": "cnn",
-    "pytext": "transformer",
-    "shapes16": "cnn",
+
+class TaskFacts(NamedTuple):
+    """One task. The host's output is `num_classes` wide (classification) or `vocab_size` (a language model)."""
+
+    topology: str  # "cnn" | "transformer": which blueprints fit its slots
+    kind: str  # "classification" | "lm"
+    num_slots: int  # S: the host's injection points (the slot head's size)
+    batch_size: int  # the per-env training batch (batch_size_per_env overrides it)
+    lifecycle_horizon: int  # scales the seed clocks: dwell max(1, int(0.1·h)), probation timeout max(5, int(0.1·h))
+    max_train_batches: int | None  # default training steps per epoch (None: the whole split)
+    num_classes: int | None = None  # classification
+    vocab_size: int | None = None  # lm
+    block_size: int | None = None  # lm: tokens per item (x and y)
+    host_lr: float = 0.01  # SGD learning rate of the host
+    seed_lr: float = 0.01  # SGD learning rate of each seed
+    # the LOSS reward family's scale: the typical per-epoch loss change, the loss of an untrained and of a
+    # well-trained host (the terminal score maps the first to 0 and the second to 1), the compute rent weight
+    typical_loss_delta_std: float = 0.05
+    baseline_loss: float = 2.3
+    target_loss: float = 0.3
+    compute_rent_weight: float = 0.05
+
+
+_CNN_TASK = dict(topology="cnn", kind="classification", num_slots=3, lifecycle_horizon=25, max_train_batches=None,
+                 num_classes=10)
+# shapes16 (the quickstart): 16x16 shapes10 images and a host that cannot see space, learning with SGD at
+# 0.05 in the few steps of a 12-epoch episode (docs/LEARNING.md). pytext's host keeps the reference's
+# 0.01: `python -m hosts.data.difficulty pytext --seeds 0` shows it learns (val loss 3.08 nats/byte after
+# one epoch, 2.30 after 25).
+TASKS: Mapping[str, TaskFacts] = {
+    "cifar10": TaskFacts(batch_size=512, **_CNN_TASK),
+    "cifar10_deep": TaskFacts(batch_size=128, **{**_CNN_TASK, "num_slots": 5}),
+    "tinystories": TaskFacts(topology="transformer", kind="lm", num_slots=3, batch_size=32, lifecycle_horizon=50,
+                             max_train_batches=None, vocab_size=50257, block_size=256,
+                             typical_loss_delta_std=0.15, baseline_loss=10.8, target_loss=3.5,
+                             compute_rent_weight=0.01),
+    "shapes10": TaskFacts(batch_size=512, **_CNN_TASK),
+    "pytext": TaskFacts(topology="transformer", kind="lm", num_slots=3, batch_size=16, lifecycle_horizon=25,
+                        max_train_batches=32, vocab_size=256, block_size=128, typical_loss_delta_std=0.15,
+                        baseline_loss=5.5, target_loss=1.5, compute_rent_weight=0.01),
+    "shapes16": TaskFacts(batch_size=128, host_lr=0.05, seed_lr=0.05, **_CNN_TASK),
 }
-# Number of host injection points S (the slot-head size), §1.4.
-TASK_NUM_SLOTS: Mapping[str, int] = {
-    "cifar10": 3,
-    "cifar10_deep": 5,
-    "tinystories": 3,
-    "shapes10": 3,
-    "pytext": 3,
-    "shapes16": 3,
-}
+TASK_NAMES: tuple[str, ...] = tuple(TASKS)
+
+
+def task_facts(task: str) -> TaskFacts:
+    """The facts of a task (case-insensitive; a config's Task enum works); ValueError listing the tasks."""
+    key = str(getattr(task, "value", task)).lower()
+    if key not in TASKS:
+        raise ValueError(f"unknown task {task!r}; available tasks: {list(TASK_NAMES)}")
+    return TASKS[key]
 
 
 def task_slot_ids(task: str) -> tuple[str, ...]:
     """Canonical slot ids of a task's host injection points (all hosts use row 0)."""
-    return tuple(format_slot_id(0, i) for i in range(TASK_NUM_SLOTS[task]))
+    return tuple(format_slot_id(0, i) for i in range(task_facts(task).num_slots))
 
 
 # --------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from rl.config import PPOConfig
 from rl.network import ActorCritic
 
 TASK = "cifar10"  # S = 3, B = 5, D = 80: the default controller shape (shapes10 has the same)
-NUM_SLOTS = C.TASK_NUM_SLOTS[TASK]
+NUM_SLOTS = C.task_facts(TASK).num_slots
 NUM_BLUEPRINTS = C.DEFAULT_NUM_BLUEPRINTS
 OBS_DIM = C.obs_dim(NUM_SLOTS, telemetry=True, num_blueprints=NUM_BLUEPRINTS)
 EPISODE_LENGTH = TrainingConfig().max_epochs

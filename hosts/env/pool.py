@@ -480,7 +480,7 @@ def _germinate_until(cfg: PoolConfig, task) -> int | None:
     """With a germination deadline, the last epoch at which a new seed can still be fossilized in time."""
     if not cfg.germination_deadline:
         return None
-    return cfg.max_epochs - earliest_fossilize_age(task.max_epochs, task.blending_steps)
+    return cfg.max_epochs - earliest_fossilize_age(task.lifecycle_horizon, task.blending_steps)
 
 
 def _fossils(env: EnvState, slot_ids: Sequence[str]) -> tuple[str, ...]:

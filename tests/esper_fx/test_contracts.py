@@ -141,6 +141,6 @@ def test_signal_fields_use_only_bridge_safe_dtypes():
 
 
 def test_task_tables_agree():
-    assert set(C.TASK_NAMES) == set(C.TASK_TOPOLOGY) == set(C.TASK_NUM_SLOTS)
+    assert C.TASK_NAMES == tuple(C.TASKS) and C.task_facts("PYTEXT") is C.TASKS["pytext"]
     assert C.task_slot_ids("cifar10_deep") == ("r0c0", "r0c1", "r0c2", "r0c3", "r0c4")
 

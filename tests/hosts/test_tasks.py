@@ -1,6 +1,6 @@
-"""hosts.tasks: the task table of SPEC §6.1 agrees with the contracts and builds the right hosts.
+"""hosts.tasks: the task specs are the contracts' task table plus the host builders, and build the right hosts.
 
-(The LOSS-family reward constants of the table are the reward's: tests/rl/test_rewards.py checks them.)"""
+(The LOSS-family reward constants of the table: tests/rl/test_rewards.py checks them.)"""
 
 import math
 
@@ -10,7 +10,7 @@ import torch
 from esper_fx import contracts as C
 from hosts.models.cnn import CNNHost
 from hosts.seeds.lifecycle import dwell_epochs, probation_timeout
-from hosts.tasks import HOST_LR, SEED_LR, TaskSpec, get_task, task_names
+from hosts.tasks import TaskSpec, get_task, task_names
 from hosts.models.transformer import TransformerHost
 
 
@@ -43,13 +43,13 @@ def test_unknown_task_raises_value_error_listing_the_tasks():
 @pytest.mark.parametrize("name", C.TASK_NAMES)
 def test_task_agrees_with_contracts(name):
     task = get_task(name)
-    assert task.topology == C.TASK_TOPOLOGY[name]
-    assert task.num_slots == C.TASK_NUM_SLOTS[name]
+    assert task.facts is C.TASKS[name] and (task.topology, task.num_slots) == (C.TASKS[name].topology,
+                                                                              C.TASKS[name].num_slots)
     assert task.kind == ("classification" if task.topology == "cnn" else "lm")
 
 
 @pytest.mark.parametrize(
-    "name, batch, max_epochs, max_batches, rg",
+    "name, batch, horizon, max_batches, rg",
     [
         ("cifar10", 512, 25, None, math.log(10)),
         ("cifar10_deep", 128, 25, None, math.log(10)),
@@ -58,9 +58,9 @@ def test_task_agrees_with_contracts(name):
         ("pytext", 16, 25, 32, math.log(256)),
     ],
 )
-def test_task_table_values(name, batch, max_epochs, max_batches, rg):
+def test_task_table_values(name, batch, horizon, max_batches, rg):
     task = get_task(name)
-    assert (task.batch_size, task.max_epochs, task.max_train_batches) == (batch, max_epochs, max_batches)
+    assert (task.batch_size, task.lifecycle_horizon, task.max_train_batches) == (batch, horizon, max_batches)
     assert task.random_guess_loss == pytest.approx(rg)
     assert task.blending_steps == 5
 
@@ -68,16 +68,16 @@ def test_task_table_values(name, batch, max_epochs, max_batches, rg):
 @pytest.mark.parametrize(
     "name, dwell, timeout", [("cifar10", 2, 5), ("shapes10", 2, 5), ("pytext", 2, 5), ("tinystories", 5, 5)]
 )
-def test_task_max_epochs_gives_the_dwell_and_probation_timeout_of_the_table(name, dwell, timeout):
+def test_lifecycle_horizon_gives_the_dwell_and_probation_timeout_of_the_table(name, dwell, timeout):
     task = get_task(name)
-    assert dwell_epochs(task.max_epochs) == dwell
-    assert probation_timeout(task.max_epochs) == timeout
+    assert dwell_epochs(task.lifecycle_horizon) == dwell
+    assert probation_timeout(task.lifecycle_horizon) == timeout
 
 
 @pytest.mark.parametrize("name", ["cifar10", "cifar10_deep", "shapes10", "tinystories"])
 def test_learning_rates_are_the_reference_defaults(name):
     task = get_task(name)
-    assert (task.host_lr, task.seed_lr) == (HOST_LR, SEED_LR)
+    assert (task.host_lr, task.seed_lr) == (0.01, 0.01)
 
 
 def test_pytext_lr_is_within_the_allowed_range():
@@ -121,8 +121,8 @@ def test_task_spec_is_frozen_and_usable_as_task_config():
     task = get_task("cifar10")
     assert isinstance(task, TaskSpec)
     with pytest.raises(AttributeError):
-        task.max_epochs = 3  # type: ignore[misc]
-    assert task.max_epochs == 25 and task.blending_steps == 5
+        task.lifecycle_horizon = 3  # type: ignore[misc]
+    assert task.lifecycle_horizon == 25 and task.blending_steps == 5
 
 
 def test_output_size_is_classes_or_vocabulary():
