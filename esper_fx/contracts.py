@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from enum import IntEnum, StrEnum
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple, Protocol, runtime_checkable
 
 # --------------------------------------------------------------------------------------
 # §1.1 Seed stages
@@ -412,6 +412,31 @@ def unpack_signals(packed: Mapping[str, Any], columns: Mapping[str, SignalColumn
 
 def head_sizes(num_slots: int, num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> tuple[int, int, int, int]:
     return (num_slots, num_blueprints, NUM_BLENDS, NUM_OPS)
+
+
+# --------------------------------------------------------------------------------------
+# The env pool as the loop drives it
+# --------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class EpisodePool(Protocol):
+    """E envs in lock-step, one batch of episodes at a time, one step per host epoch. Three pools have these
+    members: `hosts.env.EnvPool` (in this process; torch signals, `(ApplyResult, next signals)` per step),
+    `esper_fx.ray_pool.RayEnvPool` (the same envs in Ray actors, the same results) and
+    `esper_fx.env_bridge.BridgedPool` (wraps either; packed jax signals out, an `EpochResult` per step)."""
+
+    steps_per_epoch: int  # training steps per env per epoch
+
+    def begin(self, batch_index: int, n_active: int | None = None) -> Any:
+        """Start episode batch `batch_index` with its first `n_active` envs (all by default): fresh envs,
+        then the first epoch; returns its signals."""
+
+    def step(self, actions: Any, bootstrap: bool = ...) -> Any:
+        """Execute the epoch's actions [E, 4], then run the next epoch (none after the last)."""
+
+    def episode_results(self) -> list:
+        """Per-env totals of the episode batch so far."""
 
 
 # --------------------------------------------------------------------------------------

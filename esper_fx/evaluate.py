@@ -118,10 +118,10 @@ class Arm:
         overrides = self.per_seed(seed) if self.per_seed is not None else {}
         config = episode_config(self.config, seed, **overrides)
         runner = self._runner(config)
-        learner = runner.commit(self._learner(config, runner.spec))
-        episode = runner.commit(runner.episode_fn(learner.reward_norm, 1))
+        learner = runner.to_device(self._learner(config, runner.spec))
+        episode = runner.to_device(runner.episode_fn(learner.reward_norm, 1))
         record = EpochLog.start(runner.spec, 1)
-        signals = runner.pool.reset(0, 1)
+        signals = runner.pool.begin(0, 1)
         for t in range(1, config.max_epochs + 1):
             episode, signals = run_epoch(runner, learner, episode, signals, 0, t, record)
         result = runner.pool.episode_results()[0]

@@ -39,12 +39,12 @@ from esper_fx import preflight  # noqa: E402
 from esper_fx import report  # noqa: E402
 from esper_fx import step as S  # noqa: E402
 from esper_fx.config import TrainingConfig, absolute_paths  # noqa: E402
-from esper_fx.contracts import ACTION_HEADS, EventType, SignalColumn, signal_columns, unpack_signals  # noqa: E402
+from esper_fx.contracts import ACTION_HEADS, EpisodePool, EventType, SignalColumn, signal_columns, unpack_signals  # noqa: E402
 from esper_fx.env_bridge import BridgedPool  # noqa: E402
 from esper_fx.errors import ControllerError, DataError  # noqa: E402
 from esper_fx.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary  # noqa: E402
 from esper_fx.history import SKIPPED_UPDATE, summarize_batch  # noqa: E402
-from esper_fx.run_state import Committed, Interrupted, LearnerState, Progress, advance, fresh_learner  # noqa: E402
+from esper_fx.run_state import RunState, Interrupted, LearnerState, Progress, advance, fresh_learner  # noqa: E402
 from esper_fx.run_state import interrupted, restore, save  # noqa: E402
 from esper_fx.stopping import deferred_stops, sigterm_stops, stop_signal  # noqa: E402
 from esper_fx.telemetry import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns  # noqa: E402
@@ -75,7 +75,7 @@ class RunResult:
 
 def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | None = None,
         reward_fn: Callable | str | None = None, run_dir: str | os.PathLike | None = None, *,
-        quiet: bool = True, pool: Any = None, console_stream=None) -> RunResult:
+        quiet: bool = True, pool: EpisodePool | None = None, console_stream=None) -> RunResult:
     """Train `config` end to end and return the history, events and summary.
 
     controller: a registered name, a Controller bundle or a constructor (default: config.controller).
@@ -103,7 +103,7 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
         learner, progress = start(config, bundle, spec, out, n_batches)
         out.console.start_at(progress.next_batch_idx)
         runner = Runner.build(config, spec, bundle, reward, pool, out.console)
-        state = train(runner, Committed(runner.commit(learner), progress), out, n_batches)
+        state = train(runner, RunState(runner.to_device(learner), progress), out, n_batches)
         out.close()
         progress = state.progress
         summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
@@ -195,17 +195,17 @@ def update_metric_names(bundle: ctl.Controller, spec: ctl.ControllerSpec, learne
     return sorted(set(metrics) | {"early_stopped"})
 
 
-def train(runner: "Runner", state: Committed, out: RunLog, n_batches: int) -> Committed:
-    """Every remaining batch, each committed as one unit (its events, its metrics.csv row, its TensorBoard
+def train(runner: "Runner", state: RunState, out: RunLog, n_batches: int) -> RunState:
+    """Every remaining batch, each written as one unit (its events, its metrics.csv row, its TensorBoard
     scalars and, every `checkpoint_every` batches, its checkpoint), then a final checkpoint. Ctrl-C or
-    SIGTERM checkpoints the last committed batch and raises `Interrupted`."""
+    SIGTERM checkpoints the last written batch and raises `Interrupted`."""
     config = runner.config
     checkpoints = None if out.dir is None else out.dir.checkpoint_dir
     try:
         while state.progress.next_batch_idx < n_batches:
             learner, progress, summary, events, components = run_batch(runner, state.learner, state.progress)
-            with deferred_stops():  # a stop waits for the commit: the checkpoint never runs ahead of the files
-                state = commit_batch(runner, out, state._replace(learner=learner, progress=progress), summary,
+            with deferred_stops():  # a stop waits for the write: the checkpoint never runs ahead of the files
+                state = write_batch(runner, out, state._replace(learner=learner, progress=progress), summary,
                                      events, n_batches, components)
         if checkpoints is not None and state.progress.history:
             with deferred_stops():
@@ -219,8 +219,8 @@ def train(runner: "Runner", state: Committed, out: RunLog, n_batches: int) -> Co
     return state
 
 
-def commit_batch(runner: "Runner", out: RunLog, state: Committed, summary: BatchSummary, events: list[Event],
-                 n_batches: int, reward_components: dict[str, float] | None = None) -> Committed:
+def write_batch(runner: "Runner", out: RunLog, state: RunState, summary: BatchSummary, events: list[Event],
+                 n_batches: int, reward_components: dict[str, float] | None = None) -> RunState:
     """Write a finished batch: console lines and warnings, events, its metrics.csv row, its TensorBoard
     scalars, and its periodic checkpoint. Runs with stops deferred, so the checkpoint of a batch always comes
     with its row, its events and its scalars."""
@@ -256,7 +256,7 @@ class Runner:
 
     @classmethod
     def build(cls, config: TrainingConfig, spec: ctl.ControllerSpec, controller: ctl.Controller,
-              reward_fn: Callable, pool: Any, console: Console) -> "Runner":
+              reward_fn: Callable, pool: EpisodePool, console: Console) -> "Runner":
         reward_config = config.reward
         columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
         bootstraps = controller.learns and config.ppo.horizon_bootstrap
@@ -267,22 +267,23 @@ class Runner:
                    S.make_bootstrap(controller, columns) if bootstraps else None,
                    S.make_new_episode(controller, spec), columns)
 
-    def commit(self, tree: Any) -> Any:
-        """Everything the jitted functions see is committed to the policy device, so jit's cache key
-        (which includes committedness) is the same at every call and nothing recompiles."""
+    def to_device(self, tree: Any) -> Any:
+        """Everything the jitted functions see is put on the policy device (jax calls such an array
+        "committed"), so jit's cache key (which includes that) is the same at every call and nothing
+        recompiles."""
         return jax.device_put(tree, self.device)
 
 
 def run_batch(runner: Runner, learner: LearnerState, progress: Progress
               ) -> tuple[LearnerState, Progress, BatchSummary, list[Event], dict[str, float]]:
     """E episodes of T epochs and the end-of-batch update: the new state, the batch's row, its events and
-    its reward components (written by `commit_batch`; nothing is written here)."""
+    its reward components (written by `write_batch`; nothing is written here)."""
     config, b = runner.config, progress.next_batch_idx
     n_active = min(config.n_envs, config.n_episodes - progress.episodes_completed)
     started = time.perf_counter()
     entropy_coef = config.entropy_coefficient(int(np.asarray(getattr(learner.controller, "train_steps", 0))))
-    episode = runner.commit(runner.episode_fn(learner.reward_norm, n_active))
-    signals = runner.pool.reset(b, n_active)
+    episode = runner.to_device(runner.episode_fn(learner.reward_norm, n_active))
+    signals = runner.pool.begin(b, n_active)
     record = EpochLog.start(runner.spec, n_active)
     for t in range(1, config.max_epochs + 1):
         episode, signals = run_epoch(runner, learner, episode, signals, b, t, record)
@@ -491,7 +492,7 @@ def build_pool(config: TrainingConfig) -> Any:
 
 
 @contextmanager
-def run_pool(config: TrainingConfig, pool: Any = None):
+def run_pool(config: TrainingConfig, pool: EpisodePool | None = None):
     """The caller's pool as is, or `build_pool(config)`, closed (Ray actors and a local Ray stopped) when
     the run ends, whether it finishes, fails or is stopped."""
     if pool is not None:

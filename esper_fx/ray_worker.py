@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from hosts.env import EnvPool, PoolConfig
+from esper_fx.config import TrainingConfig
+from hosts.env import EnvPool
 
 
 class WorkerStep(NamedTuple):
@@ -35,7 +36,7 @@ class WorkerStep(NamedTuple):
     cpu_s: float  # the worker process's CPU time in the step
 
 
-def worker_config(config: PoolConfig, gpu: bool) -> PoolConfig:
+def worker_config(config: TrainingConfig, gpu: bool) -> TrainingConfig:
     """The slice's pool settings: signals are built on the CPU (they leave as numpy); with a GPU the
     worker's envs run on the device Ray gives it (or a share of it), which it sees as cuda:0."""
     return config.replace(device="cpu", env_devices=("cuda:0",) if gpu else ("cpu",))
@@ -48,7 +49,7 @@ def to_numpy(signals: dict[str, torch.Tensor] | None) -> dict[str, np.ndarray] |
 class EnvWorker:
     """Built by Ray as an actor (`ray.remote(EnvWorker)`); every method is one round trip."""
 
-    def __init__(self, config: PoolConfig, env_ids: tuple[int, ...], gpu: bool, torch_threads: int,
+    def __init__(self, config: TrainingConfig, env_ids: tuple[int, ...], gpu: bool, torch_threads: int,
                  nan_faults=()) -> None:
         torch.set_num_threads(torch_threads)  # the driver's count: CPU kernels then sum in the same order
         self.pool = EnvPool(worker_config(config, gpu), env_ids=env_ids, nan_faults=nan_faults)

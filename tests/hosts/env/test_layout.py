@@ -75,7 +75,7 @@ def _actions(pool: EnvPool) -> list[list[int]]:
 
 
 def test_no_epoch_creates_a_tensor_outside_channels_last(pool):
-    pool.reset(0)
+    pool.build_envs(0)
     stages, watched = set(), 0
     for _ in range(pool.max_epochs):
         watch = LayoutWatch()
@@ -93,7 +93,7 @@ def test_no_epoch_creates_a_tensor_outside_channels_last(pool):
 
 
 def test_the_data_and_every_parameter_are_channels_last(pool):
-    pool.reset(0)
+    pool.build_envs(0)
     data = pool.data.feed.data_for_env(0)
     assert data.x_train.is_contiguous(memory_format=torch.channels_last)
     assert data.x_test.is_contiguous(memory_format=torch.channels_last)
