@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Mapping
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from esper_fx.controller_registry import REGISTRY
 from rl import validate as check
 from rl.config import (
@@ -42,7 +42,7 @@ __all__ = [
     "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "PRESET_NAMES",
 ]
 
-Task = StrEnum("Task", {name.upper(): name for name in C.TASK_NAMES})
+Task = StrEnum("Task", {name.upper(): name for name in contracts.TASK_NAMES})
 
 
 class DataSplit(StrEnum):
@@ -225,13 +225,13 @@ class TrainingConfig:
             raise ValueError("slots cannot be empty")
         for slot in self.slots:
             try:
-                C.parse_slot_id(slot)
+                contracts.parse_slot_id(slot)
             except ValueError as exc:
                 raise ValueError(f"Invalid slot configuration: slots: {exc}") from None
         duplicates = sorted({s for s in self.slots if self.slots.count(s) > 1})
         if duplicates:
             raise ValueError(f"Invalid slot configuration: slots contains duplicates {duplicates}")
-        available = C.task_slot_ids(self.task)
+        available = contracts.task_slot_ids(self.task)
         missing = [s for s in self.slots if s not in available]
         if missing:
             raise ValueError(
@@ -272,7 +272,7 @@ class TrainingConfig:
         topology = self.topology
         if self.blueprint_menu is not None:
             menu = self.blueprint_menu
-            registered = C.BLUEPRINT_NAMES[topology]
+            registered = contracts.BLUEPRINT_NAMES[topology]
             if len(menu) < 2 or menu[0] != "noop" or len(set(menu)) != len(menu):
                 raise ValueError(
                     f"blueprint_menu must hold >= 2 unique names with 'noop' first (got {list(menu)})"
@@ -304,12 +304,12 @@ class TrainingConfig:
     # ---------------------------------------------------------------- derived values
     @property
     def topology(self) -> str:
-        return C.task_facts(self.task).topology
+        return contracts.task_facts(self.task).topology
 
     @property
     def menu(self) -> tuple[str, ...]:
         """The effective blueprint menu (blueprint-head index -> name)."""
-        return self.blueprint_menu or C.BLUEPRINT_MENUS[self.topology]
+        return self.blueprint_menu or contracts.BLUEPRINT_MENUS[self.topology]
 
     @property
     def num_blueprints(self) -> int:
@@ -318,7 +318,7 @@ class TrainingConfig:
     @property
     def slot_ids(self) -> tuple[str, ...]:
         """Every host injection point in canonical order (the slot head)."""
-        return C.task_slot_ids(self.task)
+        return contracts.task_slot_ids(self.task)
 
     @property
     def num_slots(self) -> int:
@@ -326,11 +326,11 @@ class TrainingConfig:
 
     @property
     def enabled_slots(self) -> tuple[str, ...]:
-        return tuple(C.sort_slot_ids(self.slots))
+        return tuple(contracts.sort_slot_ids(self.slots))
 
     @property
     def state_dim(self) -> int:
-        return C.obs_dim(self.num_slots, self.use_telemetry, self.num_blueprints)
+        return contracts.obs_dim(self.num_slots, self.use_telemetry, self.num_blueprints)
 
     @property
     def controller_name(self) -> str:

@@ -467,5 +467,4 @@ class EventType(StrEnum):
 
 MIN_FOSSILIZE_CONTRIBUTION = 1.0  # pp: G5, the contributing-fossil count, fossilize shaping
 MIN_PROBATION_EPOCHS = 5  # epochs: probation timeout floor, fossilize legitimacy l = min(1, eis / 5)
-MIN_CULL_AGE = 1  # epochs: the cull mask, the young-cull penalty
 GOVERNOR_DEATH_PENALTY = 10.0  # reward units: a governor panic (the `panic` signal) pays -10

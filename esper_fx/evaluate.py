@@ -28,15 +28,15 @@ import numpy as np  # noqa: E402
 
 from esper_fx import checkpoint as ckpt  # noqa: E402
 from esper_fx import controllers as ctl  # noqa: E402
-from esper_fx import step as S  # noqa: E402
+from esper_fx import step  # noqa: E402
 from esper_fx.config import TrainingConfig  # noqa: E402
 from esper_fx.contracts import EventType, signal_columns  # noqa: E402
 from esper_fx.env_bridge import BridgedPool  # noqa: E402
-from esper_fx.loop import EpochLog, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch  # noqa: E402
+from esper_fx.loop import BatchTally, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch  # noqa: E402
 from esper_fx.ppo_controller import frozen  # noqa: E402
 from esper_fx.run_state import LearnerState, fresh_learner  # noqa: E402
 from esper_fx.telemetry import Console  # noqa: E402
-from rl import rewards as R  # noqa: E402
+from rl import rewards  # noqa: E402
 from rl.normalize import RunningMeanStd  # noqa: E402
 
 LAST_EPOCHS = 3  # the metric: validation accuracy averaged over the last 3 epochs
@@ -120,7 +120,7 @@ class Arm:
         runner = self._runner(config)
         learner = runner.to_device(self._learner(config, runner.spec))
         episode = runner.to_device(runner.episode_fn(learner.reward_norm, 1))
-        record = EpochLog.start(runner.spec, 1)
+        record = BatchTally.start(runner.spec, 1)
         signals = runner.pool.begin(0, 1)
         for t in range(1, config.max_epochs + 1):
             episode, signals = run_epoch(runner, learner, episode, signals, 0, t, record)
@@ -136,11 +136,11 @@ class Arm:
         if self._step is None:
             columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
             reward = config.reward
-            self._step = (S.make_step(self.controller, resolve_reward_fn(config, None), reward, columns,
-                                      spec.max_epochs), S.make_new_episode(self.controller, spec), columns)
-        step, new_episode, columns = self._step
+            self._step = (step.make_step(self.controller, resolve_reward_fn(config, None), reward, columns,
+                                         spec.max_epochs), step.make_new_episode(self.controller, spec), columns)
+        step_fn, new_episode, columns = self._step
         return Runner(config, spec, self.controller, BridgedPool(build_pool(config), columns),
-                      Console(1, config.max_epochs, quiet=True), resolve_policy_device(config.device), step, None,
+                      Console(1, config.max_epochs, quiet=True), resolve_policy_device(config.device), step_fn, None,
                       new_episode, columns)
 
     def _learner(self, config: TrainingConfig, spec: ctl.ControllerSpec) -> LearnerState:

@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 from esper_fx import controllers as ctl  # noqa: E402
 from esper_fx import preflight  # noqa: E402
 from esper_fx import report  # noqa: E402
-from esper_fx import step as S  # noqa: E402
+from esper_fx import step  # noqa: E402
 from esper_fx.config import TrainingConfig, absolute_paths  # noqa: E402
 from esper_fx.contracts import ACTION_HEADS, EpisodePool, EventType, SignalColumn, signal_columns, unpack_signals  # noqa: E402
 from esper_fx.env_bridge import BridgedPool  # noqa: E402
@@ -52,7 +52,7 @@ from esper_fx.telemetry import nonfinite_warning, reward_events, update_warning 
 from esper_fx.tensorboard_log import open_board  # noqa: E402
 from hosts.data.external import DatasetUnavailableError  # noqa: E402
 from hosts.env import EnvPool  # noqa: E402
-from rl import rewards as R  # noqa: E402
+from rl import rewards  # noqa: E402
 from rl import rollout as rollout_lib  # noqa: E402
 
 __all__ = ["run", "RunResult", "Interrupted", "build_pool"]
@@ -187,7 +187,7 @@ def update_metric_names(bundle: ctl.Controller, spec: ctl.ControllerSpec, learne
     columns; None for a controller that does not learn, or whose update cannot be traced abstractly."""
     if not bundle.learns:
         return None
-    rollout = S.new_episode(bundle, spec, learner.reward_norm, spec.n_envs).rollout
+    rollout = step.new_episode(bundle, spec, learner.reward_norm, spec.n_envs).rollout
     try:
         _, metrics = jax.eval_shape(bundle.update, learner.controller, rollout, jax.random.PRNGKey(0))
     except Exception:  # noqa: BLE001 - a custom update that only runs on concrete values: columns grow
@@ -262,10 +262,10 @@ class Runner:
         bootstraps = controller.learns and config.ppo.horizon_bootstrap
         return cls(config, spec, controller, pool if isinstance(pool, BridgedPool) else BridgedPool(pool, columns),
                    console, resolve_policy_device(config.device),
-                   S.make_step(controller, reward_fn, reward_config, columns, spec.max_epochs,
+                   step.make_step(controller, reward_fn, reward_config, columns, spec.max_epochs,
                                config.ppo.horizon_bootstrap),
-                   S.make_bootstrap(controller, columns) if bootstraps else None,
-                   S.make_new_episode(controller, spec), columns)
+                   step.make_bootstrap(controller, columns) if bootstraps else None,
+                   step.make_new_episode(controller, spec), columns)
 
     def to_device(self, tree: Any) -> Any:
         """Everything the jitted functions see is put on the policy device (jax calls such an array
@@ -284,7 +284,7 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     entropy_coef = config.entropy_coefficient(int(np.asarray(getattr(learner.controller, "train_steps", 0))))
     episode = runner.to_device(runner.episode_fn(learner.reward_norm, n_active))
     signals = runner.pool.begin(b, n_active)
-    record = EpochLog.start(runner.spec, n_active)
+    record = BatchTally.start(runner.spec, n_active)
     for t in range(1, config.max_epochs + 1):
         episode, signals = run_epoch(runner, learner, episode, signals, b, t, record)
     update_started = time.perf_counter()
@@ -298,8 +298,8 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     return learner, progress, summary, batch_events(batch, summary), batch.reward_components
 
 
-def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, signals: dict, b: int, t: int,
-              record: "EpochLog") -> tuple[S.EpisodeState, dict | None]:
+def run_epoch(runner: Runner, learner: LearnerState, episode: step.EpisodeState, signals: dict, b: int, t: int,
+              record: "BatchTally") -> tuple[step.EpisodeState, dict | None]:
     """One host epoch: the controller step on `signals`, the actions in the pool, the next signals."""
     last = t == runner.config.max_epochs
     started = time.perf_counter()
@@ -314,7 +314,7 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
     result = runner.pool.step(decision[:, :4], bootstrap=last and runner.bootstrap_fn is not None)
     if result.bootstrap is not None:
         values = runner.bootstrap_fn(learner.controller, episode.carry, learner.obs_rms, result.bootstrap)
-        episode = S.with_bootstrap(episode, values)
+        episode = step.with_bootstrap(episode, values)
     record.epoch_done(result, out, b, t, runner.config.telemetry_level == "debug")
     runner.console.epoch_done(b, t, runner.pool.steps_per_epoch * len(result.actions))
     return episode, result.signals
@@ -365,7 +365,7 @@ def end_of_batch(runner: Runner, learner: LearnerState, rollout: Any, b: int, pa
     if int(jnp.sum(rollout.step_count)) == 0:
         return learner, dict(SKIPPED_UPDATE), nonzero(skipped)
     obs_rms, skipped["observation_rows"] = learner.obs_rms.update_counted(rollout.raw_obs)
-    cstate, metrics = runner.controller.update(learner.controller, rollout, S.update_key(learner.root_key, b))
+    cstate, metrics = runner.controller.update(learner.controller, rollout, step.update_key(learner.root_key, b))
     skipped = {k: int(v) for k, v in skipped.items()}
     return (learner._replace(controller=cstate, obs_rms=obs_rms), metrics_to_python(jax.device_get(metrics)),
             nonzero(skipped))
@@ -381,8 +381,9 @@ def nonzero(counts: dict[str, Any]) -> dict[str, int]:
 
 
 @dataclass
-class EpochLog:
-    """A batch's running record: events, action counts, panicking envs, reward components, timing."""
+class BatchTally:
+    """A batch's running tally, epoch by epoch: events, action counts, panicking envs, reward components,
+    timing; `finish` turns it into the batch's `BatchRecord`."""
 
     head_counts: dict[str, list[int]]
     events: list[Event]
@@ -394,11 +395,11 @@ class EpochLog:
     update_s: float = 0.0
 
     @classmethod
-    def start(cls, spec: ctl.ControllerSpec, n_envs: int) -> "EpochLog":
+    def start(cls, spec: ctl.ControllerSpec, n_envs: int) -> "BatchTally":
         heads = {h: [0] * n for h, n in zip(ACTION_HEADS, spec.head_sizes)}
         return cls(heads, [], [], np.zeros(n_envs, bool), [], [])
 
-    def epoch_done(self, result: Any, out: S.StepOut, b: int, t: int, debug: bool) -> None:
+    def epoch_done(self, result: Any, out: step.StepOut, b: int, t: int, debug: bool) -> None:
         count_heads(self.head_counts, result.actions, ACTION_HEADS)
         self.components.append(out.components)
         for ev in result.events:
@@ -409,7 +410,7 @@ class EpochLog:
             components = {k: np.asarray(v) for k, v in out.components.items()}
             self.reward_events += reward_events(np.asarray(out.reward), components, result.actions, b, t)
 
-    def finish(self, pool: BridgedPool, episode: S.EpisodeState, ppo: dict[str, Any] | None,
+    def finish(self, pool: BridgedPool, episode: step.EpisodeState, ppo: dict[str, Any] | None,
                nonfinite: dict[str, int]) -> BatchRecord:
         return BatchRecord(
             env_results=pool.episode_results(), env_rewards=[float(r) for r in np.asarray(episode.reward_sum)],
@@ -451,9 +452,9 @@ def batch_events(batch: BatchRecord, summary: BatchSummary) -> list[Event]:
 
 def resolve_reward_fn(config: TrainingConfig, reward_fn: Callable | str | None) -> Callable:
     if reward_fn is None:
-        return R.dispatch(config)
+        return rewards.dispatch(config)
     if isinstance(reward_fn, str):
-        return R.get_reward_fn(reward_fn)
+        return rewards.get_reward_fn(reward_fn)
     if not callable(reward_fn):
         raise TypeError(f"reward_fn must be a name or a function (got {reward_fn!r})")
     return reward_fn

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from rl.config import ENTROPY_LOG_FLOOR, MASKED_LOGIT
 
 
@@ -40,7 +40,7 @@ class Masks(NamedTuple):
     @classmethod
     def from_signals(cls, signals) -> "Masks":
         """The four `mask_*` fields of a signals pytree."""
-        return cls(*(signals[f"mask_{head}"] for head in C.ACTION_HEADS))
+        return cls(*(signals[f"mask_{head}"] for head in contracts.ACTION_HEADS))
 
 
 # ------------------------------------------------------------------------------------------
@@ -171,10 +171,10 @@ def sample_heads_op_first(
     """
     key_op, key_rest = jax.random.split(key)
     first, _ = sample_heads(key_op, logits, masks, deterministic)
-    op = first[..., C.HEAD_OP]
+    op = first[..., contracts.HEAD_OP]
     used = condition_slot(masks, slot_by_op, op)
     actions, _ = sample_heads(key_rest, logits, used, deterministic)
-    actions = actions.at[..., C.HEAD_OP].set(op)
+    actions = actions.at[..., contracts.HEAD_OP].set(op)
     return actions, heads_log_prob(logits, used, actions), used
 
 
@@ -206,8 +206,8 @@ def causal_masks(op: jax.Array) -> jax.Array:
     """m_h from the taken op, bool `[..., 4]`: slot unless WAIT; blueprint, blend on GERMINATE; op always."""
     op = jnp.asarray(op)
     chex.assert_type(op, int)
-    slot = op != C.LifecycleOp.WAIT
-    germinate = op == C.LifecycleOp.GERMINATE
+    slot = op != contracts.LifecycleOp.WAIT
+    germinate = op == contracts.LifecycleOp.GERMINATE
     return jnp.stack([slot, germinate, germinate, jnp.ones_like(slot)], axis=-1)
 
 
@@ -253,7 +253,7 @@ def check_logits(logits, head: str = "head") -> None:
 def check_actions(actions, masks: Sequence) -> None:
     """Raise InvalidStateError if a concrete action `[..., 4]` is out of range or masked."""
     a = np.asarray(actions)
-    for h, (name, m) in enumerate(zip(C.ACTION_HEADS, masks)):
+    for h, (name, m) in enumerate(zip(contracts.ACTION_HEADS, masks)):
         m = np.asarray(m, dtype=bool)
         idx = a[..., h]
         if (idx < 0).any() or (idx >= m.shape[-1]).any():

@@ -14,7 +14,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from rl.config import HeuristicConfig, check_rotation
 from rl.signals import assert_signals
 
@@ -28,15 +28,15 @@ INITIAL_LAST_DECAY_EPOCH = -1
 # Blueprint head value emitted when the op does not use it (§13.2).
 UNUSED_BLUEPRINT = 1
 
-_WAIT = int(C.LifecycleOp.WAIT)
-_GERMINATE = int(C.LifecycleOp.GERMINATE)
-_CULL = int(C.LifecycleOp.CULL)
-_FOSSILIZE = int(C.LifecycleOp.FOSSILIZE)
-_GERMINATED = int(C.SeedStage.GERMINATED)
-_TRAINING = int(C.SeedStage.TRAINING)
-_BLENDING = int(C.SeedStage.BLENDING)
-_PROBATIONARY = int(C.SeedStage.PROBATIONARY)
-_FOSSILIZED = int(C.SeedStage.FOSSILIZED)
+_WAIT = int(contracts.LifecycleOp.WAIT)
+_GERMINATE = int(contracts.LifecycleOp.GERMINATE)
+_CULL = int(contracts.LifecycleOp.CULL)
+_FOSSILIZE = int(contracts.LifecycleOp.FOSSILIZE)
+_GERMINATED = int(contracts.SeedStage.GERMINATED)
+_TRAINING = int(contracts.SeedStage.TRAINING)
+_BLENDING = int(contracts.SeedStage.BLENDING)
+_PROBATIONARY = int(contracts.SeedStage.PROBATIONARY)
+_FOSSILIZED = int(contracts.SeedStage.FOSSILIZED)
 
 
 class HeuristicParams(NamedTuple):
@@ -55,7 +55,7 @@ class HeuristicParams(NamedTuple):
         rotation = heuristic.rotation(topology)
         check_rotation(rotation, menu)
         return cls(rules=heuristic, rotation=tuple(menu.index(name) for name in rotation),
-                   blend_index=C.BLEND_NAMES.index(heuristic.blend), num_blueprints=len(menu))
+                   blend_index=contracts.BLEND_NAMES.index(heuristic.blend), num_blueprints=len(menu))
 
     @classmethod
     def from_training_config(cls, config: Any) -> "HeuristicParams":

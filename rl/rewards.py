@@ -24,21 +24,21 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from rl.signals import assert_signals
 from rl.config import STAGE_POTENTIALS, RewardConfig, reward_fn_name
 
 Signals = Mapping[str, jax.Array]
 RewardFn = Callable[..., tuple[jax.Array, dict[str, jax.Array], "RewardState"]]
 
-_OP_WAIT = int(C.LifecycleOp.WAIT)
-_OP_GERMINATE = int(C.LifecycleOp.GERMINATE)
-_OP_CULL = int(C.LifecycleOp.CULL)
-_OP_FOSSILIZE = int(C.LifecycleOp.FOSSILIZE)
-_GERMINATED = int(C.SeedStage.GERMINATED)
-_BLENDING = int(C.SeedStage.BLENDING)
-_PROBATIONARY = int(C.SeedStage.PROBATIONARY)
-_FOSSILIZED = int(C.SeedStage.FOSSILIZED)
+_OP_WAIT = int(contracts.LifecycleOp.WAIT)
+_OP_GERMINATE = int(contracts.LifecycleOp.GERMINATE)
+_OP_CULL = int(contracts.LifecycleOp.CULL)
+_OP_FOSSILIZE = int(contracts.LifecycleOp.FOSSILIZE)
+_GERMINATED = int(contracts.SeedStage.GERMINATED)
+_BLENDING = int(contracts.SeedStage.BLENDING)
+_PROBATIONARY = int(contracts.SeedStage.PROBATIONARY)
+_FOSSILIZED = int(contracts.SeedStage.FOSSILIZED)
 
 def _flatten(config: RewardConfig):
     children = tuple(getattr(config, name) for name in _REWARD_LEAVES)
@@ -99,7 +99,7 @@ def _at(values: jax.Array, slot: jax.Array) -> jax.Array:
 def target_view(signals: Signals, actions: jax.Array) -> Target:
     """The sampled slot's seed, gathered from the per-slot signals."""
     assert_signals(signals, actions)
-    slot = jnp.asarray(actions)[:, C.HEAD_SLOT].astype(jnp.int32)
+    slot = jnp.asarray(actions)[:, contracts.HEAD_SLOT].astype(jnp.int32)
     seed = _at(signals["slot_occupied"], slot).astype(bool)
     f32 = lambda name: _at(signals[name], slot).astype(jnp.float32)  # noqa: E731
     return Target(
@@ -118,7 +118,7 @@ def target_view(signals: Signals, actions: jax.Array) -> Target:
 
 
 def _op(actions: jax.Array) -> jax.Array:
-    return jnp.asarray(actions)[:, C.HEAD_OP].astype(jnp.int32)
+    return jnp.asarray(actions)[:, contracts.HEAD_OP].astype(jnp.int32)
 
 
 def _f32(signals: Signals, name: str) -> jax.Array:
@@ -448,7 +448,7 @@ def at_risk(signals: Signals, actions: jax.Array, cfg: RewardConfig) -> jax.Arra
     c = _f32(signals, "slot_contribution")
     live = jnp.asarray(signals["slot_occupied"]).astype(bool) & (stage != _FOSSILIZED)
     measured = live & jnp.asarray(signals["slot_contribution_valid"]).astype(bool)
-    target = jnp.arange(stage.shape[1])[None, :] == jnp.asarray(actions)[:, C.HEAD_SLOT, None]
+    target = jnp.arange(stage.shape[1])[None, :] == jnp.asarray(actions)[:, contracts.HEAD_SLOT, None]
     op = _op(actions)[:, None]
     fossilizing = target & (op == _OP_FOSSILIZE) & (stage == _PROBATIONARY) & (c >= cfg.min_fossilize_contribution)
     culling = target & (op == _OP_CULL)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from hosts.models.cnn import CNNHost
 from hosts.seeds.lifecycle import dwell_epochs, probation_timeout
 from hosts.tasks import TaskSpec, get_task, task_names
@@ -19,7 +19,7 @@ def _params(model: torch.nn.Module) -> int:
 
 
 def test_task_names_are_exactly_the_contract_tasks():
-    assert set(task_names()) == set(C.TASK_NAMES)
+    assert set(task_names()) == set(contracts.TASK_NAMES)
 
 
 @pytest.mark.parametrize("name", ["cifar10", "CIFAR10", "Shapes10", "PYTEXT", "tinyStories", "cifar10_DEEP"])
@@ -40,11 +40,11 @@ def test_unknown_task_raises_value_error_listing_the_tasks():
         assert name in str(info.value)
 
 
-@pytest.mark.parametrize("name", C.TASK_NAMES)
+@pytest.mark.parametrize("name", contracts.TASK_NAMES)
 def test_task_agrees_with_contracts(name):
     task = get_task(name)
-    assert task.facts is C.TASKS[name] and (task.topology, task.num_slots) == (C.TASKS[name].topology,
-                                                                              C.TASKS[name].num_slots)
+    assert task.facts is contracts.TASKS[name] and (task.topology, task.num_slots) == (contracts.TASKS[name].topology,
+                                                                              contracts.TASKS[name].num_slots)
     assert task.kind == ("classification" if task.topology == "cnn" else "lm")
 
 

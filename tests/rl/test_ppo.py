@@ -18,7 +18,7 @@ from esper_fx.history import SKIPPED_UPDATE, metrics_to_python
 from rl import distributions as dist
 from rl import ppo
 from rl.config import REFERENCE_PPO
-from rl import rollout as R
+from rl import rollout
 from rl.network import ActorCritic
 
 E, T, D, S, B = 4, 25, 80, 3, 5
@@ -47,7 +47,7 @@ def collect(state, key, obs_fn, reward_fn, n_envs=E, steps=T, terminal_each_step
     """Run the policy for `steps` steps; the last step is truncated with a bootstrap value."""
     rng = np.random.default_rng(seed)
     net = state.network
-    ro = R.init(n_envs, steps, D, S, B, net.hidden_dim if net.recurrent else None)
+    ro = rollout.init(n_envs, steps, D, S, B, net.hidden_dim if net.recurrent else None)
     carry = net.initial_carry(n_envs)
     for t in range(steps):
         key, k = jax.random.split(key)
@@ -60,9 +60,9 @@ def collect(state, key, obs_fn, reward_fn, n_envs=E, steps=T, terminal_each_step
         done = jnp.full((n_envs,), terminal_each_step or last)
         truncated = jnp.full((n_envs,), last and not terminal_each_step)
         boot = ppo.value(state, obs, out.carry) if last else jnp.zeros(n_envs)
-        step = R.StepData(obs, obs, out.actions, out.log_probs, out.value, reward, reward, done, truncated,
+        step = rollout.StepData(obs, obs, out.actions, out.log_probs, out.value, reward, reward, done, truncated,
                           boot, masks, carry)
-        ro = R.append(ro, t, step)
+        ro = rollout.append(ro, t, step)
         carry = out.carry
     return ro
 
@@ -405,7 +405,7 @@ def test_kl_early_stop_example_keeps_params_and_reports_the_first_group(fresh):
 
 def test_an_update_with_no_valid_transition_is_skipped_and_changes_nothing(fresh):
     state, ro = fresh
-    new, metrics = ppo.update(state, R.discard_envs(ro, jnp.zeros(E, bool)), jax.random.PRNGKey(2), CFG, E)
+    new, metrics = ppo.update(state, rollout.discard_envs(ro, jnp.zeros(E, bool)), jax.random.PRNGKey(2), CFG, E)
     assert metrics_to_python(metrics) == SKIPPED_UPDATE and bool(metrics["skipped"])
     assert tree_equal(new.params, state.params) and int(new.train_steps) == int(state.train_steps)
 
