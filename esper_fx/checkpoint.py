@@ -393,10 +393,6 @@ def find_checkpoint(path: str | Path) -> Found:
     raise CheckpointError(f"no intact checkpoint under {root}: {'; '.join(skipped)}")
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    return find_checkpoint(path).path
-
-
 def read_manifest(path: str | Path) -> dict[str, Any]:
     """The manifest of the checkpoint `path` resolves to, with `_path` (the checkpoint directory) and
     `_warning` (which newer checkpoints were passed over, or None)."""

@@ -37,7 +37,6 @@ class SeedStage(IntEnum):
 ACTIVE_STAGES = frozenset(
     {SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY, SeedStage.FOSSILIZED}
 )
-TERMINAL_STAGES = frozenset({SeedStage.FOSSILIZED})
 FAILURE_STAGES = frozenset({SeedStage.CULLED, SeedStage.EMBARGOED, SeedStage.RESETTING})
 FOSSILIZABLE_STAGES = frozenset({SeedStage.PROBATIONARY})
 CULLABLE_STAGES = frozenset(
@@ -169,17 +168,6 @@ BLUEPRINT_MENUS: Mapping[str, tuple[str, ...]] = {
     "cnn": ("noop", "conv_light", "attention", "norm", "depthwise"),
     "transformer": ("noop", "lora", "attention", "norm", "mlp_small"),
 }
-
-def _check_topology(topology: str) -> str:
-    if topology not in TOPOLOGIES:
-        raise ValueError(f"unknown topology {topology!r}; expected one of {list(TOPOLOGIES)}")
-    return topology
-
-
-def blueprint_actions(topology: str) -> tuple[str, ...]:
-    """The default blueprint menu of a topology (blueprint-head index -> name)."""
-    return BLUEPRINT_MENUS[_check_topology(topology)]
-
 
 # --------------------------------------------------------------------------------------
 # Tasks: every fact of every task, one table (hosts.tasks adds the host builders; the reward reads the

@@ -73,10 +73,6 @@ HOST_FACTORIES: dict[str, Callable[[], nn.Module]] = {
 _SPECS: dict[str, TaskSpec] = {name: TaskSpec(name, facts, HOST_FACTORIES[name]) for name, facts in TASKS.items()}
 
 
-def task_names() -> tuple[str, ...]:
-    return tuple(TASKS)
-
-
 def get_task(name: str) -> TaskSpec:
     """The task of that name (case-insensitive); ValueError listing the known tasks otherwise."""
     task_facts(name)  # the one error message for an unknown task

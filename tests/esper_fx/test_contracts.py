@@ -48,7 +48,6 @@ def test_fossilized_has_no_targets_and_next_stage_skips_failures():
 def test_stage_sets_match_spec():
     S = SeedStage
     assert contracts.ACTIVE_STAGES == {S.TRAINING, S.BLENDING, S.PROBATIONARY, S.FOSSILIZED}
-    assert contracts.TERMINAL_STAGES == {S.FOSSILIZED}
     assert contracts.FAILURE_STAGES == {S.CULLED, S.EMBARGOED, S.RESETTING}
     assert contracts.FOSSILIZABLE_STAGES == {S.PROBATIONARY}
     assert contracts.CULLABLE_STAGES == {S.GERMINATED, S.TRAINING, S.BLENDING, S.PROBATIONARY}
@@ -103,13 +102,11 @@ def test_action_heads_ops_and_blends():
 
 
 def test_blueprint_menus_per_topology():
-    assert contracts.blueprint_actions("cnn") == ("noop", "conv_light", "attention", "norm", "depthwise")
-    assert contracts.blueprint_actions("transformer") == ("noop", "lora", "attention", "norm", "mlp_small")
+    assert contracts.BLUEPRINT_MENUS["cnn"] == ("noop", "conv_light", "attention", "norm", "depthwise")
+    assert contracts.BLUEPRINT_MENUS["transformer"] == ("noop", "lora", "attention", "norm", "mlp_small")
     for topology, menu in contracts.BLUEPRINT_MENUS.items():
         assert menu[0] == "noop"
         assert set(menu) <= set(contracts.BLUEPRINT_NAMES[topology])
-    with pytest.raises(ValueError):
-        contracts.blueprint_actions("rnn")
 
 
 def test_observation_sizes_match_spec():

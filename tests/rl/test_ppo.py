@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from esper_fx.config import TrainingConfig
 from esper_fx.history import SKIPPED_UPDATE, metrics_to_python
 from rl import distributions as dist
+from tests.rl.action_checks import assert_actions_allowed
 from rl import ppo
 from rl.config import REFERENCE_PPO
 from rl import rollout
@@ -54,7 +55,7 @@ def collect(state, key, obs_fn, reward_fn, n_envs=E, steps=T, terminal_each_step
         obs, ctx = obs_fn(rng, n_envs)
         masks = random_masks(rng, n_envs)
         out = ppo.act(state, obs, masks, carry, k)
-        dist.check_actions(out.actions, masks)
+        assert_actions_allowed(out.actions, masks)
         reward = jnp.asarray(reward_fn(ctx, np.asarray(out.actions)), jnp.float32)
         last = t == steps - 1
         done = jnp.full((n_envs,), terminal_each_step or last)
@@ -357,7 +358,7 @@ def test_act_flags_rows_with_non_finite_logits_or_no_valid_action(fresh):
                                                                          state.params["op_head"])})
     out = ppo.act(bad, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(0))
     assert not bool(jnp.any(out.ok))
-    dist.check_actions(out.actions, masks)  # even then, no masked action is emitted
+    assert_actions_allowed(out.actions, masks)  # even then, no masked action is emitted
     greedy = ppo.act(state, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(5), deterministic=True)
     again = ppo.act(state, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(6), deterministic=True)
     np.testing.assert_array_equal(greedy.actions, again.actions)

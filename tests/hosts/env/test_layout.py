@@ -18,8 +18,13 @@ from esper_fx.config import TrainingConfig
 from esper_fx.contracts import BLUEPRINT_NAMES, LifecycleOp, SeedStage
 from hosts.data.task_data import load_task_data
 from hosts.env import EnvPool
-from hosts.models.layout import is_image_layout
+from hosts.models.layout import CNN_LAYOUT
 from hosts.tasks import get_task
+
+
+def is_image_layout(tensor: torch.Tensor) -> bool:
+    """True for a tensor that is not 4-d, or a 4-d one laid out channels_last."""
+    return tensor.dim() != 4 or tensor.is_contiguous(memory_format=CNN_LAYOUT)
 
 WAIT, GERMINATE, FOSSILIZE = int(LifecycleOp.WAIT), int(LifecycleOp.GERMINATE), int(LifecycleOp.FOSSILIZE)
 MENU = BLUEPRINT_NAMES["cnn"]  # every CNN blueprint, noop first
