@@ -433,6 +433,9 @@ def _nest(values: dict[str, Any]) -> dict[str, Any]:
     """Every field's value: given, or its default; flat group keys applied on top of their group."""
     known = set(field_names(TrainingConfig))
     unknown = sorted(k for k in values if k not in known and k not in GROUP_OF_KEY)
+    retired = [k for k in unknown if k in RETIRED_FIELDS]
+    if retired:
+        raise ValueError(f"config key {retired[0]!r} was removed ({RETIRED_FIELDS[retired[0]]}): delete it")
     if unknown:
         raise TypeError(f"TrainingConfig got unexpected keyword argument(s) {unknown}")
     out: dict[str, Any] = {}

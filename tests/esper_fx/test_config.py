@@ -46,6 +46,8 @@ def test_a_retired_field_in_a_config_file_is_refused_in_one_line_but_a_saved_con
     with pytest.raises(ValueError) as info:
         TrainingConfig.from_dict({key: value})
     assert str(info.value).startswith(f"config key {key!r} was removed") and "\n" not in str(info.value)
+    with pytest.raises(ValueError, match=f"{key!r} was removed"):
+        TrainingConfig().replace(**{key: value})  # (prove's --set takes this path)
     assert TrainingConfig.from_saved({key: value, "max_epochs": 25}) == TrainingConfig()
 
 
