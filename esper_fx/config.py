@@ -3,9 +3,12 @@
 The run's own settings (task, envs, episodes, devices, data, outputs) are fields here. The controller
 side's settings live with the controller code and are nested: `config.ppo` (`rl.config.PPOConfig`),
 `config.reward` (`rl.config.RewardConfig`) and `config.heuristic` (`rl.config.HeuristicConfig`), each
-default written once, there. The PPO and reward fields keep their flat names everywhere a user sees
-them: `TrainingConfig(lr=1e-4)`, `config.replace(gamma=0.99)`, `config.lr`, the JSON of `to_dict` /
-`from_dict` (so every earlier config file and checkpoint manifest still loads) and the command line.
+default written once, there. The PPO fields and the reward's settings keep their flat names everywhere a
+user sees them: `TrainingConfig(lr=1e-4)`, `config.replace(gamma=0.99)`, `config.lr`, the JSON of
+`to_dict` / `from_dict` and the command line. `config.reward` also carries the values a run gives the
+reward (its gamma, its min_cull_age, its task's loss scale), filled in here so each keeps one home.
+Fields of earlier versions that changed nothing are refused in a config file (`RETIRED_FIELDS`) and
+dropped from a saved one (`from_saved`), so every earlier checkpoint manifest still loads.
 
 Imports neither torch nor jax, so the CLI can reject a bad configuration instantly.
 """

@@ -1,9 +1,10 @@
 """What crosses between the PyTorch side (`hosts`) and the JAX side (`rl`), and nothing else.
 
 This module imports neither torch nor jax. It holds the seed stages and their transitions, slot ids,
-the action heads, ops, blends and blueprint menus, the tasks' slot-head sizes, the observation layout,
-the signals field list, the event types, and the few lifecycle numbers that both the host lifecycle and
-the reward read. A constant only one side reads lives on that side (`hosts/...`, `rl/...`).
+the action heads, ops, blends and blueprint menus, the table of task facts (both sides and the config
+read it), the observation layout, the signals field list, the env pool's interface (`EpisodePool`), the
+event types, and the few lifecycle numbers that both the host lifecycle and the reward read. A constant
+only one side reads lives on that side (`hosts/...`, `rl/...`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,18 @@
 """The controller side's settings, each default written once: PPO, the reward, the heuristic.
 
-Three frozen dataclasses with no jax in sight, so a configuration is checked before jax loads:
+Frozen dataclasses with no jax in sight, so a configuration is checked before jax loads:
 
 - `PPOConfig` (SPEC §11.1): the PPO/LSTM controller's hyperparameters, and `entropy_coefficient`, the one
   entropy schedule (§11.8) that both the jitted update and the run's history use; with them the
   network's fixed sizes (§10.1);
-- `RewardConfig`: which reward family and mode, and every constant of the rewards;
-  `reward_fn_name` is the one place that maps a family and a mode to a reward function;
+- `RewardConfig`: which reward family and mode, and every constant of the rewards (the one reward
+  settings class; `REWARD_SETTINGS` names the fields a run sets); `reward_fn_name` is the one place that
+  maps a family and a mode to a reward function;
 - `HeuristicConfig` (§13.1): the rule-based controller's thresholds, and the blueprint rotation check.
 - `OracleConfig`: the fixed growth schedule of the `oracle` control.
 
 `esper_fx.config.TrainingConfig` nests them as `config.ppo`, `config.reward` and `config.heuristic`; the
-field names of the first two are the run's flat JSON keys and command-line fields.
+PPO fields and the reward's settings are the run's flat JSON keys and command-line fields.
 """
 
 from __future__ import annotations
