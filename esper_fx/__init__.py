@@ -15,11 +15,11 @@ def __getattr__(name: str):
 
         return getattr(config, name)
     if name == "run":
-        from esper_fx.loop import run
+        from esper_fx.training.loop import run
 
         return run
     if name == "compare":
-        from esper_fx.comparison import compare
+        from esper_fx.evaluation.comparison import compare
 
         return compare
     raise AttributeError(f"module 'esper_fx' has no attribute {name!r}")

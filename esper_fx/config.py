@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from esper_fx import contracts
-from esper_fx.controller_registry import REGISTRY
+from esper_fx.controllers.registry import REGISTRY
 from rl import validate as check
 from rl.config import (
     HeuristicConfig,
@@ -106,7 +106,7 @@ GROUP_OF_KEY: Mapping[str, str] = {key: group for group, keys in FLAT_KEYS.items
 class TrainingConfig:
     # run
     task: Task = Task.CIFAR10
-    controller: str = "ppo_lstm"  # a registered controller name (esper_fx.controllers)
+    controller: str = "ppo_lstm"  # a registered controller name (esper_fx.controllers.protocol)
     n_episodes: int = 100  # total target
     n_envs: int = 4
     max_epochs: int = 25  # episode length T

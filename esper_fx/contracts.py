@@ -412,8 +412,8 @@ def head_sizes(num_slots: int, num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> 
 class EpisodePool(Protocol):
     """E envs in lock-step, one batch of episodes at a time, one step per host epoch. Three pools have these
     members: `hosts.env.EnvPool` (in this process; torch signals, `(ApplyResult, next signals)` per step),
-    `esper_fx.ray_pool.RayEnvPool` (the same envs in Ray actors, the same results) and
-    `esper_fx.env_bridge.BridgedPool` (wraps either; packed jax signals out, an `EpochResult` per step)."""
+    `esper_fx.distributed.pool.RayEnvPool` (the same envs in Ray actors, the same results) and
+    `esper_fx.training.bridged_pool.BridgedPool` (wraps either; packed jax signals out, an `EpochResult` per step)."""
 
     steps_per_epoch: int  # training steps per env per epoch
 

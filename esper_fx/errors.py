@@ -1,7 +1,7 @@
 """The errors a user can fix: a configuration or environment problem, reported as one line.
 
 The command line prints any `SetupError` as `esper_fx.train: error: <message>` and exits with code 2, and a
-`RunFailure` the same way with exit code 1 (`esper_fx.cli_run`). Subclasses also derive from the builtin a
+`RunFailure` the same way with exit code 1 (`esper_fx.cli.run`). Subclasses also derive from the builtin a
 Python caller would expect.
 """
 

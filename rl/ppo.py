@@ -564,7 +564,7 @@ def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
     early_stopped, nonfinite_skipped, n_steps_taken and skipped (no valid transition: nothing changed).
     And, measured after the update over the whole batch (`after_update`): approx_kl_after, entropy_after
     and entropy_after_{head}.
-    `esper_fx.history.metrics_to_python` turns them into Python values.
+    `esper_fx.outputs.history.metrics_to_python` turns them into Python values.
     """
     chex.assert_rank([state.train_steps, rollout.obs, rollout.step_count], [0, 3, 1])
     data, stats = build_training_data(rollout, cfg)

@@ -4,7 +4,7 @@ At E = 4 on the quickstart preset (`--preset` picks others): one epoch of every 
 actions)` (the actions, the epoch's training and validation, the next signals), timed interleaved for
 
 - **in_process**: `hosts.env.EnvPool`, every env in this process one after another;
-- **ray_2**: `esper_fx.ray_pool.RayEnvPool` with 2 workers (2 envs each), signals back as numpy arrays
+- **ray_2**: `esper_fx.distributed.pool.RayEnvPool` with 2 workers (2 envs each), signals back as numpy arrays
   through the object store and actions out as int32 arrays, torch tensors again on the driver.
 
 Ratio: in_process / ray_2 (the speed-up; target ≥ 1.6 on a 2-core machine). The Ray path's overhead is
@@ -49,7 +49,7 @@ def _stepper(pool, n_envs: int, cpu: list[float] | None = None):
 
 
 def _case(settings: BenchSettings, preset: str) -> dict:
-    from esper_fx.ray_pool import RayEnvPool
+    from esper_fx.distributed.pool import RayEnvPool
 
     device = "cuda:0" if settings.device.name == "cuda" else "cpu"
     config = bench_config(preset, n_envs=N_ENVS, device=device, seed=settings.seed, quick=settings.quick)
@@ -96,7 +96,7 @@ def run(settings: BenchSettings) -> dict:
            "overhead": all(c["overhead_share"] < TARGET_OVERHEAD_SHARE for c in cases)}
     return {
         "what": f"one epoch of E={N_ENVS} envs: the in-process pool vs {N_WORKERS} Ray env workers",
-        "measured": f"esper_fx.ray_pool.RayEnvPool.step ({N_WORKERS} workers)",
+        "measured": f"esper_fx.distributed.pool.RayEnvPool.step ({N_WORKERS} workers)",
         "reference": "hosts.env.EnvPool.step (in process)",
         "ratio_definition": "in_process median / ray_2 median (the speed-up)",
         "columns": {"case": "preset", "measured": "ray_2", "reference": "in_process"},

@@ -20,7 +20,7 @@ Underneath, an epoch runs in phases, each public so tests and benchmarks can dri
     signals = pool.signals()         # phase 8: the SIGNAL_FIELDS dict (post-rollback, pre-action)
     result = pool.apply(actions, bootstrap=(t == T))   # step 10: actions, then step_epoch
 
-A pool may run a contiguous slice of the E envs (`env_ids`, for `esper_fx.ray_pool`: one slice per Ray
+A pool may run a contiguous slice of the E envs (`env_ids`, for `esper_fx.distributed.pool`: one slice per Ray
 worker): its envs keep their global indices, so their models, RNG streams, data batches and events are
 exactly those of the same envs in a whole pool; its signals, actions and results cover its slice only.
 

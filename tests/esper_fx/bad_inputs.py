@@ -5,9 +5,9 @@ on stderr, and write nothing (no file created, changed or removed under the dire
 
     python -m tests.esper_fx.bad_inputs            # run every case, print the outcome of each and the counts
 
-Most cases run in-process through `esper_fx.train.main` (fast: torch and jax load once); the few that
+Most cases run in-process through `esper_fx.cli.train.main` (fast: torch and jax load once); the few that
 need a real filesystem limit (a full disk, a read-only mount) run in a subprocess inside a private
-mount namespace, and are skipped where `unshare` cannot make one. `tests/esper_fx/test_bad_inputs.py`
+mount namespace, and are skipped where `unshare` cannot make one. `tests/esper_fx/cli/test_bad_inputs.py`
 runs the whole fuzz.
 """
 
@@ -405,7 +405,7 @@ def _changed(before: dict, after: dict) -> list[str]:
 
 def _call_main(argv: list[str], cwd: Path) -> tuple[int | None, str]:
     """main(argv) in this process from `cwd`: (exit code or None after an escaping exception, stderr)."""
-    from esper_fx.train import main
+    from esper_fx.cli.train import main
 
     err, out = io.StringIO(), io.StringIO()
     old = os.getcwd()
@@ -425,7 +425,7 @@ def _call_main(argv: list[str], cwd: Path) -> tuple[int | None, str]:
 
 
 def _config_accepts(argv: list[str], cwd: Path) -> bool:
-    from esper_fx.train import resolve_config
+    from esper_fx.cli.train import resolve_config
 
     old = os.getcwd()
     os.chdir(cwd)

@@ -141,10 +141,10 @@ def final_state(checkpoint: Path) -> list:
     import jax
     import numpy as np
 
-    from esper_fx import checkpoint as ckpt
-    from esper_fx import controllers as ctl
+    from esper_fx.outputs import checkpoint as ckpt
+    from esper_fx.controllers import protocol as ctl
     from esper_fx.config import TrainingConfig
-    from esper_fx.run_state import fresh_learner
+    from esper_fx.training.run_state import fresh_learner
 
     config = TrainingConfig(**BASE)
     spec = ctl.ControllerSpec.from_config(config)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
-from esper_fx.history import SKIPPED_UPDATE, metrics_to_python
+from esper_fx.outputs.history import SKIPPED_UPDATE, metrics_to_python
 from rl import distributions as dist
 from tests.rl.action_checks import assert_actions_allowed
 from rl import ppo

@@ -1,0 +1,181 @@
+"""Runs a validated configuration from the command line: summary, training, final table, exit code.
+
+Imports only the configuration at module level: jax and torch load when a run starts, so a bad command
+line is rejected without them. Exit codes: 0 done; 2 a configuration or environment problem, found
+before anything is written where it can be (one line on stderr naming the field, file or device); 1 a
+run that cannot go on (one line); 130 Ctrl-C and 143 SIGTERM, after a checkpoint of the last finished
+batch and the command that resumes it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from esper_fx.training import compile_cache
+from esper_fx.config import TrainingConfig
+from esper_fx.training.stopping import exit_code, stop_signal
+from esper_fx.outputs.tensorboard_log import TB_SUBDIR
+
+EXIT_OK = 0
+EXIT_RUN_FAILED = 1  # the run cannot go on (e.g. the controller produced no valid action); one line
+EXIT_SETUP_ERROR = 2  # a configuration or environment problem; one line
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGTERM exits 143: 128 + the signal's number
+
+
+def limit_cpu_threads(config: TrainingConfig, say=print) -> None:
+    """On CPU-only runs use one torch intra-op thread unless OMP_NUM_THREADS says otherwise.
+
+    The hosts are tiny: on a small CPU, OpenMP oversubscription made epochs up to 10x slower as soon
+    as anything else ran on the machine, while one thread lost little when it was idle.
+    """
+    devices = [config.device, *(config.env_devices or ())]
+    if os.environ.get("OMP_NUM_THREADS") or any(str(d).startswith("cuda") for d in devices):
+        return
+    import torch
+
+    if config.device == "auto" and torch.cuda.is_available():
+        return
+    torch.set_num_threads(1)
+    say("CPU run: 1 torch thread (set OMP_NUM_THREADS to use more)")
+
+
+def config_summary(config: TrainingConfig) -> list[str]:
+    """The pre-training summary of §14.4 (at least 8 lines)."""
+    ppo = config.ppo
+    if ppo.entropy_anneal_episodes and (ppo.entropy_coef_start is not None or ppo.entropy_coef_end is not None):
+        start, end = ppo.entropy_endpoints
+        entropy = f"{start:g} -> {end:g} over {ppo.entropy_anneal_episodes} episodes"
+    else:
+        entropy = f"{ppo.entropy_coef:g}"
+    return [
+        f"esper_fx: task={config.task.value} ({config.topology}), controller={config.controller_name}, "
+        f"seed={config.seed}",
+        f"Episodes: {config.n_episodes}, envs: {config.n_envs}, max_epochs: {config.max_epochs}",
+        f"PPO: lr={ppo.lr:g}, gamma={ppo.gamma:g}, lambda={ppo.gae_lambda:g}, "
+        f"clip={ppo.clip_ratio:g}, value_coef={ppo.value_coef:g}, max_grad_norm={ppo.max_grad_norm:g}",
+        f"Entropy: {entropy} (min {ppo.entropy_coef_min:g})",
+        f"Update: epochs={ppo.update_epochs}, minibatches={ppo.num_minibatches}, "
+        f"amp={'on (' + config.amp_dtype.value + ')' if config.amp else 'off'}",
+        f"LSTM: hidden={ppo.lstm_hidden_dim}, chunk={config.max_epochs}",
+        f"Slots: {', '.join(config.enabled_slots)} of {config.num_slots}; reward: "
+        f"{config.reward.reward_family.value}/{config.reward.reward_mode.value}; menu: {', '.join(config.menu[1:])}",
+        f"Telemetry: {'enabled' if config.use_telemetry else 'disabled'} (level "
+        f"{config.telemetry_level.value}), obs dim {config.state_dim}",
+        f"Data: split={config.data_split.value}, path={config.data_path.value}, device={config.device}",
+        f"Run dir: {config.run_dir or '(none)'}",
+    ]
+
+
+def run_from_cli(config: TrainingConfig, quiet: bool = False, compile_cache_dir: str | None = None,
+                 compile_cache_enabled: bool | None = None) -> int:
+    """Run `config` and return the exit code: 0 done, 2 a configuration or environment problem (one line on
+    stderr), 1 a run that cannot go on (one line), 130 / 143 stopped by Ctrl-C / SIGTERM (after a
+    checkpoint of the last finished batch, with the command that resumes it). Prints the summary, the final
+    table and where everything is. The compilation cache follows
+    `compile_cache.resolve_dir(compile_cache_dir, compile_cache_enabled)`."""
+    try:
+        return _run(config, quiet, compile_cache_dir, compile_cache_enabled)
+    except KeyboardInterrupt as stop:  # during start-up, before run() could take over
+        return _stopped_outside_training(config, stop_signal(stop))
+    except Exception as exc:  # noqa: BLE001 - sorted below; anything else is a bug and keeps its traceback
+        code = _error_exit_code(exc)
+        if code is None:
+            raise
+        print(f"esper_fx.train: error: {one_line(exc)}{_resume_hint(config)}", file=sys.stderr)
+        return code
+
+
+def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
+         compile_cache_enabled: bool | None) -> int:
+    for line in config_summary(config):
+        print(line, flush=True)
+    limit_cpu_threads(config, lambda line: print(line, flush=True))
+    cache_dir = compile_cache.enable(compile_cache_dir, enabled=compile_cache_enabled)
+    from esper_fx.training.loop import Interrupted, run
+    from esper_fx.outputs.events import final_table
+
+    started = time.perf_counter()
+    try:
+        with compile_cache.counting() as cache_stats:
+            result = run(config, quiet=quiet)
+    except Interrupted as exc:
+        print(f"\nInterrupted ({signal.Signals(exc.signum).name}).", file=sys.stderr)
+        if exc.checkpoint:
+            print(f"Checkpoint written: {exc.checkpoint}", file=sys.stderr)
+            print(f"Resume with: python -m esper_fx.train --resume {exc.run_dir}", file=sys.stderr)
+            print(f"Report of the finished batches: python -m esper_fx.report {exc.run_dir}", file=sys.stderr)
+        else:
+            print("No batch had finished, so there is nothing to resume.", file=sys.stderr)
+        return exc.exit_code
+    print()
+    print(final_table(result.history))
+    s = result.summary
+    print(f"\nDone in {time.perf_counter() - started:.1f} s: {s['episodes']} episodes, final accuracy "
+          f"{s['final_avg_accuracy']:.2f}% (best rolling {s['best_rolling_avg_accuracy']:.2f}%), seeds "
+          f"germinated {s['seeds_created']}, fossilized {s['seeds_fossilized']}, culled {s['seeds_culled']}")
+    for line in where_lines(result, cache_stats.describe(cache_dir)):
+        print(line)
+    return EXIT_OK
+
+
+def _error_exit_code(exc: BaseException) -> int | None:
+    """2 for a configuration or environment problem, 1 for a run that cannot go on, None for a bug."""
+    from esper_fx.errors import RunFailure, SetupError
+
+    if isinstance(exc, (SetupError, OSError)):
+        return EXIT_SETUP_ERROR
+    if isinstance(exc, RunFailure):
+        return EXIT_RUN_FAILED
+    return None
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: an OSError with its file, anything else its first line."""
+    if isinstance(exc, OSError) and exc.filename and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:2000]
+
+
+def _resume_hint(config: TrainingConfig) -> str:
+    """'; the run can be resumed with ...' when the run directory holds a checkpoint."""
+    if not _has_checkpoint(config.run_dir):
+        return ""
+    return f" (the run directory keeps its last checkpoint: python -m esper_fx.train --resume {config.run_dir})"
+
+
+def _has_checkpoint(run_dir: str | None) -> bool:
+    if not run_dir or not os.path.isdir(os.path.join(run_dir, "checkpoints")):
+        return False
+    from esper_fx.outputs.checkpoint import has_checkpoint
+
+    return has_checkpoint(run_dir)
+
+
+def _stopped_outside_training(config: TrainingConfig, signum: int) -> int:
+    """A stop while the run was starting (or closing): nothing new to save; say whether a checkpoint exists."""
+    name = signal.Signals(signum).name
+    if _has_checkpoint(config.run_dir):
+        print(f"\nInterrupted ({name}) outside training; the run directory keeps its last checkpoint.\n"
+              f"Resume with: python -m esper_fx.train --resume {config.run_dir}", file=sys.stderr)
+    else:
+        print(f"\nInterrupted ({name}) before the first batch finished: nothing to resume.", file=sys.stderr)
+    return exit_code(signum)
+
+
+def where_lines(result, cache_line: str) -> list[str]:
+    """The run's last lines: the compilation cache, TensorBoard, the run directory, the report."""
+    lines = [cache_line]
+    first_action = (result.summary.get("timing") or {}).get("first_action_s")
+    if first_action is not None:
+        lines.append(f"First action after {first_action:.1f} s")
+    if result.run_dir:
+        if result.config is not None and result.config.tensorboard:
+            lines.append(f"TensorBoard: tensorboard --logdir {os.path.join(result.run_dir, TB_SUBDIR)}")
+        lines.append(f"Run directory: {result.run_dir}")
+    if result.report_path:
+        lines.append(f"Report: {result.report_path}")
+    return lines

@@ -1,0 +1,1 @@
+"""Controllers: the protocol a controller bundle follows, the registry of names, the baselines and controls, PPO and the heuristic."""

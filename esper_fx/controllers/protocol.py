@@ -1,0 +1,139 @@
+"""Controllers as bundles of pure JAX functions, and the registry that names them (ARCHITECTURE §3).
+
+A controller bundle has five functions over pytrees:
+
+    init(key, spec)                      -> state
+    initial_carry(n_envs)                -> carry        (LSTM state, heuristic decision state, or ())
+    act(state, carry, signals, key)      -> (actions [E, 4] int32, aux, new_carry)
+    value(state, carry, signals)         -> [E] float32  (bootstrap at truncation)
+    update(state, rollout, key)          -> (new_state, metrics)
+
+`signals` is the host's signals pytree (esper_fx.contracts.SIGNAL_FIELDS) as jax arrays, plus
+"obs_norm": the observation normalised with the run's frozen statistics. `aux` carries per-head
+log-probs [E, 4] ("log_probs") and values [E] ("value") for learning controllers.
+
+The registry (`esper_fx.controllers.registry`, jax-free so the configuration can check names) maps names
+to constructors `constructor(spec) -> Controller`; `get(name)` returns the constructor,
+`build(name_or_bundle, spec)` a ready bundle, `register(name, constructor)` adds one. The built-in
+bundles: `wait` and `random` (baselines), `oracle` (a fixed growth schedule) and `static_final` (a static
+architecture) in `esper_fx.controllers.baselines`, `ppo_lstm` / `ppo_mlp` in `esper_fx.controllers.ppo`, `heuristic` in
+`esper_fx.controllers.heuristic`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from esper_fx import contracts
+from esper_fx.config import TrainingConfig
+from esper_fx.controllers.registry import REGISTRY, Constructor
+
+
+class ControllerSpec(NamedTuple):
+    """Static facts a controller is built for (hashable, so it can close over jitted functions)."""
+
+    obs_dim: int
+    num_slots: int
+    num_blueprints: int
+    n_envs: int
+    max_epochs: int
+    topology: str
+    menu: tuple[str, ...]
+    config: TrainingConfig
+
+    @classmethod
+    def from_config(cls, config: TrainingConfig) -> "ControllerSpec":
+        return cls(
+            obs_dim=config.state_dim, num_slots=config.num_slots, num_blueprints=config.num_blueprints,
+            n_envs=config.n_envs, max_epochs=config.max_epochs, topology=config.topology,
+            menu=config.menu, config=config,
+        )
+
+    @property
+    def head_sizes(self) -> tuple[int, int, int, int]:
+        return contracts.head_sizes(self.num_slots, self.num_blueprints)
+
+
+def _no_update(state, rollout, key):
+    return state, {}
+
+
+def _no_value(state, carry, signals):
+    return jnp.zeros(signals["obs"].shape[0], jnp.float32)
+
+
+def _empty_carry(n_envs: int):
+    return ()
+
+
+def _no_state(key, spec):
+    return ()
+
+
+@dataclass(frozen=True)
+class Controller:
+    """A bundle of pure functions; `learns` says whether the loop keeps a rollout and calls update."""
+
+    name: str
+    act: Callable[..., tuple[jax.Array, Any, Any]]
+    init: Callable[[jax.Array, ControllerSpec], Any] = _no_state
+    initial_carry: Callable[[int], Any] = _empty_carry
+    value: Callable[..., jax.Array] = _no_value
+    update: Callable[..., tuple[Any, dict]] = _no_update
+    learns: bool = False
+
+
+def make_controller(act: Callable, init: Callable | None = None, name: str = "custom") -> Controller:
+    """A non-learning controller from one or two pure functions.
+
+    `act(state, carry, signals, key)` may return just the actions [E, 4], or the full
+    `(actions, aux, new_carry)` triple; `init(key, spec)` builds its (static) state.
+    """
+
+    def full_act(state, carry, signals, key):
+        out = act(state, carry, signals, key)
+        if isinstance(out, tuple) and len(out) == 3:
+            return out
+        return jnp.asarray(out, jnp.int32), {}, carry
+
+    return Controller(name=name, act=full_act, init=init or _no_state)
+
+
+# ----------------------------------------------------------------------------------------------
+# The registry's public face
+# ----------------------------------------------------------------------------------------------
+
+
+def get(name: str) -> Constructor:
+    """The constructor registered under `name` (`ppo` is an alias of `ppo_lstm`)."""
+    return REGISTRY.get(name)
+
+
+def register(name: str, constructor: Constructor | Controller) -> None:
+    """Register a constructor `spec -> Controller` (or a ready Controller bundle) under `name`."""
+    if isinstance(constructor, Controller):
+        bundle = constructor
+        constructor = lambda spec, _b=bundle: _b  # noqa: E731 - a ready bundle ignores the spec
+    REGISTRY.register(name, constructor)
+
+
+def names() -> list[str]:
+    return REGISTRY.names()
+
+
+def build(controller: str | Controller | Constructor, spec: ControllerSpec) -> Controller:
+    """Resolve a name, a constructor or a bundle into a ready Controller for `spec`."""
+    if isinstance(controller, Controller):
+        return controller
+    if isinstance(controller, str):
+        return get(controller)(spec)
+    if callable(controller):
+        bundle = controller(spec)
+        if not isinstance(bundle, Controller):
+            raise TypeError(f"controller constructor returned {type(bundle).__name__}, expected Controller")
+        return bundle
+    raise TypeError(f"controller must be a name, a Controller or a constructor (got {controller!r})")

@@ -1,0 +1,1 @@
+"""Distributed: the envs as Ray actors (the pool, its worker and the Ray runtime)."""

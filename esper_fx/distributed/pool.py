@@ -1,0 +1,233 @@
+"""`RayEnvPool`: the env pool as N Ray actors, behind the in-process pool's interface (issue 15).
+
+    pool = RayEnvPool(config)                 # env_workers actors, each an EnvPool over a slice of envs
+    signals = pool.begin(b, n_active)         # the same calls as hosts.env.EnvPool, the same results
+    result, signals = pool.step(actions)
+    pool.close()                              # kill the actors; stop the local Ray the pool started
+
+Worker w owns the contiguous envs `worker_slices(E, N)[w]`. Per epoch the driver sends each running worker
+its rows of the actions (int32 [E_w, 4]) and gets back its signals as numpy arrays through the object
+store; here they become torch tensors on the policy device (concatenated in env order), so
+`training.bridged_pool.BridgedPool` and the loop see exactly what the in-process pool gives them. Envs keep their
+global index inside a worker, so on the CPU both pools give bitwise-identical runs.
+
+Failures: a worker that dies (killed, out of memory, its node lost) raises `EnvWorkerLost` naming the worker
+and its envs (a RunFailure: the last checkpoint is intact, `--resume` continues); a Python exception in a
+worker raises `EnvWorkerError` carrying the worker's traceback.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from esper_fx.errors import DeviceUnavailableError, RunFailure
+from esper_fx.config import TrainingConfig
+from esper_fx.distributed.runtime import RaySession, require_ray
+from esper_fx.distributed.worker import EnvWorker, WorkerStep
+from esper_fx.training.stopping import deferred_stops
+from hosts.env import ApplyResult
+from hosts.env.pool import resolve_device
+
+READY_TIMEOUT_S = 300.0  # actors not placed by then: the cluster lacks the CPUs / GPUs asked for
+
+
+class EnvWorkerError(RuntimeError):
+    """A Python exception inside an env worker; the message holds the worker's traceback."""
+
+
+class EnvWorkerLost(RunFailure, RuntimeError):
+    """An env worker died mid-run (killed, out of memory, node lost); the message names it and its envs."""
+
+
+def worker_slices(n_envs: int, n_workers: int) -> list[range]:
+    """Contiguous env slices, the first `n_envs % n_workers` one env longer: 5 envs, 2 workers -> [0:3], [3:5]."""
+    if not 1 <= n_workers <= n_envs:
+        raise ValueError(f"env_workers must be in [1, n_envs={n_envs}] (got {n_workers})")
+    size, extra = divmod(n_envs, n_workers)
+    bounds = [0]
+    for w in range(n_workers):
+        bounds.append(bounds[-1] + size + (w < extra))
+    return [range(bounds[w], bounds[w + 1]) for w in range(n_workers)]
+
+
+def describe(w: int, envs: range) -> str:
+    return f"env worker {w} (envs {envs.start}–{envs.stop - 1})"
+
+
+def merge_signals(parts: Sequence[dict[str, np.ndarray]], device: torch.device) -> dict[str, torch.Tensor]:
+    """Per-worker numpy signals -> one dict of fresh torch tensors [E, ...] on `device`, envs in order."""
+    names = parts[0].keys()
+    return {name: torch.from_numpy(np.concatenate([p[name] for p in parts])).to(device) for name in names}
+
+
+def signal_bytes(signals: dict[str, np.ndarray] | None) -> int:
+    return 0 if signals is None else sum(a.nbytes for a in signals.values())
+
+
+class RayEnvPool:
+    """`config`: the run's TrainingConfig (each worker's EnvPool gets it, with its devices set)."""
+
+    def __init__(self, config: TrainingConfig, *, nan_faults: Sequence[tuple[int, int]] = ()) -> None:
+        ray = require_ray()
+        self.config = config
+        self.n_workers = int(config.env_workers)
+        self.slices = worker_slices(self.config.n_envs, self.n_workers)
+        self.max_epochs = self.config.max_epochs
+        self.policy_device = resolve_device(self.config.device)
+        # bytes through the object store (signals in, actions out), round trips, and for the steps their
+        # driver-side wall time and the slowest worker's own time: the difference is Ray's overhead
+        self.stats = {"bytes_in": 0, "bytes_out": 0, "calls": 0, "step_wall_s": 0.0, "step_worker_s": 0.0,
+                      "step_worker_cpu_s": 0.0}  # (the workers' CPU time, summed over workers)
+        self._session = RaySession.open(config.ray_address, self.n_workers)
+        self._ray = ray
+        self._actors: list[Any] = []
+        self._running: list[int] = []  # the workers with envs in this episode batch (set by begin)
+        self._n_active = 0
+        self.epoch = 0  # as EnvPool.epoch: the epoch the envs last trained
+        try:
+            gpu = uses_cuda(self.config)
+            gpus = gpu_share(ray.cluster_resources().get("GPU", 0), self.n_workers) if gpu else 0
+            actor = ray.remote(EnvWorker).options(num_cpus=1, num_gpus=gpus, max_restarts=0)
+            threads, faults = torch.get_num_threads(), tuple(nan_faults)
+            self._actors = [actor.remote(self.config, tuple(envs), gpu, threads, faults) for envs in self.slices]
+            self.workers = self._gather([a.info.remote() for a in self._actors], range(self.n_workers),
+                                        timeout=READY_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
+        self.steps_per_epoch = self.workers[0]["steps_per_epoch"]
+
+    # ---------------------------------------------------------------- the pool interface
+    @property
+    def n_envs(self) -> int:
+        return self.config.n_envs
+
+    def begin(self, batch_index: int, n_active: int | None = None) -> dict[str, torch.Tensor]:
+        n = self.n_envs if n_active is None else int(n_active)
+        if not 1 <= n <= self.n_envs:
+            raise ValueError(f"n_active must be in [1, n_envs={self.n_envs}] (got {n_active})")
+        self._running = [w for w, envs in enumerate(self.slices) if envs.start < n]
+        self._n_active, self.epoch = n, 1
+        parts = self._call("begin", [(batch_index, n)] * len(self._running))
+        return self._merge(parts)
+
+    def step(self, actions, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
+        if not self._running:
+            raise RuntimeError("RayEnvPool.step called before begin(b)")
+        rows = _action_array(actions)
+        if rows.shape != (self._n_active, 4):
+            raise ValueError(f"actions must be [{self._n_active}, 4] (got {list(rows.shape)})")
+        args = [(rows[self.slices[w].start:min(self.slices[w].stop, self._n_active)], bootstrap)
+                for w in self._running]
+        self.stats["bytes_out"] += rows.nbytes
+        started = time.perf_counter()
+        steps: list[WorkerStep] = self._call("step", args)
+        boot = [s.bootstrap for s in steps]
+        signals = [s.signals for s in steps]
+        result = ApplyResult(tuple(a for s in steps for a in s.actions), tuple(x for s in steps for x in s.success),
+                             tuple(e for s in steps for e in s.events),
+                             None if boot[0] is None else self._merge(boot))
+        merged = None if signals[0] is None else self._merge(signals)
+        self.stats["step_wall_s"] += time.perf_counter() - started
+        self.stats["step_worker_s"] += max(s.compute_s for s in steps)
+        self.stats["step_worker_cpu_s"] += sum(s.cpu_s for s in steps)
+        self.epoch += merged is not None
+        return result, merged
+
+    def episode_results(self) -> list:
+        return [r for part in self._call("episode_results", [()] * len(self._running)) for r in part]
+
+    # ---------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        """Kill the actors and leave Ray (a local instance the pool started is shut down). Idempotent; a
+        Ctrl-C meanwhile is dropped (the run is stopping)."""
+        with deferred_stops(reraise=False):
+            for actor in self._actors:
+                try:
+                    self._ray.kill(actor)
+                except Exception:  # already dead, or Ray already down
+                    pass
+            self._actors = []
+        self._session.close()
+
+    def __enter__(self) -> "RayEnvPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- round trips
+    def _call(self, method: str, args: Sequence[tuple]) -> list:
+        refs = [getattr(self._actors[w], method).remote(*a) for w, a in zip(self._running, args)]
+        self.stats["calls"] += 1
+        return self._gather(refs, self._running)
+
+    def _gather(self, refs: list, workers: Sequence[int], timeout: float | None = None) -> list:
+        """Each worker's result in order; the first failure names its worker and envs."""
+        return [get_or_explain(self._ray, ref, describe(w, self.slices[w]), timeout)
+                for w, ref in zip(workers, refs)]
+
+    def _merge(self, parts: Sequence[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+        self.stats["bytes_in"] += sum(signal_bytes(p) for p in parts)
+        return merge_signals(parts, self.policy_device)
+
+
+def get_or_explain(ray: Any, ref: Any, where: str, timeout: float | None = None) -> Any:
+    """`ray.get(ref)`; a failure becomes EnvWorkerError (a Python exception, with the remote traceback) or
+    EnvWorkerLost (the process died, or was never placed), its message starting with `where`."""
+    exceptions = ray.exceptions
+    try:
+        return ray.get(ref, timeout=timeout)
+    except exceptions.RayTaskError as exc:
+        cause = exc.cause if isinstance(exc.cause, BaseException) else None
+        raise EnvWorkerError(f"{where} raised {_one_line(cause or exc)}\nthe worker's traceback:\n"
+                             f"{_plain_text(getattr(exc, 'traceback_str', '') or str(exc))}") from cause
+    except (exceptions.RayActorError, exceptions.WorkerCrashedError) as exc:
+        raise EnvWorkerLost(f"{where} died: {_first_line(exc)}") from None
+    except exceptions.GetTimeoutError:
+        raise EnvWorkerLost(f"{where} was not placed within {timeout:.0f} s: the Ray cluster lacks the "
+                            f"CPUs/GPUs asked for ({ray.cluster_resources()})") from None
+
+
+def gpu_share(cluster_gpus: float, n_workers: int) -> float:
+    """The GPU fraction each worker asks for: one GPU each when the cluster has enough, else an equal share
+    (1/2, 1/3, ...) so that every worker is placed: 4 workers on 2 GPUs -> 0.5 (two per GPU)."""
+    gpus = int(cluster_gpus)
+    if gpus < 1:
+        raise DeviceUnavailableError("the envs run on CUDA but the Ray cluster has no GPU "
+                                     "(set env_devices/device to cpu, or join a cluster with GPUs)")
+    return 1.0 / math.ceil(n_workers / gpus)
+
+
+def uses_cuda(config: TrainingConfig) -> bool:
+    """The envs run on CUDA (each worker then takes one GPU and runs its envs there)."""
+    devices = config.env_devices or (config.device,)
+    return any(str(d).startswith("cuda") for d in devices) or (
+        str(config.device) == "auto" and config.env_devices is None and torch.cuda.is_available())
+
+
+def _action_array(actions) -> np.ndarray:
+    """[E, 4] actions (torch, numpy or nested lists) -> an int32 numpy array."""
+    if isinstance(actions, torch.Tensor):
+        actions = actions.detach().cpu().numpy()
+    return np.ascontiguousarray(np.asarray(actions), dtype=np.int32)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:500] or type(exc).__name__
+
+
+def _plain_text(text: str) -> str:
+    """Ray's traceback without its terminal colour codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_first_line(exc)}"

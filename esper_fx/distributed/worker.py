@@ -1,0 +1,73 @@
+"""One Ray env worker: an in-process `EnvPool` over a contiguous slice of the envs (issue 15).
+
+The worker runs exactly the per-env code of the in-process pool (`hosts.env.EnvPool` with `env_ids`):
+every env keeps its global index, so its model, optimisers, data batches, governor and RNG streams are
+those of the same env in a single-process run. What crosses the object store is plain: signals as
+numpy arrays (one per SIGNAL_FIELDS entry, [E_w, ...]), actions as an int32 [E_w, 4] array, events and
+episode results as the pool's own frozen dataclasses. No jax here: `esper_fx.distributed.pool` drives it.
+
+A worker uses the driver's torch intra-op thread count: CPU kernels reduce in an order that depends on it,
+so with the same count a worker's envs compute bit for bit what the in-process pool computes (the
+command line runs CPU pools with one thread, `esper_fx.cli.run.limit_cpu_threads`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from esper_fx.config import TrainingConfig
+from hosts.env import EnvPool
+
+
+class WorkerStep(NamedTuple):
+    """What a worker's `step` returns (plain values and numpy arrays)."""
+
+    actions: tuple[tuple[int, int, int, int], ...]
+    success: tuple[bool, ...]
+    events: tuple[Any, ...]
+    bootstrap: dict[str, np.ndarray] | None
+    signals: dict[str, np.ndarray] | None
+    compute_s: float  # the worker's own time in the step (the rest of a round trip is Ray's overhead)
+    cpu_s: float  # the worker process's CPU time in the step
+
+
+def worker_config(config: TrainingConfig, gpu: bool) -> TrainingConfig:
+    """The slice's pool settings: signals are built on the CPU (they leave as numpy); with a GPU the
+    worker's envs run on the device Ray gives it (or a share of it), which it sees as cuda:0."""
+    return config.replace(device="cpu", env_devices=("cuda:0",) if gpu else ("cpu",))
+
+
+def to_numpy(signals: dict[str, torch.Tensor] | None) -> dict[str, np.ndarray] | None:
+    return None if signals is None else {name: t.detach().cpu().numpy() for name, t in signals.items()}
+
+
+class EnvWorker:
+    """Built by Ray as an actor (`ray.remote(EnvWorker)`); every method is one round trip."""
+
+    def __init__(self, config: TrainingConfig, env_ids: tuple[int, ...], gpu: bool, torch_threads: int,
+                 nan_faults=()) -> None:
+        torch.set_num_threads(torch_threads)  # the driver's count: CPU kernels then sum in the same order
+        self.pool = EnvPool(worker_config(config, gpu), env_ids=env_ids, nan_faults=nan_faults)
+
+    def info(self) -> dict[str, Any]:
+        """Where the worker runs (pid, host) and the pool's K: the driver's readiness check."""
+        return {"pid": os.getpid(), "host": os.uname().nodename, "steps_per_epoch": self.pool.steps_per_epoch,
+                "env_ids": self.pool.env_ids}
+
+    def begin(self, batch_idx: int, n_active: int) -> dict[str, np.ndarray]:
+        return to_numpy(self.pool.begin(batch_idx, n_active))
+
+    def step(self, actions: np.ndarray, bootstrap: bool) -> WorkerStep:
+        started, cpu = time.perf_counter(), time.process_time()
+        result, signals = self.pool.step(actions, bootstrap=bootstrap)
+        boot, signals = to_numpy(result.bootstrap_signals), to_numpy(signals)
+        return WorkerStep(result.actions, result.success, result.events, boot, signals,
+                          time.perf_counter() - started, time.process_time() - cpu)
+
+    def episode_results(self) -> list:
+        return self.pool.episode_results()

@@ -1,0 +1,308 @@
+"""`esper_fx.compare`: arms on the same evaluation seeds, compared seed by seed (LEARNING.md §3).
+
+    table = esper_fx.compare({"ppo": "ppo_lstm", "static": "wait", "oracle": "oracle"}, config,
+                             seeds=range(900_000, 900_008))
+    table              # renders as an HTML table in Jupyter, plain text elsewhere
+    table.rows         # one dict per arm: accuracy mean ± sd, parameters added, seeds per episode
+    table.pairs        # paired differences with 95% intervals and a verdict ("beats", "ties", "loses")
+    table.episodes     # arm -> [evaluate.Episode per seed]
+
+An arm is
+- a controller that does not learn (a registered name, a Controller bundle or a constructor): run on
+  every seed;
+- a controller that learns (`"ppo_lstm"`, `"ppo_mlp"`, or a learning bundle): trained once on `config`
+  (its training episodes never use an evaluation seed), then its greedy policy is run on every seed;
+- a `Trained` (a training configuration and a `Policy`, e.g. from `episodes.load_policy`): run greedily;
+- `"static_final"`: per seed, the architecture another arm ended with (its fossils), built fossilized
+  before epoch 1 and trained from scratch as a static network (`static_final_of`, default: the first
+  learned arm, else "oracle");
+- a dict of the above under "controller", with "reward_fn", "config" overrides and "greedy" (False samples).
+
+`python -m esper_fx.prove` is this function with a command line, files and a plot.
+
+With `config.env_workers` > 0 the evaluation episodes run as Ray tasks, at most env_workers at a time
+(`esper_fx.evaluation.ray_tasks`), and the learning arms train with that many Ray env workers: the same per-seed
+numbers as a serial comparison. Ray is joined at `config.ray_address`, or started for the comparison.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from esper_fx.evaluation import stats
+from esper_fx.config import TrainingConfig
+
+STATIC_FINAL = "static_final"
+BASELINE = "wait"
+
+
+class Trained(NamedTuple):
+    """A trained learning controller: its training configuration and its policy (`episodes.Policy`)."""
+
+    config: TrainingConfig
+    policy: Any
+
+
+@dataclass
+class ComparisonTable:
+    rows: list[dict[str, Any]]
+    pairs: list[dict[str, Any]]
+    episodes: dict[str, list[Any]] = field(default_factory=dict)
+    trained: dict[str, Any] = field(default_factory=dict)  # arm -> the training RunResult
+    seeds: list[int] = field(default_factory=list)
+
+    def row(self, arm: str) -> dict[str, Any]:
+        for r in self.rows:
+            if r["arm"] == arm:
+                return r
+        raise KeyError(arm)
+
+    def pair(self, a: str, b: str) -> dict[str, Any]:
+        for p in self.pairs:
+            if (p["a"], p["b"]) == (a, b):
+                return p
+        raise KeyError((a, b))
+
+    def to_text(self) -> str:
+        header = (f"{'arm':<16} {'accuracy % (mean ± sd)':>23} {'params added':>12} {'germinated':>10} "
+                  f"{'fossilized':>10} {'culled':>7}")
+        lines = [f"{len(self.seeds)} evaluation seeds; accuracy = validation accuracy averaged over the last epochs",
+                 header, "-" * len(header)]
+        for r in self.rows:
+            acc = f"{r['accuracy_mean']:.2f} ± {r['accuracy_sd']:.2f}"
+            lines.append(f"{r['arm']:<16} {acc:>23} {r['params_added_mean']:>12.0f} {r['germinated_mean']:>10.2f} "
+                         f"{r['fossilized_mean']:>10.2f} {r['culled_mean']:>7.2f}")
+        if self.pairs:
+            lines += ["", "paired differences (a − b, pp, 95% interval over seeds):"]
+            lines += [f"  {p['a']} vs {p['b']}: {p['mean']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]  "
+                      f"{p['a']} {p['verdict']} {p['b']}" for p in self.pairs]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:  # the text table, not a dump of every episode
+        return self.to_text()
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{h}</th>" for h in ("arm", "accuracy % (mean ± sd)", "params added",
+                                                  "germinated / episode", "fossilized / episode",
+                                                  "culled / episode"))
+        body = "".join(
+            "<tr>" + "".join(f"<td>{c}</td>" for c in (
+                html.escape(r["arm"]), f"{r['accuracy_mean']:.2f} ± {r['accuracy_sd']:.2f}",
+                f"{r['params_added_mean']:.0f}", f"{r['germinated_mean']:.2f}", f"{r['fossilized_mean']:.2f}",
+                f"{r['culled_mean']:.2f}")) + "</tr>" for r in self.rows)
+        pairs = "".join(f"<li>{html.escape(p['a'])} vs {html.escape(p['b'])}: {p['mean']:+.2f} pp "
+                        f"[{p['low']:+.2f}, {p['high']:+.2f}] — <b>{p['verdict']}</b></li>" for p in self.pairs)
+        return (f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                + (f"<ul>{pairs}</ul>" if pairs else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (an unbounded interval, from one seed, is null)."""
+        pairs = [{k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in p.items()}
+                 for p in self.pairs]
+        return {"seeds": self.seeds, "rows": self.rows, "pairs": pairs,
+                "episodes": {arm: [e.to_dict() for e in eps] for arm, eps in self.episodes.items()}}
+
+    def plot(self, path=None, title: str | None = None):
+        """Accuracy per arm per seed, each seed's arms joined by a line (paired); the arm means marked."""
+        return paired_arms(self, path=path, title=title)
+
+
+def paired_arms(table: Any, path=None, title: str | None = None) -> Any:
+    """The paired-arms figure of `compare` and `prove`: accuracy per arm per evaluation seed; saved to `path`
+    when given.
+
+    Each seed is one grey line joining its arms (so a seed-by-seed gain reads as a line going up), each arm's
+    mean is a black bar, and arms that beat the baseline are labelled. Built on `matplotlib.figure.Figure`
+    (no pyplot state), so it renders under any backend; matplotlib loads only when a figure is drawn.
+    """
+    from matplotlib.figure import Figure
+
+    arms = [r["arm"] for r in table.rows]
+    acc = np.array([[e.accuracy for e in table.episodes[a]] for a in arms])  # [arms, seeds]
+    fig = Figure(figsize=(max(5.0, 1.3 * len(arms) + 2), 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    xs = np.arange(len(arms))
+    for column in acc.T:
+        ax.plot(xs, column, color="0.6", linewidth=0.9, marker="o", markersize=3.5, alpha=0.8)
+    ax.hlines(acc.mean(axis=1), xs - 0.25, xs + 0.25, color="black", linewidth=2.5, label="mean over seeds")
+    verdicts = {p["a"]: p["verdict"] for p in table.pairs if p["b"] == "wait"}
+    labels = [f"{a}\n({verdicts[a]} wait)" if a in verdicts else a for a in arms]
+    ax.set_xticks(xs, labels, fontsize=8)
+    ax.set_ylabel("validation accuracy, last epochs (%)")
+    ax.set_title(title or f"{acc.shape[1]} evaluation seeds, one line per seed")
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# the comparison
+# ----------------------------------------------------------------------------------------------
+
+
+def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int] = (900_000,), *,
+            baseline: str | None = BASELINE, static_final_of: str | None = None, train_dir: str | None = None,
+            progress: Callable[[str], None] | None = print, quiet_training: bool = True) -> ComparisonTable:
+    """Train the learning arms on `config`, run every arm on every seed, and pair them (module docstring).
+
+    Pairs: every arm against `baseline` (when it is an arm), and the first learned arm against every other.
+    `train_dir`: where the learning arms' runs are written (`<train_dir>/<arm>`; None writes nothing).
+    """
+    if not arms:
+        raise ValueError("compare needs at least one arm")
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"compare needs distinct evaluation seeds (got {seeds})")
+    say = progress or (lambda line: None)
+    with episode_runner(config) as run_arm:
+        return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm)
+
+
+@contextmanager
+def episode_runner(config: TrainingConfig):
+    """`episodes.run_arm`, or with env workers its Ray fan-out, inside a Ray session for the comparison."""
+    from esper_fx.evaluation import episodes as ev
+
+    if config.env_workers == 0:
+        yield ev.run_arm
+        return
+    from esper_fx.evaluation.ray_tasks import remote_run_arm
+    from esper_fx.distributed.runtime import RaySession
+
+    session = RaySession.open(config.ray_address, config.env_workers)
+    try:
+        yield lambda arm, seeds, on_episode=None: remote_run_arm(arm, seeds, on_episode, workers=config.env_workers)
+    finally:
+        session.close()
+
+
+def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm):
+    from esper_fx.evaluation import episodes as ev
+
+    built, trained, learned, cache = {}, {}, [], {}
+    for name, arm in arms.items():
+        if _is_static_final(arm):
+            continue
+        built[name], result = _build_arm(name, arm, config, seeds, train_dir, say, quiet_training, cache)
+        if built[name].policy is not None:
+            learned.append(name)
+        if result is not None:
+            trained[name] = result
+    episodes: dict[str, list[Any]] = {}
+    for name, arm in arms.items():
+        if _is_static_final(arm):
+            source = _static_source(static_final_of, learned, arms)
+            built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=_fossils_of(episodes[source]))
+        episodes[name] = run_arm(built[name], seeds, on_episode=lambda e: say(
+            f"compare: {e.arm} seed {e.seed}: accuracy {e.accuracy:.2f}% ({e.wall_s:.1f} s)"))
+    rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
+    return ComparisonTable(rows, paired(episodes, baseline, learned[0] if learned else None), episodes, trained,
+                           seeds)
+
+
+def _is_static_final(arm: Any) -> bool:
+    return arm == STATIC_FINAL or (isinstance(arm, Mapping) and arm.get("controller") == STATIC_FINAL)
+
+
+def _static_source(static_final_of: str | None, learned: list[str], arms: Mapping[str, Any]) -> str:
+    source = static_final_of or (learned[0] if learned else "oracle")
+    names = list(arms)
+    if source not in arms or names.index(source) > names.index(next(n for n in names if _is_static_final(arms[n]))):
+        raise ValueError(f"static_final needs the arm whose architecture it rebuilds ({source!r}) listed before it")
+    return source
+
+
+def _fossils_of(source: list[Any]) -> Callable[[int], dict[str, Any]]:
+    by_seed = {e.seed: tuple(e.fossils) for e in source}
+    return lambda seed: {"static_seeds": by_seed[seed]}
+
+
+def _build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], train_dir: str | None,
+               say: Callable[[str], None], quiet: bool, cache: dict):
+    """(evaluate.Arm, the training RunResult or None). Arms trained alike share one run (`cache`)."""
+    from esper_fx.controllers import protocol as ctl
+    from esper_fx.evaluation import episodes as ev
+    from esper_fx.training.loop import run
+
+    spec = arm if isinstance(arm, Mapping) else {"controller": arm}
+    unknown = set(spec) - {"controller", "reward_fn", "config", "greedy"}
+    if unknown:
+        raise ValueError(f"arm {name!r}: unknown keys {sorted(unknown)}; use controller, reward_fn, config, greedy")
+    greedy = spec.get("greedy", True)
+    if isinstance(spec.get("controller"), Trained):
+        return ev.Arm.trained(name, spec["controller"].config, spec["controller"].policy, greedy=greedy), None
+    arm_config = config.replace(**dict(spec.get("config") or {}))
+    controller = spec.get("controller", arm_config.controller_name)
+    bundle = ctl.build(controller, ctl.ControllerSpec.from_config(arm_config))
+    if not bundle.learns:
+        return ev.Arm.build(name, arm_config, bundle), None
+    check_disjoint(arm_config, seeds)
+    key = (bundle.name, repr(sorted((spec.get("config") or {}).items())), repr(spec.get("reward_fn")))
+    if key not in cache:
+        say(f"compare: training {name} ({bundle.name}, {arm_config.n_episodes} episodes)")
+        run_dir = None if train_dir is None else f"{train_dir}/{name}"
+        cache[key] = run(arm_config, controller=bundle, reward_fn=spec.get("reward_fn"), run_dir=run_dir,
+                         quiet=quiet)
+    result = cache[key]
+    policy = ev.Policy(result.controller_state, result.obs_rms)
+    return ev.Arm(name, arm_config, ev.frozen(bundle, greedy=greedy), policy=policy), result
+
+
+# ----------------------------------------------------------------------------------------------
+# seeds and statistics
+# ----------------------------------------------------------------------------------------------
+
+
+def training_seeds(config: TrainingConfig) -> set[int]:
+    """Every env seed a training run of `config` uses: seed + 10000·b + 1000·i (hosts.env.pool)."""
+    from hosts.env.pool import BATCH_SEED_STRIDE, ENV_SEED_STRIDE
+
+    n_batches = -(-config.n_episodes // config.n_envs)
+    return {config.seed + BATCH_SEED_STRIDE * b + ENV_SEED_STRIDE * i
+            for b in range(n_batches) for i in range(config.n_envs)}
+
+
+def check_disjoint(config: TrainingConfig, seeds: Sequence[int]) -> None:
+    """ValueError naming the seeds that a training run of `config` also uses."""
+    overlap = sorted(set(int(s) for s in seeds) & training_seeds(config))
+    if overlap:
+        raise ValueError(f"evaluation seeds {overlap} are also training seeds of this run (training uses "
+                         f"seed + 10000·batch + 1000·env from seed {config.seed}); choose other evaluation seeds")
+
+
+def summarize_arm(name: str, episodes: Sequence[Any]) -> dict[str, Any]:
+    acc = stats.summarize([e.accuracy for e in episodes])
+    mean = lambda attr: float(np.mean([getattr(e, attr) for e in episodes]))  # noqa: E731
+    return {
+        "arm": name, "n": acc.n, "accuracy_mean": acc.mean, "accuracy_sd": acc.sd,
+        "params_added_mean": mean("params_added"), "germinated_mean": mean("germinated"),
+        "fossilized_mean": mean("fossilized"), "culled_mean": mean("culled"),
+        "episodes_with_fossil": sum(1 for e in episodes if e.fossilized > 0),
+        "wall_s": float(sum(e.wall_s for e in episodes)), "accuracies": [e.accuracy for e in episodes],
+    }
+
+
+def paired(episodes: Mapping[str, Sequence[Any]], baseline: str | None, learned: str | None) -> list[dict[str, Any]]:
+    """Every arm against the baseline, then the learned arm against every other arm."""
+    wanted = []
+    if baseline in episodes:
+        wanted += [(a, baseline) for a in episodes if a != baseline]
+    if learned in episodes:
+        wanted += [(learned, b) for b in episodes if b not in (learned, baseline)]
+    out = []
+    for a, b in wanted:
+        d = stats.paired_difference([e.accuracy for e in episodes[a]], [e.accuracy for e in episodes[b]])
+        out.append({"a": a, "b": b, "n": d.n, "mean": d.mean, "low": d.low, "high": d.high,
+                    "confidence": d.confidence, "verdict": d.verdict})
+    return out

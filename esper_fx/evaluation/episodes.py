@@ -1,0 +1,175 @@
+"""Evaluation episodes: one (arm, seed) at a time, nothing learned (LEARNING.md §3).
+
+An evaluation seed fixes everything that is not the controller: the host's initialisation, the data order
+and the augmentation (env 0 of batch 0 under `config.seed = seed`). Every arm runs on the same seeds, so
+arms are compared seed by seed. Each (arm, seed) has its own action stream, derived from the seed and the
+arm's name (`esper_fx.training.step.act_key`).
+
+    arm = Arm.build("wait", config)                        # or a trained policy: Arm.trained(...)
+    episode = arm.run(seed)                                # an `Episode`: accuracies, seeds, params
+    episodes = run_arm(arm, seeds, on_episode=print)
+
+The metric of an episode is its validation accuracy averaged over the last `LAST_EPOCHS` epochs (the
+epoch-to-epoch swing of a small host is several pp), together with the parameters it added.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable, NamedTuple, Sequence  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from esper_fx.outputs import checkpoint as ckpt  # noqa: E402
+from esper_fx.controllers import protocol as ctl  # noqa: E402
+from esper_fx.training import step  # noqa: E402
+from esper_fx.config import TrainingConfig  # noqa: E402
+from esper_fx.contracts import EventType, signal_columns  # noqa: E402
+from esper_fx.training.bridged_pool import BridgedPool  # noqa: E402
+from esper_fx.training.loop import BatchTally, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch  # noqa: E402
+from esper_fx.controllers.ppo import frozen  # noqa: E402
+from esper_fx.training.run_state import LearnerState, fresh_learner  # noqa: E402
+from esper_fx.outputs.events import Console  # noqa: E402
+from rl.normalize import RunningMeanStd  # noqa: E402
+
+LAST_EPOCHS = 3  # the metric: validation accuracy averaged over the last 3 epochs
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One evaluation episode of one arm on one seed."""
+
+    arm: str
+    seed: int
+    val_accs: tuple[float, ...]  # per epoch, pp
+    params_added: float  # seed parameters held at the end, fossils included
+    germinated: int
+    fossilized: int
+    culled: int
+    fossils: tuple[str, ...]  # "slot=blueprint" of the seeds fossilized at the end (the grown architecture)
+    wall_s: float
+
+    @property
+    def accuracy(self) -> float:
+        """Mean validation accuracy of the last LAST_EPOCHS epochs, pp."""
+        return float(np.mean(self.val_accs[-LAST_EPOCHS:]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"arm": self.arm, "seed": self.seed, "accuracy": self.accuracy, "val_accs": list(self.val_accs),
+                "params_added": self.params_added, "germinated": self.germinated, "fossilized": self.fossilized,
+                "culled": self.culled, "fossils": list(self.fossils), "wall_s": self.wall_s}
+
+
+class Policy(NamedTuple):
+    """What a trained learning controller acts with: its state and the observation statistics."""
+
+    controller_state: Any
+    obs_rms: RunningMeanStd
+
+
+def episode_config(config: TrainingConfig, seed: int, **overrides: Any) -> TrainingConfig:
+    """One env, one episode, seeded with `seed`, in this process; nothing written to disk."""
+    return config.replace(seed=int(seed), n_envs=1, n_episodes=1, num_minibatches=1, run_dir=None,
+                          resume_path=None, env_workers=0, ray_address=None, **overrides)
+
+
+@dataclass
+class Arm:
+    """A controller ready to run evaluation episodes; its jitted step is built once for every seed."""
+
+    name: str
+    config: TrainingConfig
+    controller: ctl.Controller
+    policy: Policy | None = None
+    per_seed: Callable[[int], dict[str, Any]] | None = None  # config overrides of one seed (static_final)
+    _step: tuple | None = field(default=None, repr=False)  # (step, new episode, signal columns), built once
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (an evaluation episode as a Ray task, `esper_fx.evaluation.ray_tasks`) without the jitted step: it is
+        rebuilt where the arm runs."""
+        return {**self.__dict__, "_step": None}
+
+    @classmethod
+    def build(cls, name: str, config: TrainingConfig, controller: str | ctl.Controller | None = None,
+              **kwargs: Any) -> "Arm":
+        """A registered (or given) non-learning controller under `config`."""
+        spec = ctl.ControllerSpec.from_config(episode_config(config, config.seed))
+        bundle = ctl.build(controller if controller is not None else name, spec)
+        if bundle.learns:
+            raise ValueError(f"arm {name!r}: a learning controller is evaluated through Arm.trained")
+        return cls(name, config, bundle, **kwargs)
+
+    @classmethod
+    def trained(cls, name: str, config: TrainingConfig, policy: Policy, *, greedy: bool = True) -> "Arm":
+        """A trained PPO controller (built from `config`, the training configuration), frozen."""
+        bundle = ctl.build(config.controller_name, ctl.ControllerSpec.from_config(config))
+        return cls(name, config, frozen(bundle, greedy=greedy), policy=policy)
+
+    def run(self, seed: int) -> Episode:
+        """One episode on `seed`."""
+        started = time.perf_counter()
+        overrides = self.per_seed(seed) if self.per_seed is not None else {}
+        config = episode_config(self.config, seed, **overrides)
+        runner = self._runner(config)
+        learner = runner.to_device(self._learner(config, runner.spec))
+        episode = runner.to_device(runner.episode_fn(learner.reward_norm, 1))
+        record = BatchTally.start(runner.spec, 1)
+        signals = runner.pool.begin(0, 1)
+        for t in range(1, config.max_epochs + 1):
+            episode, signals = run_epoch(runner, learner, episode, signals, 0, t, record)
+        result = runner.pool.episode_results()[0]
+        culled = sum(1 for e in record.events if e.event_type == EventType.SEED_CULLED)
+        return Episode(self.name, int(seed), tuple(result.val_accs), float(record.seed_params[0]),
+                       result.seeds_created, result.seeds_fossilized, culled, tuple(result.fossils),
+                       time.perf_counter() - started)
+
+    def _runner(self, config: TrainingConfig) -> Runner:
+        """A runner over a fresh pool for one episode; the jitted step is built once per arm."""
+        spec = ctl.ControllerSpec.from_config(config)
+        if self._step is None:
+            columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
+            reward = config.reward
+            self._step = (step.make_step(self.controller, resolve_reward_fn(config, None), reward, columns,
+                                         spec.max_epochs), step.make_new_episode(self.controller, spec), columns)
+        step_fn, new_episode, columns = self._step
+        return Runner(config, spec, self.controller, BridgedPool(build_pool(config), columns),
+                      Console(1, config.max_epochs, quiet=True), resolve_policy_device(config.device), step_fn, None,
+                      new_episode, columns)
+
+    def _learner(self, config: TrainingConfig, spec: ctl.ControllerSpec) -> LearnerState:
+        learner = fresh_learner(self.controller, spec, config.seed)
+        if self.policy is None:
+            return learner
+        return learner._replace(controller=self.policy.controller_state, obs_rms=self.policy.obs_rms,
+                                best_controller=self.policy.controller_state)
+
+
+def run_arm(arm: Arm, seeds: Sequence[int], on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
+    """Every seed in order; `on_episode` sees each finished episode (progress)."""
+    episodes = []
+    for seed in seeds:
+        episode = arm.run(seed)
+        episodes.append(episode)
+        if on_episode is not None:
+            on_episode(episode)
+    return episodes
+
+
+def load_policy(path: str | os.PathLike) -> tuple[TrainingConfig, Policy]:
+    """The training configuration and the final policy of a run directory (or one of its checkpoints)."""
+    manifest = ckpt.read_manifest(Path(path))
+    config = TrainingConfig.from_saved(manifest["config"])
+    spec = ctl.ControllerSpec.from_config(config)
+    bundle = ctl.build(config.controller_name, spec)
+    if not bundle.learns:
+        raise ValueError(f"{path}: the run's controller {bundle.name!r} does not learn; there is no policy to load")
+    template = fresh_learner(bundle, spec, config.seed)
+    trees = ckpt.load_trees(manifest, template._asdict())
+    learner = LearnerState(**trees)
+    return config, Policy(learner.controller, learner.obs_rms)

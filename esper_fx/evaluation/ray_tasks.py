@@ -1,0 +1,49 @@
+"""Evaluation episodes as Ray tasks (issue 15): `prove` and `compare` fan their (arm, seed) episodes out.
+
+    episodes = remote_run_arm(arm, seeds, workers=4, on_episode=print)   # = evaluate.run_arm(arm, seeds)
+
+Each episode is one Ray task running `episodes.Arm.run(seed)` in a worker process: the arm (its config,
+its frozen controller, the trained policy) travels pickled, its jitted step is rebuilt in the worker, and
+the worker uses the driver's torch thread count, so every per-seed number equals the serial run's (only
+`wall_s` differs). At most `workers` episodes run at once; `on_episode` sees them in seed order.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from esper_fx.evaluation.episodes import Arm, Episode
+from esper_fx.distributed.pool import get_or_explain, uses_cuda
+from esper_fx.distributed.runtime import require_ray
+
+
+def run_episode(arm: Arm, seed: int, torch_threads: int) -> Episode:
+    """The task body: one evaluation episode, with the driver's torch thread count."""
+    torch.set_num_threads(torch_threads)
+    return arm.run(seed)
+
+
+def remote_run_arm(arm: Arm, seeds: Sequence[int], on_episode: Callable[[Episode], None] | None = None, *,
+                   workers: int) -> list[Episode]:
+    """Every seed of `arm` as a Ray task, at most `workers` at a time; the episodes in seed order. Ray must
+    be initialised (`distributed.runtime.RaySession`)."""
+    ray = require_ray()
+    seeds = [int(s) for s in seeds]
+    task = ray.remote(run_episode).options(num_cpus=1, num_gpus=1 if uses_cuda(arm.config) else 0, max_retries=0)
+    arm_ref, threads = ray.put(arm), torch.get_num_threads()
+    todo, pending, done, reported = list(seeds), {}, {}, 0
+    while todo or pending:
+        while todo and len(pending) < max(1, workers):
+            seed = todo.pop(0)
+            pending[task.remote(arm_ref, seed, threads)] = seed
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            seed = pending.pop(ref)
+            done[seed] = get_or_explain(ray, ref, f"evaluation episode {arm.name!r} seed {seed}")
+        while reported < len(seeds) and seeds[reported] in done:
+            if on_episode is not None:
+                on_episode(done[seeds[reported]])
+            reported += 1
+    return [done[s] for s in seeds]

@@ -1,0 +1,439 @@
+"""`python -m esper_fx.report RUN_DIR`: the plots and a self-contained report.html of a run directory.
+
+Every run that writes a run directory ends with a report (`TrainingConfig.report`); this module also
+rebuilds one for any run directory, an interrupted or crashed one included, from what is on disk:
+
+    config.json      the run's configuration
+    checkpoints/     the latest checkpoint's manifest holds every finished batch's full history row
+    metrics.csv      a row per finished batch (rows after the latest checkpoint are read from here, with
+                     the PPO metrics of their PPO_UPDATE_COMPLETED events)
+    events.jsonl     the lifecycle events (the swimlane of the last batch)
+    summary.json     the run's totals, when it finished
+
+It writes `<run_dir>/plots/*.png` (learning curves with the per-env spread, seed events, the lifecycle
+swimlane of the last batch, the action distribution, PPO diagnostics, timing) and `<run_dir>/report.html`:
+the summary, a table of every batch, the plots inlined as base64 PNGs and the configuration, one file that
+opens in a browser without a server. A plot that fails is reported in the page and the console; the report
+itself never ends a run (`write_report_or_warn`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import html
+import json
+import math
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from esper_fx.outputs import plots
+from esper_fx.outputs.checkpoint import CheckpointError, read_manifest
+from esper_fx.config import TrainingConfig
+from esper_fx.contracts import LifecycleOp, SlotIdError, sort_slot_ids
+from esper_fx.outputs.history import BatchSummary, as_summaries, run_summary
+
+PLOTS_SUBDIR = "plots"
+REPORT_NAME = "report.html"
+DPI = 100
+SKIPPED_EVENT_TYPES = ('"REWARD_COMPUTED"',)  # debug-level lines the report never reads (parsed lazily)
+
+
+# ----------------------------------------------------------------------------------------------
+# reading a run directory
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunRecord:
+    """A run as its directory holds it."""
+
+    path: Path
+    config: dict[str, Any]
+    history: list[BatchSummary]
+    events: list[dict[str, Any]]
+    summary: dict[str, Any]
+    finished: bool  # summary.json describes exactly these batches
+    planned_batches: int | None
+    notes: list[str] = field(default_factory=list)  # what could not be read
+
+
+def load_run(run_dir: str | Path) -> RunRecord:
+    """Read a run directory (finished or not). Raises FileNotFoundError when it holds no run at all."""
+    path = Path(run_dir).absolute()
+    if not (path / "config.json").exists() and not (path / "metrics.csv").exists():
+        raise FileNotFoundError(f"{path} is not a run directory (no config.json, no metrics.csv)")
+    notes: list[str] = []
+    config = _read_json(path / "config.json", notes) or {}
+    events = load_events(path / "events.jsonl")
+    history = load_history(path, config, events, notes)
+    saved = _read_json(path / "summary.json", notes)
+    finished = bool(saved) and saved.get("batches") == len(history)
+    summary = saved if finished else computed_summary(config, history)
+    planned = _planned_batches(config)
+    return RunRecord(path, config, history, events, summary, finished, planned, notes)
+
+
+def _read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        notes.append(f"{path.name} could not be read ({exc})")
+        return None
+
+
+def load_events(path: Path) -> list[dict[str, Any]]:
+    """events.jsonl without the debug-level REWARD_COMPUTED lines; a torn last line is skipped."""
+    if not path.exists():
+        return []
+    events = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip() or any(kind in line for kind in SKIPPED_EVENT_TYPES):
+                continue
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events
+
+
+def load_history(path: Path, config: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
+                 notes: list[str]) -> list[BatchSummary]:
+    """Every finished batch: the latest checkpoint's rows, then metrics.csv's later rows."""
+    rows: dict[int, BatchSummary] = {}
+    try:
+        rows.update((h.batch, h) for h in as_summaries(read_manifest(path)["history"]))
+    except (CheckpointError, OSError, ValueError, KeyError, TypeError):
+        pass  # no checkpoint yet: metrics.csv alone
+    menu, slot_ids = _menu_and_slots(config)
+    ppo = {e.get("batch"): e.get("data") for e in events if e.get("event_type") == "PPO_UPDATE_COMPLETED"}
+    for row in _metrics_rows(path / "metrics.csv", notes):
+        batch = int(float(row["batch"]))
+        if batch not in rows:
+            rows[batch] = summary_from_csv(row, ppo.get(batch), menu, slot_ids)
+    return [rows[b] for b in sorted(rows)]
+
+
+def _metrics_rows(path: Path, notes: list[str]) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    complete = [r for r in rows if r.get("batch") not in (None, "") and None not in r.values()]
+    if len(complete) < len(rows):
+        notes.append(f"metrics.csv: {len(rows) - len(complete)} incomplete row(s) left out")
+    return complete
+
+
+def _csv_number(text: str | None) -> float:
+    try:
+        return float(text) if text not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
+
+
+def _csv_int(text: str | None) -> int:
+    value = _csv_number(text)
+    return int(value) if math.isfinite(value) else 0
+
+
+def summary_from_csv(row: Mapping[str, str], ppo: Mapping[str, Any] | None, menu: Sequence[str],
+                     slot_ids: Sequence[str]) -> BatchSummary:
+    """A history row from a metrics.csv row. metrics.csv has no per-head counts: the op head's choices are
+    the pool's op counts, the other heads are empty; env rewards and timing are not recorded there."""
+    envs = sorted(int(k[3:-len("_accuracy")]) for k in row if k.startswith("env") and k.endswith("_accuracy"))
+    ops = [op.name for op in LifecycleOp]
+    counts = {op: _csv_int(row.get(f"action_counts_{op}")) for op in ops}
+    return BatchSummary(
+        batch=_csv_int(row["batch"]), episodes_completed=_csv_int(row.get("episodes_completed")),
+        env_accuracies=[_csv_number(row[f"env{i}_accuracy"]) for i in envs],
+        avg_accuracy=_csv_number(row.get("avg_accuracy")),
+        rolling_avg_accuracy=_csv_number(row.get("rolling_avg_accuracy")),
+        avg_reward=_csv_number(row.get("avg_reward")), env_rewards=[], host_max_accuracies=[], env_seed_params=[],
+        action_counts=counts,
+        successful_action_counts={op: _csv_int(row.get(f"successful_action_counts_{op}")) for op in ops},
+        head_counts={"op": [counts[op] for op in ops]}, menu=list(menu), slot_ids=list(slot_ids),
+        entropy_coef=_csv_number(row.get("entropy_coef")), seeds_created=_csv_int(row.get("seeds_created")),
+        seeds_fossilized=_csv_int(row.get("seeds_fossilized")), contributing_fossilized=0,
+        seeds_culled=_csv_int(row.get("seeds_culled")), rollbacks=_csv_int(row.get("rollbacks")),
+        ppo=dict(ppo) if ppo is not None else None, timing={}, wall_time_s=_csv_number(row.get("wall_time_s")),
+    )
+
+
+def _training_config(config: Mapping[str, Any]) -> TrainingConfig | None:
+    try:
+        return TrainingConfig.from_saved(config)
+    except (ValueError, TypeError):
+        return None
+
+
+def _menu_and_slots(config: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    parsed = _training_config(config)
+    if parsed is None:
+        return list(config.get("blueprint_menu") or []), list(config.get("slots") or [])
+    return list(parsed.menu), list(parsed.slot_ids)
+
+
+def _planned_batches(config: Mapping[str, Any]) -> int | None:
+    try:
+        return math.ceil(int(config["n_episodes"]) / int(config["n_envs"]))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def computed_summary(config: Mapping[str, Any], history: Sequence[BatchSummary]) -> dict[str, Any]:
+    """summary.json's numbers for the batches on disk (a run that has not finished has no summary.json)."""
+    best = max([0.0] + [h.rolling_avg_accuracy for h in history if math.isfinite(h.rolling_avg_accuracy)])
+    wall = sum(h.wall_time_s for h in history if math.isfinite(h.wall_time_s))
+    episodes = history[-1].episodes_completed if history else 0
+    return run_summary(str(config.get("task", "?")), str(config.get("controller", "?")), episodes, history, best,
+                       wall, None)
+
+
+# ----------------------------------------------------------------------------------------------
+# plots
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One figure of the report: its file (None when drawing failed) and the error, if any."""
+
+    name: str
+    title: str
+    path: Path | None
+    error: str | None = None
+
+
+def plot_specs(record: RunRecord) -> list[tuple[str, str, Callable[[], Any]]]:
+    """(file stem, title, draw) for every figure this run can show."""
+    history, config = record.history, record.config
+    specs: list[tuple[str, str, Callable[[], Any]]] = [
+        ("learning_curves", "Accuracy and reward per batch (band: spread over envs; dashed: rolling mean)",
+         lambda: plots.plot_runs(history, ("avg_accuracy", "avg_reward"), env_band=True)),
+        ("seed_events", "Seed events per batch", lambda: plots.plot_seed_events(history)),
+    ]
+    if history:
+        last = history[-1].batch
+        slots = list(config.get("slots") or [])
+        specs.append(("lifecycle", f"Seed lifecycle of the last batch ({last})",
+                      lambda: plots.plot_lifecycle(record.events, last, n_envs=config.get("n_envs"),
+                                                   slot_ids=_lifecycle_slots(slots),
+                                                   max_epochs=config.get("max_epochs"))))
+        specs.append(("actions", "Action distribution per head, all batches",
+                      lambda: plots.plot_action_distribution(history)))
+    if any(h.ppo for h in history):
+        specs.append(("ppo", "PPO diagnostics", lambda: plots.plot_ppo_diagnostics(history)))
+    if any(h.timing for h in history):
+        specs.append(("timing", "Time per batch", lambda: plots.plot_timing(history)))
+    return specs
+
+
+def _lifecycle_slots(slots: list[str]) -> list[str] | None:
+    """The enabled slots in canonical order (None: let the swimlane find them in the events)."""
+    try:
+        return list(sort_slot_ids(slots)) or None
+    except SlotIdError:
+        return None
+
+
+def draw_plots(record: RunRecord, plots_dir: Path) -> list[Plot]:
+    """Every figure as plots_dir/<name>.png; a figure that fails is returned with its error, not raised."""
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    drawn = []
+    for name, title, draw in plot_specs(record):
+        target = plots_dir / f"{name}.png"
+        try:
+            draw().savefig(target, dpi=DPI)
+            drawn.append(Plot(name, title, target))
+        except Exception as exc:  # a figure must never cost the report (or the run)
+            target.unlink(missing_ok=True)
+            drawn.append(Plot(name, title, None, f"{type(exc).__name__}: {exc}"))
+    return drawn
+
+
+# ----------------------------------------------------------------------------------------------
+# the page
+# ----------------------------------------------------------------------------------------------
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1200px;
+       padding: 0 1em; color: #222; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top: 2em; }
+.status { color: #555; margin-top: 0; } .unfinished { color: #a15c00; } .error { color: #b00020; }
+table { border-collapse: collapse; font-size: 0.85em; }
+th, td { padding: 0.25em 0.7em; border-bottom: 1px solid #ddd; text-align: right; }
+th { background: #f4f4f4; } td.key, th.key { text-align: left; }
+.scroll { max-height: 28em; overflow-y: auto; display: inline-block; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; }
+"""
+
+SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
+    ("task", "task"), ("controller", "controller"), ("episodes", "episodes"), ("batches", "batches"),
+    ("final_avg_accuracy", "final avg accuracy (%)"), ("final_rolling_avg_accuracy", "final rolling accuracy (%)"),
+    ("best_rolling_avg_accuracy", "best rolling accuracy (%)"), ("seeds_created", "seeds germinated"),
+    ("seeds_fossilized", "seeds fossilized"), ("seeds_culled", "seeds culled"), ("rollbacks", "governor rollbacks"),
+    ("wall_time_s", "wall time of the batches (s)"),
+)
+BATCH_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("batch", "batch"), ("episodes_completed", "episodes"), ("avg_accuracy", "avg acc %"),
+    ("rolling_avg_accuracy", "rolling %"), ("avg_reward", "reward"), ("seeds_created", "germ"),
+    ("seeds_fossilized", "foss"), ("seeds_culled", "cull"), ("rollbacks", "rollb"), ("ppo.entropy", "entropy"),
+    ("ppo.approx_kl", "approx KL"), ("ppo.explained_variance", "EV"), ("wall_time_s", "wall s"),
+)
+
+
+def format_value(value: Any) -> str:
+    """How the report prints a number: floats with 2 decimals (small ones in e-notation), None as '–'."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if isinstance(value, bool) or isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.2e}" if 0 < abs(value) < 0.01 else f"{value:.2f}"
+    return str(value)
+
+
+def _batch_value(entry: BatchSummary, key: str) -> Any:
+    name, _, sub = key.partition(".")
+    value = getattr(entry, name, None)
+    if sub:
+        value = value.get(sub) if isinstance(value, Mapping) else None
+    return value
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], key_columns: int = 1) -> str:
+    def cells(values: Sequence[str], tag: str) -> str:
+        return "".join(f'<{tag}{" class=key" if i < key_columns else ""}>{html.escape(v)}</{tag}>'
+                       for i, v in enumerate(values))
+    body = "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows)
+    return f"<table><thead><tr>{cells(header, 'th')}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def summary_section(record: RunRecord) -> str:
+    s = record.summary
+    rows = [(label, format_value(s.get(key))) for key, label in SUMMARY_ROWS]
+    first_action = (s.get("timing") or {}).get("first_action_s")
+    if first_action is not None:
+        rows.append(("time to the first action (s)", format_value(first_action)))
+    return _table(("", "value"), rows)
+
+
+def status_line(record: RunRecord) -> str:
+    done = len(record.history)
+    planned = f" of {record.planned_batches}" if record.planned_batches else ""
+    if record.finished:
+        return f'<p class="status">Finished: {done}{planned} batches.</p>'
+    return (f'<p class="status unfinished">Not finished: {done}{planned} batches on disk. Continue it with '
+            f"<code>python -m esper_fx.train --resume {html.escape(str(record.path))}</code>.</p>")
+
+
+def batches_section(history: Sequence[BatchSummary]) -> str:
+    rows = [[format_value(_batch_value(e, key)) for key, _ in BATCH_COLUMNS] for e in history]
+    return f'<div class="scroll">{_table([label for _, label in BATCH_COLUMNS], rows, key_columns=0)}</div>'
+
+
+def plot_section(plot: Plot) -> str:
+    title = html.escape(plot.title)
+    if plot.path is None:
+        return f'<p class="error">Plot {html.escape(plot.name)} could not be drawn: {html.escape(plot.error or "")}</p>'
+    data = base64.b64encode(plot.path.read_bytes()).decode("ascii")
+    return (f'<figure id="plot-{plot.name}"><img src="data:image/png;base64,{data}" alt="{title}">'
+            f"<figcaption>{title} (plots/{plot.path.name})</figcaption></figure>")
+
+
+def config_section(config: Mapping[str, Any]) -> str:
+    rows = [(key, json.dumps(value) if isinstance(value, (dict, list)) else format_config(value))
+            for key, value in config.items()]
+    return f'<div class="scroll">{_table(("field", "value"), rows, key_columns=2)}</div>'
+
+
+def format_config(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+def render_html(record: RunRecord, drawn: Sequence[Plot]) -> str:
+    """The self-contained page: summary, batches, plots (base64), configuration."""
+    name = html.escape(record.path.name)
+    notes = "".join(f'<p class="error">{html.escape(n)}</p>' for n in record.notes)
+    figures = "\n".join(plot_section(p) for p in drawn) or "<p>No batch has finished yet: nothing to plot.</p>"
+    generated = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head><meta charset="utf-8"><title>esper_fx run {name}</title><style>{STYLE}</style></head>
+<body>
+<h1>esper_fx run <code>{name}</code></h1>
+{status_line(record)}
+<p class="status">{html.escape(str(record.path))} · report written {html.escape(generated)} · TensorBoard:
+<code>tensorboard --logdir {html.escape(str(record.path / "tb"))}</code></p>
+{notes}
+<h2>Summary</h2>
+{summary_section(record)}
+<h2>Batches</h2>
+{batches_section(record.history)}
+<h2>Plots</h2>
+{figures}
+<h2>Configuration</h2>
+{config_section(record.config)}
+</body>
+</html>
+"""
+
+
+# ----------------------------------------------------------------------------------------------
+# writing it
+# ----------------------------------------------------------------------------------------------
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """plots/*.png and report.html of `run_dir` (written atomically); returns the report's path."""
+    record = load_run(run_dir)
+    drawn = draw_plots(record, record.path / PLOTS_SUBDIR)
+    for plot in drawn:
+        if plot.error:
+            warnings.warn(f"report: plot {plot.name} could not be drawn ({plot.error})", stacklevel=2)
+    target = record.path / REPORT_NAME
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(render_html(record, drawn), encoding="utf-8")
+    tmp.replace(target)
+    return target
+
+
+def write_report_or_warn(run_dir: str | Path, say: Callable[[str], None] = print) -> str | None:
+    """write_report, but a failure only warns (the run's own files are already on disk)."""
+    try:
+        return str(write_report(run_dir))
+    except Exception as exc:  # the report must never lose a run
+        message = f"report not written: {type(exc).__name__}: {exc} (retry: python -m esper_fx.report {run_dir})"
+        warnings.warn(message, stacklevel=2)
+        say(message)
+        return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m esper_fx.report",
+                                     description="Write plots/*.png and report.html for run directories "
+                                                 "(finished, interrupted or still running).")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    args = parser.parse_args(argv)
+    status = 0
+    for run_dir in args.run_dirs:
+        try:
+            print(f"Report: {write_report(run_dir)}")
+        except (FileNotFoundError, OSError) as exc:
+            print(f"esper_fx.report: error: {exc}", file=sys.stderr)
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

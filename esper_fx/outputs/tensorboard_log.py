@@ -1,0 +1,173 @@
+"""TensorBoard scalars of a run, one step per batch, in `<run_dir>/tb/` (`tensorboard --logdir runs/`).
+
+`batch_scalars` turns a batch's `BatchSummary` (and the reward components the loop summed) into named
+scalars; `Board` writes them with `torch.utils.tensorboard` (the `tensorboard` package's own event format)
+and flushes after every batch, so TensorBoard shows a run while it trains. The step is the batch index, as
+in `metrics.csv`; values are written as float64, so they read back exactly as `metrics.csv` holds them.
+
+Tags (the step is the batch):
+
+    accuracy/mean, accuracy/rolling_mean, accuracy/env{i}, accuracy/host_max_env{i}
+    reward/mean, reward/env{i}, reward_components/{term}        (episode sums; components: mean over envs)
+    seeds/germinated, seeds/fossilized, seeds/contributing_fossilized, seeds/culled, seeds/rollbacks,
+    seeds/params_held_mean
+    ops/{OP}, ops_successful/{OP}                                (the op head's choices, summed over envs)
+    choices/{head}/{option}                                      (every head's choices: slot, blueprint, blend)
+    ppo/{metric}                                                 (losses, approx_kl, clip_fraction, entropy and
+                                                                  entropy_{head}, explained_variance, grad_norm,
+                                                                  ...; skipped updates as ppo/skipped = 1)
+    progress/episodes, progress/entropy_coef
+    timing/batch_s, timing/env_s, timing/bridge_s, timing/controller_s, timing/update_s, timing/first_action_s
+
+Logging never changes learning: this module only reads values the loop already computed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+from esper_fx.contracts import BLEND_NAMES
+from esper_fx.outputs.history import BatchSummary
+
+TB_SUBDIR = "tb"
+SEED_TAGS = (
+    ("germinated", "seeds_created"), ("fossilized", "seeds_fossilized"),
+    ("contributing_fossilized", "contributing_fossilized"), ("culled", "seeds_culled"), ("rollbacks", "rollbacks"),
+)
+
+
+def _number(value: Any) -> float | None:
+    """A finite float, or None for what TensorBoard should not plot (None, NaN, lists, strings)."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _option_labels(summary: BatchSummary, head: str, size: int) -> list[str]:
+    known = {"slot": summary.slot_ids, "blueprint": summary.menu, "blend": BLEND_NAMES}.get(head, ())
+    return [known[i] if i < len(known) else str(i) for i in range(size)]
+
+
+def batch_scalars(summary: BatchSummary, reward_components: Mapping[str, float] | None = None,
+                  first_action_s: float | None = None) -> dict[str, float]:
+    """Every TensorBoard scalar of one batch, tag -> value (see the module docstring)."""
+    out: dict[str, Any] = {
+        "accuracy/mean": summary.avg_accuracy, "accuracy/rolling_mean": summary.rolling_avg_accuracy,
+        "reward/mean": summary.avg_reward, "progress/episodes": summary.episodes_completed,
+        "progress/entropy_coef": summary.entropy_coef, "timing/batch_s": summary.wall_time_s,
+    }
+    for i, acc in enumerate(summary.env_accuracies):
+        out[f"accuracy/env{i}"] = acc
+    for i, acc in enumerate(summary.host_max_accuracies):
+        out[f"accuracy/host_max_env{i}"] = acc
+    for i, reward in enumerate(summary.env_rewards):
+        out[f"reward/env{i}"] = reward
+    for term, value in (reward_components or {}).items():
+        out[f"reward_components/{term}"] = value
+    for tag, attr in SEED_TAGS:
+        out[f"seeds/{tag}"] = getattr(summary, attr)
+    if summary.env_seed_params:
+        out["seeds/params_held_mean"] = sum(summary.env_seed_params) / len(summary.env_seed_params)
+    for op, count in summary.action_counts.items():
+        out[f"ops/{op}"] = count
+    for op, count in summary.successful_action_counts.items():
+        out[f"ops_successful/{op}"] = count
+    for head, counts in summary.head_counts.items():
+        if head == "op":
+            continue  # ops/{OP} above
+        for label, count in zip(_option_labels(summary, head, len(counts)), counts):
+            out[f"choices/{head}/{label}"] = count
+    for name, value in (summary.ppo or {}).items():
+        out[f"ppo/{name}"] = value
+    for name, seconds in summary.timing.items():
+        out[f"timing/{name}"] = seconds
+    if first_action_s is not None:
+        out["timing/first_action_s"] = first_action_s
+    return {tag: number for tag, value in out.items() if (number := _number(value)) is not None}
+
+
+def truncate_board(log_dir: Path, first_batch: int) -> None:
+    """Drop every event of step >= first_batch from the event files in log_dir (on a resume those batches
+    run again, as metrics.csv's rows are truncated). The kept events move to one new file. TensorBoard's
+    own `purge_step` is not enough: its readers purge old-style scalars but not tensor summaries."""
+    files = sorted(log_dir.glob("events.out.tfevents.*"))
+    if not files:
+        return
+    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    events = [event for path in files for event in LegacyEventFileLoader(str(path)).Load()]
+    if all(event.step < first_batch for event in events if not event.HasField("file_version")):
+        return
+    writer = EventFileWriter(str(log_dir), filename_suffix=".kept")
+    for event in events:
+        if not event.HasField("file_version") and event.step < first_batch:
+            writer.add_event(event)
+    writer.close()
+    for path in files:
+        path.unlink()
+
+
+class Board:
+    """The TensorBoard writer of one run. It opens on the first batch it writes, dropping what an earlier
+    process wrote from that batch on (`truncate_board`; a resume already does so at its start, `truncate`),
+    and writes the run's config as text."""
+
+    def __init__(self, run_dir: str | Path, config: Mapping[str, Any]):
+        self.log_dir = Path(run_dir) / TB_SUBDIR
+        self._config = dict(config)
+        self._writer = None
+        self._unavailable = False
+
+    def truncate(self, first_batch: int) -> None:
+        """Drop what an earlier process wrote from `first_batch` on, before this process writes anything: a
+        resume truncates metrics.csv and events.jsonl at its start, and TensorBoard follows at once (not only
+        at the first batch written, which a run stopped again during its start-up never reaches)."""
+        if self._writer is None and not self._unavailable:
+            try:
+                truncate_board(self.log_dir, first_batch)
+            except ImportError:
+                pass  # no tensorboard package: `_open` warns when the first batch is written
+
+    def add_batch(self, summary: BatchSummary, reward_components: Mapping[str, float] | None = None,
+                  first_action_s: float | None = None) -> None:
+        opening = self._writer is None
+        writer = self._open(summary.batch)
+        if writer is None:
+            return
+        first_action_s = first_action_s if opening else None  # once per process, at its first batch
+        for tag, value in batch_scalars(summary, reward_components, first_action_s).items():
+            writer.add_scalar(tag, value, global_step=summary.batch, new_style=True, double_precision=True)
+        writer.flush()
+
+    def _open(self, first_batch: int):
+        if self._writer is None and not self._unavailable:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:  # a core dependency; a broken install only loses the scalars
+                warnings.warn(f"TensorBoard scalars off: {exc} (pip install tensorboard)", stacklevel=3)
+                self._unavailable = True
+                return None
+            truncate_board(self.log_dir, first_batch)
+            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+            text = json.dumps(self._config, indent=2, default=str)
+            self._writer.add_text("config", "```\n" + text + "\n```", global_step=first_batch)
+        return self._writer
+
+    def close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()  # (a write error of its thread is raised here once, not again at a later close)
+
+
+def open_board(run_dir: str | Path | None, enabled: bool, config: Mapping[str, Any]) -> Board | None:
+    """The run's Board, or None (no run directory, or TensorBoard turned off)."""
+    if run_dir is None or not enabled:
+        return None
+    return Board(run_dir, config)

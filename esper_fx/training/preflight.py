@@ -1,0 +1,178 @@
+"""What can be checked before a run writes its first file: the run directory, the devices, the data root.
+
+Each check raises a `SetupError` naming the path, device or field; none writes anything (a lock held by a
+live run is probed with a read-only open). `esper_fx.training.loop.run` calls `check_before_writing` first, then
+builds the data (whose problems are also reported before anything is written), and only then claims the
+run directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint
+from esper_fx.config import TrainingConfig
+from esper_fx.errors import DataError, DeviceUnavailableError, RunDirectoryError
+from esper_fx.outputs.events import CONFIG_NAME, LOCK_NAME, refusal, run_dir_entries
+
+# Room left in a path for what a run writes inside its directory (checkpoints/.tmp-batch-.../state/...).
+RUN_DIR_PATH_RESERVE = 200
+DISK_TASKS = ("cifar10", "cifar10_deep", "tinystories")  # tasks that read data_root
+
+
+def check_before_writing(config: TrainingConfig) -> None:
+    """Every check that needs no data loaded: the run directory, the devices, the data root."""
+    if config.run_dir:
+        check_run_dir(Path(os.path.abspath(config.run_dir)), resumed_run_dir(config.resume_path))
+    check_devices(config)
+    check_data_root(config)
+
+
+def resumed_run_dir(resume_path: str | None) -> Path | None:
+    """The run directory holding the checkpoint a resume starts from (None for a fresh run); for a run
+    stopped before its first checkpoint, that run's directory (see `restartable_run`)."""
+    if not resume_path:
+        return None
+    try:
+        return find_checkpoint(resume_path).path.parent.parent.resolve()
+    except NoCheckpoint:
+        restart = restartable_run(resume_path)
+        if restart is None:
+            raise
+        return restart
+
+
+def restartable_run(path: str | Path) -> Path | None:
+    """A run directory holding a run that was stopped (or failed) before its first checkpoint: its
+    config.json but no checkpoint. Resuming it restarts that run from batch 0 in place."""
+    p = Path(path)
+    if not (p / CONFIG_NAME).is_file():
+        return None
+    try:
+        find_checkpoint(p)
+    except NoCheckpoint:
+        return p.resolve()
+    except CheckpointError:
+        return None
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# the run directory
+# ----------------------------------------------------------------------------------------------
+
+
+def check_run_dir(path: Path, resumed: Path | None = None) -> None:
+    """The run directory can be created (or exists) and written; it holds no run other than `resumed`,
+    and no live run holds its lock."""
+    _check_path_length(path)
+    if _exists(path):
+        if not path.is_dir():
+            raise RunDirectoryError(f"run directory {path} exists and is not a directory")
+        held = run_dir_entries(path)
+        if held and (resumed is None or path.resolve() != resumed):
+            raise RunDirectoryError(refusal(path, held))
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise RunDirectoryError(f"run directory {path} is not writable")
+        if is_locked(path):
+            raise RunDirectoryError(f"run directory {path} is in use by another run (its {LOCK_NAME} is locked)")
+        return
+    ancestor = _existing_ancestor(path)
+    if not ancestor.is_dir():
+        raise RunDirectoryError(f"cannot create run directory {path}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise RunDirectoryError(f"cannot create run directory {path}: {ancestor} is not writable")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    for parent in path.parents:
+        if _exists(parent):
+            return parent
+    return Path(path.anchor)
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists() or path.is_symlink()
+    except OSError:  # a name too long, a loop of links: nothing usable there
+        return False
+
+
+def _check_path_length(path: Path) -> None:
+    base = _existing_ancestor(path)
+    try:
+        name_max = os.pathconf(base, "PC_NAME_MAX") if base.is_dir() else 255
+        path_max = os.pathconf(base, "PC_PATH_MAX") if base.is_dir() else 4096
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    long_names = [part for part in path.parts if len(os.fsencode(part)) > name_max]
+    if long_names:
+        raise RunDirectoryError(f"run directory name too long: {long_names[0][:40]}... has "
+                                f"{len(os.fsencode(long_names[0]))} bytes (at most {name_max})")
+    if len(os.fsencode(str(path))) + RUN_DIR_PATH_RESERVE > path_max:
+        raise RunDirectoryError(f"run directory path too long: {len(os.fsencode(str(path)))} bytes (at most "
+                                f"{path_max - RUN_DIR_PATH_RESERVE}, leaving room for the files inside)")
+
+
+def is_locked(path: Path) -> bool:
+    """Whether a live run holds the run directory's lock (probed without writing anything)."""
+    lock = path / LOCK_NAME
+    if not lock.is_file():
+        return False
+    try:
+        fh = open(lock, "rb")
+    except OSError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
+
+
+# ----------------------------------------------------------------------------------------------
+# devices and data
+# ----------------------------------------------------------------------------------------------
+
+
+def check_devices(config: TrainingConfig) -> None:
+    """Every CUDA device the config names exists for torch (the envs) and, for the policy, for JAX."""
+    named = [config.device, *(config.env_devices or ())]
+    cuda = sorted({d for d in named if d.startswith("cuda:")})
+    if not cuda:
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for device in cuda:
+        if int(device.split(":")[1]) >= count:
+            raise DeviceUnavailableError(f"device {device!r} is not available: torch sees {count} CUDA "
+                                         f"device(s) on this machine")
+    if config.device.startswith("cuda:"):
+        jax_count = _jax_gpu_count()
+        if int(config.device.split(":")[1]) >= jax_count:
+            raise DeviceUnavailableError(f"device {config.device!r} is not available to JAX ({jax_count} GPU(s); "
+                                         f"install the cuda12 extra: pip install -e '.[cuda12]')")
+
+
+def _jax_gpu_count() -> int:
+    import jax
+
+    try:
+        return len(jax.devices("gpu"))
+    except RuntimeError:
+        return 0
+
+
+def check_data_root(config: TrainingConfig) -> None:
+    """A task that reads its data from disk needs data_root to be a directory (or not to exist yet)."""
+    if config.task.value not in DISK_TASKS:
+        return
+    root = Path(config.data_root)
+    if root.exists() and not root.is_dir():
+        raise DataError(f"data_root {str(root)!r} is not a directory (task {config.task.value!r} reads its "
+                        f"dataset from there; pass --data-dir DIR)")

@@ -1,0 +1,205 @@
+"""Checkpoints: crash-safe replacement, durable links, checksums, fallback to the newest intact one (issue 12)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from esper_fx.outputs import checkpoint as ckpt
+from esper_fx.errors import SetupError
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _manifest(next_batch: int) -> dict:
+    return {"config": {"task": "shapes10"}, "next_batch_idx": next_batch, "episodes_completed": 2 * next_batch,
+            "best_avg_acc": 0.0, "recent_avg_acc": [], "history": []}
+
+
+def _trees(value: float) -> dict:
+    return {"a": np.full((64,), value, np.float32), "b": {"c": np.arange(8, dtype=np.int32)}}
+
+
+def _save(root: Path, batch: int, value: float = 1.0, final: bool = False) -> Path:
+    return ckpt.save_checkpoint(root, batch, _trees(value), _manifest(batch + 1), final=final)
+
+
+def _state_file(checkpoint: Path) -> Path:
+    return max((p for p in (checkpoint / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+def test_manifest_records_a_checksum_of_every_state_file(tmp_path):
+    path = _save(tmp_path, 0)
+    manifest = json.loads((path / "manifest.json").read_text())
+    files = sorted(str(p.relative_to(path)) for p in (path / "state").rglob("*") if p.is_file())
+    assert sorted(manifest["checksums"]) == files
+    assert manifest["manifest_checksum"] and ckpt.find_checkpoint(tmp_path).skipped == ()
+
+
+def test_a_flipped_bit_in_the_state_is_caught_on_load(tmp_path):
+    """Issue 12, defect 11: a bit flip in a checkpoint's data loaded silently."""
+    path = _save(tmp_path, 0)
+    data = bytearray(_state_file(path).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    _state_file(path).write_bytes(bytes(data))
+    with pytest.raises(ckpt.CheckpointError, match="does not match its checksum"):
+        ckpt.find_checkpoint(path)
+    with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint"):
+        ckpt.find_checkpoint(tmp_path)
+
+
+def test_an_edited_manifest_is_caught_on_load(tmp_path):
+    path = _save(tmp_path, 0)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["best_avg_acc"] = 99.0
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ckpt.CheckpointError, match="manifest does not match its checksum"):
+        ckpt.find_checkpoint(path)
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda p: _state_file(p).unlink(), "is missing"),
+    (lambda p: shutil.rmtree(p / "state"), "state/ directory is missing"),
+    (lambda p: (p / "manifest.json").write_text("{\"complete\": tr"), "unreadable"),
+    (lambda p: (p / "manifest.json").write_bytes(b"\xff\xfe"), "unreadable"),
+])
+def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_intact_one_and_says_so(tmp_path, damage, reason):
+    """Issue 12, defect 13: a corrupt or missing state file in the latest checkpoint crashed the resume."""
+    older = _save(tmp_path, 0)
+    latest = _save(tmp_path, 1)
+    damage(latest)
+    found = ckpt.find_checkpoint(tmp_path)
+    assert found.path == older.resolve()
+    assert "batch-000001" in found.warning() and reason in found.warning() and str(older) in found.warning()
+    manifest = ckpt.read_manifest(tmp_path)
+    assert manifest["next_batch_idx"] == 1 and "batch-000001" in manifest["_warning"]
+
+
+@pytest.mark.parametrize("key", ["config", "next_batch_idx", "history"])
+def test_a_manifest_without_a_required_key_is_named(tmp_path, key):
+    """Issue 12, defect 13: a manifest without `config` reported only 'config', without next_batch_idx a KeyError."""
+    path = _save(tmp_path, 0)
+    manifest = json.loads((path / "manifest.json").read_text())
+    del manifest[key]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ckpt.CheckpointError, match=f"its manifest has no '{key}'") as info:
+        ckpt.read_manifest(tmp_path)
+    assert isinstance(info.value, SetupError) and "batch-000000" in str(info.value)
+
+
+def test_resaving_a_checkpoint_never_leaves_its_batch_without_a_complete_copy(tmp_path, monkeypatch):
+    """Issue 12, defect 4: re-saving deleted the old checkpoint first and renamed second; a crash in between
+    left no complete checkpoint. Here the process 'dies' (no clean-up runs) at the rename that installs
+    the new copy."""
+    _save(tmp_path, 0, value=1.0)
+    real_rename = os.rename
+
+    def dying_rename(src, dst):
+        if Path(src).name.startswith(".tmp-"):
+            raise KeyboardInterrupt  # stands for SIGKILL: nothing after this point runs
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", dying_rename)
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)  # a killed process cleans nothing up
+    with pytest.raises(KeyboardInterrupt):
+        _save(tmp_path, 0, value=2.0)
+    monkeypatch.undo()
+    found = ckpt.find_checkpoint(tmp_path)
+    assert json.loads((found.path / "manifest.json").read_text())["next_batch_idx"] == 1
+    assert found.path.name.startswith((".tmp-batch-000000", ".old-batch-000000"))
+    assert "batch-000000 (it is missing)" in found.warning()
+    restored = ckpt.load_trees({"_path": str(found.path)}, _trees(0.0))
+    assert float(restored["a"][0]) in (1.0, 2.0)
+    _save(tmp_path, 1)  # the next save tidies the leftovers away
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-000001", "latest"]
+
+
+def test_resaving_replaces_the_old_copy(tmp_path):
+    _save(tmp_path, 0, value=1.0)
+    _save(tmp_path, 0, value=2.0, final=True)
+    restored = ckpt.load_trees(ckpt.read_manifest(tmp_path), _trees(0.0))
+    assert float(restored["a"][0]) == 2.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-000000", "final", "latest"]
+
+
+def test_link_swaps_and_rewrites_are_fsynced(tmp_path, monkeypatch):
+    """Issue 12, defect 4: the symlink swaps were not fsynced."""
+    synced = []
+    real = ckpt.fsync_dir
+    monkeypatch.setattr(ckpt, "fsync_dir", lambda path: (synced.append(Path(path)), real(path)))
+    _save(tmp_path, 0, final=True)
+    assert synced.count(tmp_path) >= 3  # the install, the latest link and the final link
+
+
+def test_pruning_keeps_the_last_two_and_the_links(tmp_path):
+    for b in range(4):
+        _save(tmp_path, b, final=(b == 0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-000000", "batch-000002", "batch-000003",
+                                                          "final", "latest"]
+
+
+def test_a_checkpoint_named_directly_must_be_intact(tmp_path):
+    path = _save(tmp_path, 0)
+    (path / "manifest.json").write_text("[]")
+    with pytest.raises(ckpt.CheckpointError, match="damaged.*run directory"):
+        ckpt.find_checkpoint(path)
+
+
+def test_older_checkpoints_without_checksums_still_load(tmp_path):
+    path = _save(tmp_path, 0)
+    manifest = json.loads((path / "manifest.json").read_text())
+    for key in ("checksums", "manifest_checksum"):
+        del manifest[key]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    assert ckpt.find_checkpoint(tmp_path).path == path.resolve()
+
+
+def test_a_state_write_the_disk_cannot_hold_is_refused_before_it_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 1000))
+    with pytest.raises(OSError, match="cannot write checkpoint .*No space left on device") as info:
+        _save(tmp_path, 0)
+    assert isinstance(info.value, SetupError)
+    assert not any(p.name.startswith("batch-") for p in tmp_path.iterdir())
+
+
+def _namespaces() -> bool:
+    try:
+        return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"],
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _namespaces(), reason="needs unshare to mount a small tmpfs")
+def test_a_disk_that_fills_during_the_write_gives_one_line(tmp_path):
+    """Issue 12, defect 12: a full disk gave a 1,000-line storm of 'Event loop is closed' hiding the cause."""
+    script = tmp_path / "fill.py"
+    script.write_text(
+        "import sys\nimport numpy as np\nfrom esper_fx.outputs import checkpoint as ckpt\nfrom esper_fx.cli.run import one_line\n"
+        "ckpt._check_free_space = lambda d, t: None  # let orbax meet the full disk itself\n"
+        "trees = {'a': np.random.rand(1_000_000).astype(np.float32)}\n"
+        "try:\n    ckpt.save_checkpoint(sys.argv[1], 0, trees, {'config': {}})\n"
+        "except OSError as exc:\n    print('error:', one_line(exc), file=sys.stderr)\n")
+    (tmp_path / "disk").mkdir()
+    cmd = (f"mount -t tmpfs -o size=1m tmpfs {tmp_path / 'disk'} && "
+           f"exec {sys.executable} {script} {tmp_path / 'disk' / 'ck'}")
+    proc = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", cmd], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert lines == [f"error: cannot write checkpoint {tmp_path / 'disk' / 'ck' / 'batch-000000'}: No space left on "
+                     f"device"], lines[:20]
+
+
+def test_an_unfinished_first_write_is_no_checkpoint_at_all(tmp_path):
+    """SIGKILL during a run's first checkpoint leaves only a .tmp directory: that run has no checkpoint
+    (it restarts on --resume), rather than a damaged one."""
+    (tmp_path / "checkpoints" / ".tmp-batch-000001-36c3c5ee" / "state").mkdir(parents=True)
+    with pytest.raises(ckpt.NoCheckpoint):
+        ckpt.find_checkpoint(tmp_path)
+    _save(tmp_path / "checkpoints", 0)
+    assert ckpt.find_checkpoint(tmp_path).skipped == ()

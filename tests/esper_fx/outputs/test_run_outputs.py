@@ -1,0 +1,471 @@
+"""What a researcher opens after a run: the TensorBoard scalars, the plots, report.html, the console.
+
+One short PPO run (two batches, debug telemetry) is shared by the tests of this module; the interrupted and
+crashed runs are built from it or from a run stopped by SIGINT.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import fcntl
+import html.parser
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+import esper_fx
+from esper_fx.outputs import plots, report
+from esper_fx.training import loop
+from esper_fx.config import TrainingConfig
+from esper_fx.outputs.history import BatchSummary
+from esper_fx.outputs.tensorboard_log import TB_SUBDIR, Board, batch_scalars
+from esper_fx.outputs.events import LOCK_NAME, Console
+from tests.esper_fx.stops import signal_at_apply
+
+REPO = Path(__file__).resolve().parents[3]
+TINY = dict(task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256,
+            synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3,
+            slots=["r0c0", "r0c1"])
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+
+def tiny(**overrides) -> TrainingConfig:
+    return TrainingConfig(**{**TINY, **overrides})
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished two-batch ppo_lstm run with debug telemetry, and what its console printed."""
+    stream = io.StringIO()
+    run_dir = tmp_path_factory.mktemp("outputs") / "run"
+    result = esper_fx.run(tiny(telemetry_level="debug"), run_dir=run_dir, quiet=False, console_stream=stream)
+    return result, Path(result.run_dir), stream.getvalue()
+
+
+def metrics_rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+# ----------------------------------------------------------------------------------------------
+# TensorBoard
+# ----------------------------------------------------------------------------------------------
+
+
+def read_board(run_dir: Path) -> dict[str, dict[int, float]]:
+    """tag -> {step: value}, read back with the tensorboard package's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    acc = EventAccumulator(str(run_dir / TB_SUBDIR), size_guidance={"tensors": 0})
+    acc.Reload()
+    board = {}
+    for tag in acc.Tags()["tensors"]:
+        if tag.startswith("config"):
+            continue
+        board[tag] = {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)}
+    return board
+
+
+def board_events(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """Every (step, value) TensorBoard keeps for one tag, duplicates included, in file order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    acc = EventAccumulator(str(run_dir / TB_SUBDIR), size_guidance={"tensors": 0})
+    acc.Reload()
+    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+
+
+# metrics.csv column -> TensorBoard tag (env{i}_accuracy, action counts and ppo_* follow a pattern)
+COLUMN_TAGS = {
+    "episodes_completed": "progress/episodes", "avg_accuracy": "accuracy/mean",
+    "rolling_avg_accuracy": "accuracy/rolling_mean", "avg_reward": "reward/mean",
+    "entropy_coef": "progress/entropy_coef", "seeds_created": "seeds/germinated",
+    "seeds_fossilized": "seeds/fossilized", "seeds_culled": "seeds/culled", "rollbacks": "seeds/rollbacks",
+    "wall_time_s": "timing/batch_s",
+}
+
+
+def tag_of(column: str) -> str | None:
+    if column in COLUMN_TAGS:
+        return COLUMN_TAGS[column]
+    if column.startswith("env") and column.endswith("_accuracy"):
+        return f"accuracy/{column[:-len('_accuracy')]}"
+    for prefix, group in (("successful_action_counts_", "ops_successful"), ("action_counts_", "ops"),
+                          ("ppo_", "ppo")):
+        if column.startswith(prefix):
+            return f"{group}/{column[len(prefix):]}"
+    return None
+
+
+def csv_value(text: str) -> float | None:
+    if text in ("True", "False"):
+        return float(text == "True")
+    try:
+        return float(text)
+    except ValueError:
+        return None  # "" (None) or a list (ppo_early_stop)
+
+
+def test_tensorboard_scalars_read_back_as_metrics_csv_holds_them(finished):
+    _, run_dir, _ = finished
+    board, rows = read_board(run_dir), metrics_rows(run_dir)
+    assert len(rows) == 2
+    compared = 0
+    for row in rows:
+        step = int(row["batch"])
+        for column, text in row.items():
+            value = csv_value(text)
+            if column == "batch" or value is None:
+                continue
+            tag = tag_of(column)
+            assert tag in board, f"{column} has no TensorBoard tag {tag}"
+            assert board[tag][step] == value, (column, step)  # float64 both ways: exactly equal
+            compared += 1
+    assert compared > 2 * 40
+
+
+def test_tensorboard_has_components_entropy_per_head_timing_and_the_first_action(finished):
+    result, run_dir, _ = finished
+    board = read_board(run_dir)
+    for head in ("slot", "blueprint", "blend", "op"):
+        assert f"ppo/entropy_{head}" in board
+    for name in ("env_s", "bridge_s", "controller_s", "update_s"):
+        assert set(board[f"timing/{name}"]) == {0, 1}
+    assert list(board["timing/first_action_s"]) == [0]
+    assert board["timing/first_action_s"][0] == pytest.approx(result.summary["timing"]["first_action_s"])
+    components = [t for t in board if t.startswith("reward_components/")]
+    assert components
+    for step in (0, 1):  # the reward is the sum of its components
+        assert sum(board[t][step] for t in components) == pytest.approx(board["reward/mean"][step], abs=1e-5)
+    assert {"choices/slot/r0c0", "choices/blueprint/noop", "choices/blend/linear"} <= set(board)
+
+
+def test_a_resume_from_an_earlier_checkpoint_replaces_the_later_scalars(tmp_path):
+    """As after a crash: batch 2 runs again from the checkpoint of batch 1; TensorBoard shows it once,
+    with the new numbers, and still matches metrics.csv."""
+    config = tiny(controller="random", n_episodes=6, checkpoint_every=1, report=False)
+    first = esper_fx.run(config, run_dir=tmp_path / "r")
+    checkpoint = tmp_path / "r" / "checkpoints" / "batch-000001"
+    assert checkpoint.is_dir()
+    esper_fx.run(config.replace(resume_path=str(checkpoint)), run_dir=tmp_path / "r")
+    board, rows = read_board(tmp_path / "r"), metrics_rows(tmp_path / "r")
+    assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1, 2]
+    assert [int(r["batch"]) for r in rows] == [0, 1, 2]
+    for row in rows:
+        assert board["timing/batch_s"][int(row["batch"])] == float(row["wall_time_s"])
+    assert board["timing/batch_s"][2] != first.history[2].wall_time_s  # the second process's batch 2
+
+
+def test_batch_scalars_skip_missing_values_and_mark_skipped_updates():
+    entry = BatchSummary(
+        batch=3, episodes_completed=8, env_accuracies=[50.0, float("nan")], avg_accuracy=50.0,
+        rolling_avg_accuracy=40.0, avg_reward=0.5, env_rewards=[0.5, 0.5], host_max_accuracies=[], env_seed_params=[],
+        action_counts={"WAIT": 2}, successful_action_counts={"WAIT": 2}, head_counts={"slot": [2], "op": [2]},
+        menu=["noop"], slot_ids=["r0c1"], entropy_coef=0.05, seeds_created=0, seeds_fossilized=0,
+        contributing_fossilized=0, seeds_culled=0, rollbacks=0, ppo={"skipped": True, "reason": "none"},
+    )
+    scalars = batch_scalars(entry)
+    assert "accuracy/env1" not in scalars and scalars["accuracy/env0"] == 50.0
+    assert scalars["ppo/skipped"] == 1.0 and "ppo/reason" not in scalars
+    assert scalars["choices/slot/r0c1"] == 2 and "choices/op/WAIT" not in scalars
+    assert "timing/first_action_s" not in scalars
+
+
+def test_no_tensorboard_and_no_report_write_neither(tmp_path):
+    result = esper_fx.run(tiny(controller="wait", n_episodes=2, tensorboard=False, report=False), run_dir=tmp_path / "r")
+    run_dir = Path(result.run_dir)
+    assert (run_dir / "metrics.csv").exists()
+    assert not (run_dir / TB_SUBDIR).exists()
+    assert not (run_dir / report.REPORT_NAME).exists() and not (run_dir / report.PLOTS_SUBDIR).exists()
+    assert result.report_path is None
+
+
+# ----------------------------------------------------------------------------------------------
+# plots and report.html
+# ----------------------------------------------------------------------------------------------
+
+
+class PageParser(html.parser.HTMLParser):
+    """The <img> sources and the text of a page; raises on nothing, so `feed` is the parse check."""
+
+    def __init__(self):
+        super().__init__()
+        self.images: list[str] = []
+        self.text: list[str] = []
+        self.open_tags: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        elif tag not in ("meta", "br"):
+            self.open_tags.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.open_tags and self.open_tags.pop() == tag, f"unbalanced </{tag}>"
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parse_page(path: Path) -> PageParser:
+    parser = PageParser()
+    parser.feed(path.read_text(encoding="utf-8"))
+    parser.close()
+    assert parser.open_tags == []
+    return parser
+
+
+def check_pngs(plots_dir: Path) -> list[Path]:
+    pngs = sorted(plots_dir.glob("*.png"))
+    for png in pngs:
+        assert png.stat().st_size > 1000, png
+        with Image.open(png) as image:
+            image.load()  # decodes every pixel
+            assert image.width > 100 and image.height > 100
+    return pngs
+
+
+def test_every_plot_exists_is_non_empty_and_decodes(finished):
+    result, run_dir, _ = finished
+    pngs = check_pngs(run_dir / report.PLOTS_SUBDIR)
+    assert {p.stem for p in pngs} == {"learning_curves", "seed_events", "lifecycle", "actions", "ppo", "timing"}
+    assert result.report_path == str(run_dir / report.REPORT_NAME)
+
+
+def test_report_html_holds_the_summary_numbers_and_one_inlined_image_per_plot(finished):
+    result, run_dir, _ = finished
+    page = parse_page(run_dir / report.REPORT_NAME)
+    text = " ".join(page.text)
+    s = result.summary
+    for key in ("final_avg_accuracy", "final_rolling_avg_accuracy", "best_rolling_avg_accuracy", "seeds_created",
+                "seeds_culled", "episodes"):
+        assert report.format_value(s[key]) in text, key
+    assert "Finished: 2 of 2 batches" in text
+    assert "ppo_lstm" in text and "shapes10" in text  # the config
+    pngs = sorted((run_dir / report.PLOTS_SUBDIR).glob("*.png"))
+    assert len(page.images) == len(pngs)
+    inlined = {base64.b64decode(src.split(",", 1)[1]) for src in page.images}
+    assert all(src.startswith("data:image/png;base64,") for src in page.images)
+    assert inlined == {p.read_bytes() for p in pngs}  # self-contained: the files' bytes, no links
+
+
+def test_console_shows_the_first_action_elapsed_time_and_eta(finished):
+    _, _, console = finished
+    assert "First action after" in console
+    assert console.count("ETA") == 2 and "0 batches left" in console
+
+
+def test_console_episode_text_and_eta_on_resume():
+    console = Console(5, 3, quiet=True, n_envs=2, n_episodes=9)
+    assert console.episodes_text(0) == "episodes 1-2/9"
+    assert console.episodes_text(4) == "episodes 9-9/9"
+    console.start_at(3)
+    console.batch_done(BatchSummary(**{**_empty_summary(), "batch": 3}))
+    assert "(1 batches left)" in console.time_line()
+
+
+class TerminalStream(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_console_on_a_terminal_draws_a_progress_bar_with_episodes_and_eta(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "240")  # rich sizes the bar to the terminal
+    console = Console(3, 2, stream=TerminalStream(), n_envs=2, n_episodes=6)
+    console.start_at(1)  # a resumed run
+    console.action_ready(1, 1)
+    console.epoch_done(1, 1, 64)
+    console.batch_done(BatchSummary(**{**_empty_summary(), "batch": 1}))
+    console.line(console.time_line())
+    console.close()
+    shown = capsys.readouterr().out  # rich draws on the terminal (stdout)
+    assert "batch 2/3" in shown and "episodes 3-4/6" in shown and "epoch 1/2" in shown and "ETA" in shown
+    assert "First action after" in shown and "(1 batches left)" in shown
+
+
+def _empty_summary() -> dict:
+    return dict(batch=0, episodes_completed=0, env_accuracies=[], avg_accuracy=0.0, rolling_avg_accuracy=0.0,
+                avg_reward=0.0, env_rewards=[], host_max_accuracies=[], env_seed_params=[], action_counts={},
+                successful_action_counts={}, head_counts={}, menu=[], slot_ids=[], entropy_coef=0.0,
+                seeds_created=0, seeds_fossilized=0, contributing_fossilized=0, seeds_culled=0, rollbacks=0, ppo=None)
+
+
+def test_report_of_an_interrupted_run(tmp_path):
+    """SIGINT in the second batch: one batch on disk, no summary.json; the report says so and draws it."""
+    config = tiny(n_episodes=6, report=False)
+    pool = loop.build_pool(config)
+    signal_at_apply(pool, 5, signal.SIGINT)  # second epoch of the second batch
+    assert threading.current_thread() is threading.main_thread()
+    with pytest.raises(loop.Interrupted):
+        esper_fx.run(config, run_dir=tmp_path / "r", pool=pool)
+    run_dir = tmp_path / "r"
+    assert not (run_dir / "summary.json").exists() and not (run_dir / report.REPORT_NAME).exists()
+    proc = subprocess.run([sys.executable, "-m", "esper_fx.report", str(run_dir)], env=dict(
+        os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"Report: {run_dir / report.REPORT_NAME}" in proc.stdout
+    text = " ".join(parse_page(run_dir / report.REPORT_NAME).text)
+    assert "Not finished: 1 of 3 batches" in text and "--resume" in text
+    assert {p.stem for p in check_pngs(run_dir / report.PLOTS_SUBDIR)} >= {"learning_curves", "actions", "ppo"}
+
+
+def test_report_of_a_crashed_run_reads_metrics_csv_past_the_last_checkpoint(finished, tmp_path):
+    """No checkpoint and no summary.json (a run killed before its first checkpoint): metrics.csv and the
+    events give every batch, with its PPO metrics."""
+    _, run_dir, _ = finished
+    crashed = tmp_path / "crashed"
+    shutil.copytree(run_dir, crashed, ignore=shutil.ignore_patterns("checkpoints", "summary.json", "plots",
+                                                                    "report.html"))
+    record = report.load_run(crashed)
+    assert [h.batch for h in record.history] == [0, 1] and not record.finished
+    assert record.history[1].ppo["approx_kl"] == pytest.approx(finished[0].history[1].ppo["approx_kl"])
+    assert record.summary["final_avg_accuracy"] == finished[0].summary["final_avg_accuracy"]
+    report.write_report(crashed)
+    assert len(parse_page(crashed / report.REPORT_NAME).images) == len(check_pngs(crashed / report.PLOTS_SUBDIR))
+
+
+def test_a_failing_plot_is_reported_in_the_page_and_the_rest_is_written(finished, tmp_path, monkeypatch):
+    _, run_dir, _ = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no ink")
+
+    monkeypatch.setattr(plots, "plot_timing", broken)
+    with pytest.warns(UserWarning, match="timing"):
+        path = report.write_report(copy)
+    page = parse_page(path)
+    assert "Plot timing could not be drawn: RuntimeError: no ink" in " ".join(page.text)
+    assert len(page.images) == 5
+    messages = []
+    with pytest.warns(UserWarning, match="report not written"):
+        assert report.write_report_or_warn(tmp_path / "missing", messages.append) is None
+    assert messages and "python -m esper_fx.report" in messages[0]
+
+
+def test_report_command_fails_cleanly_on_a_directory_without_a_run(tmp_path):
+    assert report.main([str(tmp_path)]) == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# with issue 12's run directory: the batch commit, truncation on resume, the lock, stops
+# ----------------------------------------------------------------------------------------------
+
+
+def test_a_stop_inside_the_scalars_of_a_batch_keeps_tensorboard_with_the_checkpoint_and_metrics_csv(tmp_path,
+                                                                                                   monkeypatch):
+    """The TensorBoard scalars belong to the batch's commit: a stop while they are written waits for the
+    commit, so the checkpoint, metrics.csv and TensorBoard hold the same batches, and after the resume too."""
+    config = tiny(controller="random", n_episodes=6, checkpoint_every=1, report=False)
+    original, calls = Board.add_batch, {"n": 0}
+
+    def interrupting(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Board, "add_batch", interrupting)
+    with pytest.raises(loop.Interrupted) as info:
+        esper_fx.run(config, run_dir=tmp_path / "r")
+    monkeypatch.undo()
+    done = json.loads((Path(info.value.checkpoint) / "manifest.json").read_text())["next_batch_idx"]
+    assert done == 2
+    assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1]
+    assert [int(r["batch"]) for r in metrics_rows(tmp_path / "r")] == [0, 1]
+    esper_fx.run(config.replace(resume_path=str(tmp_path / "r")), run_dir=tmp_path / "r")
+    board, rows = read_board(tmp_path / "r"), metrics_rows(tmp_path / "r")
+    assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1, 2]
+    assert [board["timing/batch_s"][int(r["batch"])] for r in rows] == [float(r["wall_time_s"]) for r in rows]
+
+
+def test_a_resume_stopped_before_its_first_batch_leaves_tensorboard_as_metrics_csv(tmp_path):
+    """A resume truncates metrics.csv and events.jsonl at its start; TensorBoard follows at once, so a resume
+    stopped again before it finished a batch leaves no scalars of batches metrics.csv no longer has."""
+    config = tiny(controller="random", n_episodes=6, checkpoint_every=1, report=False)
+    esper_fx.run(config, run_dir=tmp_path / "r")
+    resumed = config.replace(resume_path=str(tmp_path / "r" / "checkpoints" / "batch-000001"))
+    pool = loop.build_pool(resumed)
+    signal_at_apply(pool, 1, signal.SIGINT)  # in the first epoch the resume applies
+    with pytest.raises(loop.Interrupted):
+        esper_fx.run(resumed, run_dir=tmp_path / "r", pool=pool)
+    assert [int(r["batch"]) for r in metrics_rows(tmp_path / "r")] == [0, 1]
+    assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1]
+
+
+def test_the_report_reads_a_run_directory_whose_lock_is_held(finished, tmp_path):
+    """The report takes no lock: it works on the directory of a run that is still running."""
+    _, run_dir, _ = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("plots", "report.html"))
+    with open(copy / LOCK_NAME, "a+b") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert report.main([str(copy)]) == 0
+        assert len(parse_page(copy / report.REPORT_NAME).images) == len(check_pngs(copy / report.PLOTS_SUBDIR))
+
+
+def test_a_stop_while_the_report_is_drawn_only_skips_the_report(tmp_path, monkeypatch, capsys):
+    """The run is complete when its report is drawn: SIGTERM (or Ctrl-C) there skips the report, keeps the
+    run's result and says how to write the report later."""
+    original = report.write_report
+
+    def stopped(run_dir):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return original(run_dir)
+
+    monkeypatch.setattr(report, "write_report", stopped)
+    result = esper_fx.run(tiny(controller="wait", n_episodes=2), run_dir=tmp_path / "r")
+    assert result.report_path is None and [h.batch for h in result.history] == [0]
+    assert (tmp_path / "r" / "summary.json").exists() and (tmp_path / "r" / "checkpoints" / "final").exists()
+    assert not (tmp_path / "r" / report.REPORT_NAME).exists()
+    assert f"report not written (SIGTERM): python -m esper_fx.report {tmp_path / 'r'}" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert report.main([str(tmp_path / "r")]) == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# a real browser
+# ----------------------------------------------------------------------------------------------
+
+
+def find_browser() -> str | None:
+    return next((path for name in BROWSERS if (path := shutil.which(name))), None)
+
+
+IMAGE_PROBE = """<script>
+window.addEventListener("load", () => {
+  const imgs = Array.from(document.images);
+  document.title = "rendered " + imgs.filter(i => i.complete && i.naturalWidth > 0).length + " of " + imgs.length;
+});
+</script>"""
+
+
+def test_report_renders_its_images_in_a_headless_browser(finished, tmp_path):
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("no headless browser (chromium / google-chrome) installed")
+    _, run_dir, _ = finished
+    page = tmp_path / "probe.html"
+    page.write_text((run_dir / report.REPORT_NAME).read_text(encoding="utf-8").replace("</body>",
+                                                                                        IMAGE_PROBE + "</body>"))
+    n_images = len(parse_page(run_dir / report.REPORT_NAME).images)
+    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 and "<html" not in proc.stdout:
+        pytest.skip(f"{browser} could not start here: {proc.stderr.strip()[-300:]}")
+    assert f"<title>rendered {n_images} of {n_images}</title>" in proc.stdout
+    assert n_images == 6
