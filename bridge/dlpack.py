@@ -1,4 +1,4 @@
-"""Zero-copy handoff of pytrees between PyTorch and JAX through DLPack (ARCHITECTURE §4, SPEC §7.3 step 9).
+"""Zero-copy handoff of pytrees between PyTorch and JAX through DLPack (ARCHITECTURE §2, BEHAVIOUR §7.3 step 9).
 
     handoff = to_jax(signals, name="signals")      # torch tensors -> jax arrays, same memory
     out = controller_step(handoff.tree)             # the jitted step reads torch's buffers

@@ -1,4 +1,4 @@
-"""`TrainingConfig`: every field, default and validation rule of a run (SPEC §14).
+"""`TrainingConfig`: every field, default and validation rule of a run (BEHAVIOUR §14).
 
 The run's own settings (task, envs, episodes, devices, data, outputs) are fields here. The controller
 side's settings live with the controller code and are nested: `config.ppo` (`rl.config.PPOConfig`),
@@ -102,40 +102,62 @@ FLAT_KEYS: Mapping[str, tuple[str, ...]] = {"ppo": field_names(PPOConfig), "rewa
 GROUP_OF_KEY: Mapping[str, str] = {key: group for group, keys in FLAT_KEYS.items() for key in keys}
 
 
+def option(default: Any, help: str | None = None, *, flag: str | None = None, metavar: str | None = None,
+           resume: bool = False) -> Any:
+    """A field declared with its command-line facts, in one place (`esper_fx.cli.parser` builds the flags):
+    `help` (markdown; a field with help gets a flag, shown in `--help` and README's table), `flag` (its
+    spelling when not `--field-name`, or `--no-field-name` for a switch that defaults to on), `metavar`, and
+    `resume` (the value may change when a run is resumed; every other field must equal the checkpoint's)."""
+    meta = {"help": help, "flag": flag, "metavar": metavar, "resume": resume}
+    return field(default=default, metadata={k: v for k, v in meta.items() if v})
+
+
+def _codes(names: Any) -> str:
+    return ", ".join(f"`{name}`" for name in names)
+
+
 @dataclass(frozen=True, init=False)
 class TrainingConfig:
     # run
-    task: Task = Task.CIFAR10
-    controller: str = "ppo_lstm"  # a registered controller name (esper_fx.controllers.protocol)
-    n_episodes: int = 100  # total target
-    n_envs: int = 4
-    max_epochs: int = 25  # episode length T
-    seed: int = 42
-    slots: tuple[str, ...] = ("r0c1",)
+    task: Task = option(Task.CIFAR10, f"the task: {_codes(Task)}", metavar="NAME")
+    controller: str = option("ppo_lstm", f"the seed controller: {_codes(REGISTRY.names())} (`oracle` is a fixed "
+                             "growth schedule, `config.oracle`; `ppo` stands for `ppo_lstm`)", metavar="NAME")
+    n_episodes: int = option(100, "total episodes (batches of `n_envs`)", flag="--episodes", resume=True)
+    n_envs: int = option(4, "environments per batch")
+    max_epochs: int = option(25, "episode length T in epochs")
+    seed: int = option(42, "run seed")
+    slots: tuple[str, ...] = option(("r0c1",), "enabled slots, e.g. `r0c0 r0c1`", metavar="SLOT")
     max_seeds: int | None = None
     min_cull_age: int = 9  # [fix] CULL waits until a seed could have finished blending (reference: 1, later 5)
     one_seed_at_a_time: bool = True  # [fix] no GERMINATE while a seed is developing (the reference: False)
     germination_deadline: bool = True  # [fix] no GERMINATE once its seed could not be fossilized before T
     static_seeds: tuple[str, ...] = ()  # "slot=blueprint": seeds planted fossilized before epoch 1 (static_final)
     # devices and data
-    device: str = "auto"
-    env_devices: tuple[str, ...] | None = None
-    data_path: DataPath = DataPath.DEVICE
-    num_workers: int | None = None  # -> 4, loader path only
-    env_workers: int = 0  # Ray actors running the envs (each a contiguous slice); 0: the in-process pool
-    ray_address: str | None = None  # the Ray cluster to join; None: the run starts (and stops) a local Ray
-    data_root: str = "./data"
-    data_split: DataSplit = DataSplit.SHARED
+    device: str = option("auto", "policy device: `auto`, `cpu` or `cuda:N`", metavar="DEV", resume=True)
+    env_devices: tuple[str, ...] | None = option(None, "env devices: env i runs on `DEV[i % len]`", flag="--devices",
+                                                 metavar="DEV", resume=True)
+    data_path: DataPath = option(DataPath.DEVICE, "device-resident data (default) or DataLoader workers",
+                                 resume=True)
+    num_workers: int | None = option(None, "DataLoader workers (loader path; default 4)", resume=True)
+    # Ray actors running the envs (each a contiguous slice); 0: the in-process pool
+    env_workers: int = option(0, "run the envs in N Ray actors (0: in this process; needs "
+                              "`pip install -e '.[ray]'`)", resume=True)
+    # the Ray cluster to join; None: the run starts (and stops) a local Ray
+    ray_address: str | None = option(None, "join the Ray cluster at ADDR (default: start a local Ray for the run)",
+                                     metavar="ADDR", resume=True)
+    data_root: str = option("./data", "where CIFAR-10 / TinyStories live", flag="--data-dir", metavar="DIR",
+                            resume=True)
+    data_split: DataSplit = option(DataSplit.SHARED, "how training data is divided across envs")
     batch_size_per_env: int | None = None  # task default
     max_train_batches: int | None = None  # task default; 0 = unlimited
-    val_samples: int | None = None  # whole test split
+    val_samples: int | None = option(None, "first N validation samples (default: the whole test split)")
     val_batch_size: int | None = None  # -> per-env batch
     data_seed: int = 0
     synthetic_train_samples: int = 50000
     synthetic_test_samples: int = 10000
     # precision
-    amp: bool = False
-    amp_dtype: AmpDtype = AmpDtype.FLOAT16
+    amp: bool = option(False, "mixed precision on CUDA envs", resume=True)
+    amp_dtype: AmpDtype = option(AmpDtype.FLOAT16, "autocast dtype", resume=True)
     # policy
     blueprint_menu: tuple[str, ...] | None = None  # topology default
     # the controller side (flat keys: lr, gamma, ..., reward_family, ...)
@@ -146,13 +168,16 @@ class TrainingConfig:
     # The gradient features of each slot in the observation: false drops them and shrinks the observation
     # by 10 per slot (so a checkpoint trained with one value cannot resume with the other; resume checks it).
     use_telemetry: bool = True
-    telemetry_level: TelemetryLevel = TelemetryLevel.NORMAL  # events only: debug adds the reward components
+    telemetry_level: TelemetryLevel = option(TelemetryLevel.NORMAL, "what goes into `events.jsonl`: `debug` adds "
+                                             "every reward component of every epoch")
     # outputs
-    run_dir: str | None = None
-    resume_path: str | None = None
-    checkpoint_every: int = 10
-    tensorboard: bool = True  # TensorBoard scalars in <run_dir>/tb/
-    report: bool = True  # <run_dir>/plots/ and report.html at the end of the run
+    run_dir: str | None = option(None, "run directory, new or empty (default "
+                                 "`runs/<preset>-<UTC timestamp>-<random suffix>`)", metavar="DIR", resume=True)
+    resume_path: str | None = option(None, "continue a run from its checkpoint (a run directory or a checkpoint)",
+                                     flag="--resume", metavar="PATH")
+    checkpoint_every: int = option(10, "checkpoint every N batches", resume=True)
+    tensorboard: bool = option(True, "no TensorBoard scalars in `<run dir>/tb/`", resume=True)
+    report: bool = option(True, "no `plots/` and `report.html` at the end of the run", resume=True)
     # scripted controllers
     heuristic: HeuristicConfig = field(default_factory=HeuristicConfig)
     oracle: OracleConfig = field(default_factory=OracleConfig)
@@ -341,7 +366,7 @@ class TrainingConfig:
         return REGISTRY.canonical(self.controller)
 
     def entropy_coefficient(self, train_steps: int) -> float:
-        """β after `train_steps` completed updates (§11.8; `rl.config.entropy_coefficient`)."""
+        """β after `train_steps` completed updates (BEHAVIOUR §11.8; `rl.config.entropy_coefficient`)."""
         return entropy_coefficient(self.ppo, self.n_envs, train_steps)
 
     def replace(self, **changes: Any) -> "TrainingConfig":
@@ -404,13 +429,18 @@ class TrainingConfig:
             raise ValueError(f"config file {path} must hold a JSON object at the top level")
         return cls.from_saved(data) if saved else cls.from_dict(data)
 
-    # ---------------------------------------------------------------- presets (§14.3)
+    # ---------------------------------------------------------------- presets (BEHAVIOUR §14.3)
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TrainingConfig":
         key = str(name).lower()
         if key not in _PRESETS:
             raise ValueError(f"unknown preset {name!r}; available: {list(PRESET_NAMES)}")
         return cls(**{**_PRESETS[key], **overrides})
+
+
+# On resume the checkpoint's config is authoritative; only these fields may differ (declared with `resume=True`;
+# BEHAVIOUR §7.8).
+RESUME_OVERRIDABLE: tuple[str, ...] = tuple(f.name for f in fields(TrainingConfig) if f.metadata.get("resume"))
 
 
 def absolute_paths(config: TrainingConfig) -> TrainingConfig:

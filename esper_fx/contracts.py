@@ -15,7 +15,7 @@ from enum import IntEnum, StrEnum
 from typing import Any, Iterable, Mapping, NamedTuple, Protocol, runtime_checkable
 
 # --------------------------------------------------------------------------------------
-# §1.1 Seed stages
+# BEHAVIOUR §1.1 Seed stages
 # --------------------------------------------------------------------------------------
 
 
@@ -44,7 +44,7 @@ CULLABLE_STAGES = frozenset(
     {SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY}
 )
 
-# §1.2 Legal transitions, targets in the listed order.
+# BEHAVIOUR §1.2 Legal transitions, targets in the listed order.
 VALID_TRANSITIONS: Mapping[SeedStage, tuple[SeedStage, ...]] = {
     SeedStage.UNKNOWN: (SeedStage.DORMANT,),
     SeedStage.DORMANT: (SeedStage.GERMINATED,),
@@ -72,7 +72,7 @@ def next_stage(source: SeedStage) -> SeedStage | None:
     return None
 
 
-# §1.3 Gate levels: target stage -> gate number (anything else maps to G0).
+# BEHAVIOUR §1.3 Gate levels: target stage -> gate number (anything else maps to G0).
 GATE_FOR_TARGET: Mapping[SeedStage, int] = {
     SeedStage.GERMINATED: 0,
     SeedStage.TRAINING: 1,
@@ -87,7 +87,7 @@ def gate_for_target(target: SeedStage) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# §1.4 Slot ids
+# BEHAVIOUR §1.4 Slot ids
 # --------------------------------------------------------------------------------------
 
 _SLOT_RE = re.compile(r"^r(\d+)c(\d+)$")
@@ -128,7 +128,7 @@ def sort_slot_ids(slot_ids: Iterable[str]) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------
-# §1.5 Action heads, ops, blends, blueprint menus
+# BEHAVIOUR §1.5 Action heads, ops, blends, blueprint menus
 # --------------------------------------------------------------------------------------
 
 ACTION_HEADS: tuple[str, ...] = ("slot", "blueprint", "blend", "op")
@@ -154,7 +154,7 @@ NUM_OPS = len(LifecycleOp)
 
 TOPOLOGIES: tuple[str, ...] = ("cnn", "transformer")
 
-# Every registered blueprint per topology (§4.3, §4.4). hosts.seeds.blueprints registers exactly these.
+# Every registered blueprint per topology (BEHAVIOUR §4.3, §4.4). hosts.seeds.blueprints registers exactly these.
 BLUEPRINT_NAMES: Mapping[str, tuple[str, ...]] = {
     "cnn": (
         "noop", "norm", "attention", "depthwise", "bottleneck", "conv_small", "conv_light", "conv_heavy",
@@ -234,7 +234,7 @@ def task_slot_ids(task: str) -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------------------
-# §8 Observation layout
+# BEHAVIOUR §8 Observation layout
 # --------------------------------------------------------------------------------------
 
 NUM_BASE_FEATURES = 23
@@ -242,7 +242,7 @@ SLOT_BLOCK_FIXED = 4  # is_active, stage, alpha, improvement; then the B-wide bl
 TELEMETRY_BLOCK = 10
 DEFAULT_NUM_BLUEPRINTS = 5
 
-# Base feature indices (§8.2).
+# Base feature indices (BEHAVIOUR §8.2).
 OBS_EPOCH = 0
 OBS_GLOBAL_STEP = 1
 OBS_TRAIN_LOSS = 2
@@ -259,14 +259,14 @@ OBS_ACC_HISTORY = slice(16, 21)  # last <= 5 val accuracies, oldest first, left-
 OBS_TOTAL_PARAMS = 21
 OBS_SEED_UTILIZATION = 22
 
-# Offsets within a slot block (§8.3).
+# Offsets within a slot block (BEHAVIOUR §8.3).
 SLOT_IS_ACTIVE = 0
 SLOT_STAGE = 1
 SLOT_ALPHA = 2
 SLOT_IMPROVEMENT = 3
 SLOT_BLUEPRINT_ONEHOT = 4  # ... 4 + B - 1
 
-# Offsets within a telemetry block (§8.4).
+# Offsets within a telemetry block (BEHAVIOUR §8.4).
 TEL_GRAD_NORM = 0
 TEL_GRAD_HEALTH = 1
 TEL_VANISHING = 2
@@ -302,7 +302,7 @@ def telemetry_block_start(
 
 
 # --------------------------------------------------------------------------------------
-# §7–§8 The signals pytree: the single host -> controller contract
+# BEHAVIOUR §7–§8 The signals pytree: the single host -> controller contract
 # --------------------------------------------------------------------------------------
 # Every field is a contiguous, freshly allocated device tensor of dtype float32, int32 or bool.
 # Shapes: E = envs, S = slot-head size (every host injection point, canonical order),
@@ -310,7 +310,7 @@ def telemetry_block_start(
 # germination accuracy) are encoded as a False *_valid flag with the value 0.0.
 
 SIGNAL_FIELDS: Mapping[str, tuple[str, str]] = {
-    # observation and masks (§8, §9)
+    # observation and masks (BEHAVIOUR §8, §9)
     "obs": ("[E, D]", "float32"),  # raw (un-normalised) observation
     "mask_slot": ("[E, S]", "bool"),
     "mask_blueprint": ("[E, B]", "bool"),
@@ -429,7 +429,7 @@ class EpisodePool(Protocol):
 
 
 # --------------------------------------------------------------------------------------
-# §7.7 Event types: the host's lifecycle and governor events and the loop's own, one vocabulary
+# BEHAVIOUR §7.7 Event types: the host's lifecycle and governor events and the loop's own, one vocabulary
 # --------------------------------------------------------------------------------------
 
 
@@ -451,7 +451,7 @@ class EventType(StrEnum):
 
 
 # --------------------------------------------------------------------------------------
-# §1.6 Lifecycle numbers both sides read: the host lifecycle applies them, the reward pays for them
+# BEHAVIOUR §1.6 Lifecycle numbers both sides read: the host lifecycle applies them, the reward pays for them
 # --------------------------------------------------------------------------------------
 
 MIN_FOSSILIZE_CONTRIBUTION = 1.0  # pp: G5, the contributing-fossil count, fossilize shaping

@@ -1,4 +1,5 @@
-"""The errors a user can fix: a configuration or environment problem, reported as one line.
+"""The errors a user can fix, the exit codes every command (train, prove, report, bench) ends with, and the
+parser base they share.
 
 The command line prints any `SetupError` as `esper_fx.train: error: <message>` and exits with code 2, and a
 `RunFailure` the same way with exit code 1 (`esper_fx.cli.run`). Subclasses also derive from the builtin a
@@ -7,9 +8,25 @@ Python caller would expect.
 
 from __future__ import annotations
 
+import argparse
+import sys
+import typing
+from typing import Any
+
+# The exit codes, one table for every command.
+EXIT_OK = 0  # done
+EXIT_RUN_FAILED = 1  # the work cannot go on (e.g. the controller produced no valid action); one line on stderr
+EXIT_SETUP_ERROR = 2  # a configuration or environment problem, found before anything is written; one line
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, after saving what is finished
+EXIT_TERMINATED = 143  # SIGTERM: 128 + SIGTERM, likewise
+
 
 class SetupError(Exception):
     """A configuration or environment problem: the message names the field, file or device."""
+
+
+class ConfigError(SetupError, ValueError):
+    """A bad command line or configuration value: one line naming the flag or field, exit code 2."""
 
 
 class RunDirectoryError(SetupError, ValueError):
@@ -39,3 +56,36 @@ class RunFailure(Exception):
 
 class ControllerError(RunFailure, RuntimeError):
     """The controller produced no valid action; the message names the batch, the epoch, the envs and the cause."""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of every `python -m esper_fx.<name>` command: a usage error raises `ConfigError`, which the
+    command's `main` turns into one line on stderr and exit code 2 (`fail`) — never a usage dump."""
+
+    def __init__(self, name: str, **kwargs: Any) -> None:
+        self.name = name
+        super().__init__(prog=f"python -m {name}", **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        """As argparse's, with `help` written in markdown: plain in `--help`, kept for README's table."""
+        return with_markdown_help(super().add_argument, args, kwargs)
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise ConfigError(message)
+
+    def fail(self, exc: BaseException) -> int:
+        """One line `<name>: error: <message>` on stderr; returns the exit code of a configuration problem."""
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{self.name}: error: {text}", file=sys.stderr)
+        return EXIT_SETUP_ERROR
+
+
+def with_markdown_help(add: Any, args: tuple, kwargs: dict[str, Any]) -> argparse.Action:
+    """argparse's `add(*args, **kwargs)` with `help` written in markdown: plain (backticks dropped, % escaped:
+    help is text, never a format string) in `--help`, kept as `action.markdown_help` for README's table."""
+    text = kwargs.get("help")
+    if isinstance(text, str):
+        kwargs["help"] = text.replace("`", "").replace("%", "%%")  # argparse formats help with %
+    action = add(*args, **kwargs)
+    action.markdown_help = text  # type: ignore[attr-defined]
+    return action

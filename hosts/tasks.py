@@ -1,4 +1,4 @@
-"""The tasks as the host side uses them: one frozen `TaskSpec` per task.
+"""The tasks (BEHAVIOUR §6.1) as the host side uses them: one frozen `TaskSpec` per task.
 
 A TaskSpec is a task's facts (`esper_fx.contracts.TASKS`: topology, batch, lifecycle horizon, learning
 rates, sizes; the one table of them) plus what only the host side can do with them: build the host
@@ -23,7 +23,7 @@ from hosts.models.cnn import CNNHost
 from hosts.models.transformer import TransformerHost
 from hosts.seeds.blending import DEFAULT_BLENDING_TOTAL_STEPS
 
-# host and seed training: SGD, one optimizer for the host and one per seed (the rates are task facts)
+# BEHAVIOUR §1.6 host and seed training: SGD, one optimizer for the host and one per seed (rates: task facts)
 HOST_MOMENTUM = 0.9
 HOST_WEIGHT_DECAY = 5e-4
 SEED_MOMENTUM = 0.9

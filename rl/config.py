@@ -2,13 +2,13 @@
 
 Frozen dataclasses with no jax in sight, so a configuration is checked before jax loads:
 
-- `PPOConfig` (SPEC §11.1): the PPO/LSTM controller's hyperparameters, and `entropy_coefficient`, the one
-  entropy schedule (§11.8) that both the jitted update and the run's history use; with them the
-  network's fixed sizes (§10.1);
-- `RewardConfig`: which reward family and mode, and every constant of the rewards (the one reward
-  settings class; `REWARD_SETTINGS` names the fields a run sets); `reward_fn_name` is the one place that
-  maps a family and a mode to a reward function;
-- `HeuristicConfig` (§13.1): the rule-based controller's thresholds, and the blueprint rotation check.
+- `PPOConfig` (BEHAVIOUR §11.1): the PPO/LSTM controller's hyperparameters, and `entropy_coefficient`, the one
+  entropy schedule (BEHAVIOUR §11.8) that both the jitted update and the run's history use; with them the
+  network's fixed sizes (BEHAVIOUR §10.1);
+- `RewardConfig` (BEHAVIOUR §12): which reward family and mode, and every constant of the rewards (the one
+  reward settings class; `REWARD_SETTINGS` names the fields a run sets); `reward_fn_name` is the one place
+  that maps a family and a mode to a reward function;
+- `HeuristicConfig` (BEHAVIOUR §13.1): the rule-based controller's thresholds, and the blueprint rotation check.
 - `OracleConfig`: the fixed growth schedule of the `oracle` control.
 
 `esper_fx.config.TrainingConfig` nests them as `config.ppo`, `config.reward` and `config.heuristic`; the
@@ -36,14 +36,14 @@ from esper_fx.contracts import (
 from rl import validate as check
 
 # ------------------------------------------------------------------------------------------
-# PPO (§11.1, §11.8)
+# PPO (BEHAVIOUR §11.1, §11.8)
 # ------------------------------------------------------------------------------------------
 
 KL_STOP_FACTOR = 1.5  # an update stops above 1.5·target_kl
 ADAM_B1 = 0.9
 ADAM_B2 = 0.999
 
-# The network's fixed architecture (§10.1), the masked logit (§9.2) and the numerical floors of the PPO
+# The network's fixed architecture (BEHAVIOUR §10.1), the masked logit (§9.2) and the numerical floors of the PPO
 # maths; here, without jax, because the PyTorch reference controller of the benchmarks (esper_fx.bench)
 # computes the same functions with the same numbers.
 FEATURE_DIM = 128
@@ -74,7 +74,7 @@ class PPOConfig:
     """Every settable PPO hyperparameter (frozen and hashable: a static jit argument).
 
     [fix] The defaults marked LEARNING are ours, chosen by measurement (docs/LEARNING.md); the reference's
-    (SPEC §11.1) are `REFERENCE_PPO`, which made one Adam step per batch and never moved the policy.
+    (BEHAVIOUR §11.1) are `REFERENCE_PPO`, which made one Adam step per batch and never moved the policy.
     """
 
     lstm_hidden_dim: int = 128  # width of the policy's LSTM (or of the MLP core)
@@ -98,7 +98,7 @@ class PPOConfig:
     entropy_coef_min: float = 0.0  # LEARNING (reference 0.01)
     entropy_anneal_episodes: int = 0  # 0: no anneal
     horizon_bootstrap: bool = False  # [fix] the last epoch ends the episode (the reference: a truncation valued
-    #                                  by V of the post-action signals, §7.5); LEARNING.md says why
+    #                                  by V of the post-action signals, BEHAVIOUR §7.5); LEARNING.md says why
 
     def __post_init__(self) -> None:
         check.boolean("clip_value", self.clip_value)
@@ -133,11 +133,11 @@ class PPOConfig:
         return start, end
 
     def anneal_updates(self, n_envs: int) -> int:
-        """ceil(entropy_anneal_episodes / n_envs): the anneal length in updates (§11.8)."""
+        """ceil(entropy_anneal_episodes / n_envs): the anneal length in updates (BEHAVIOUR §11.8)."""
         return math.ceil(self.entropy_anneal_episodes / n_envs)
 
 
-# The reference's PPO settings (SPEC §11.1), for ablations: `PPOConfig(**REFERENCE_PPO)`, or `--set` each
+# The reference's PPO settings (BEHAVIOUR §11.1), for ablations: `PPOConfig(**REFERENCE_PPO)`, or `--set` each
 # on the command line. With them the policy hardly moved (LEARNING.md §1).
 REFERENCE_PPO: Mapping[str, Any] = {
     "lr": 3e-4, "gamma": 0.995, "gae_lambda": 0.97, "max_grad_norm": 0.5, "target_kl": 0.015, "update_epochs": 1,
@@ -148,7 +148,7 @@ REFERENCE_PPO: Mapping[str, Any] = {
 
 def entropy_coefficient(cfg: PPOConfig, n_envs: int, train_steps: Any, minimum: Callable = min,
                         maximum: Callable = max) -> Any:
-    """β after `train_steps` completed updates (§11.8): linear from start to end over the anneal, floored
+    """β after `train_steps` completed updates (BEHAVIOUR §11.8): linear from start to end over the anneal, floored
     at entropy_coef_min. Python numbers by default; pass jnp.minimum / jnp.maximum for traced steps."""
     steps = cfg.anneal_updates(n_envs)
     if steps == 0:
@@ -159,7 +159,7 @@ def entropy_coefficient(cfg: PPOConfig, n_envs: int, train_steps: Any, minimum: 
 
 
 # ------------------------------------------------------------------------------------------
-# Rewards (§12.1, §12.6)
+# Rewards (BEHAVIOUR §12.1, §12.6)
 # ------------------------------------------------------------------------------------------
 
 
@@ -176,7 +176,7 @@ class RewardMode(StrEnum):
 
 
 def reward_fn_name(family: Any, mode: Any = RewardMode.SHAPED) -> str:
-    """§12.1: contribution + shaped / sparse / minimal -> that mode; loss (shaped only) -> "loss";
+    """BEHAVIOUR §12.1: contribution + shaped / sparse / minimal -> that mode; loss (shaped only) -> "loss";
     accuracy (shaped only) -> "growth"."""
     family = check.enum("reward_family", RewardFamily, str(getattr(family, "value", family)).lower())
     mode = check.enum("reward_mode", RewardMode, str(getattr(mode, "value", mode)).lower())
@@ -324,7 +324,7 @@ class RewardConfig:
 
 
 # ------------------------------------------------------------------------------------------
-# The heuristic (§13.1)
+# The heuristic (BEHAVIOUR §13.1)
 # ------------------------------------------------------------------------------------------
 
 

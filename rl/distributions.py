@@ -1,14 +1,14 @@
-"""Masked categorical distributions for the four factored action heads (SPEC §9.2–§9.4).
+"""Masked categorical distributions for the four factored action heads (BEHAVIOUR §9.2–§9.4).
 
 Every function here is a pure jnp function over logits `[..., n]` and bool masks `[..., n]`
 (True = allowed). Masked logits are replaced by −1e4 (finite in fp16 and bf16); sampling is
 independent per head (deterministic mode: argmax); log-probs are kept per head; the entropy is
-normalised by ln(n_valid) (§9.3); the causal relevance masks m_h come from the taken op (§9.4).
+normalised by ln(n_valid) (BEHAVIOUR §9.3); the causal relevance masks m_h come from the taken op (§9.4).
 
 Validation is split in two: `assert_head` / `assert_heads` (chex shape and dtype assertions, at
-trace time) open every function here; `row_is_valid` is a jittable bool per row (§9.2). Sampling inside
-jit can never pick a masked index while the row has a valid one; a row with none is reported by
-`row_is_valid`.
+trace time) open every function here; `row_is_valid` is a jittable bool per row (BEHAVIOUR §9.2).
+Sampling inside jit can never pick a masked index while the row has a valid one; a row with none is
+reported by `row_is_valid`.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def heads_valid(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> jax.
 
 
 # ------------------------------------------------------------------------------------------
-# causal relevance (§9.4)
+# causal relevance (BEHAVIOUR §9.4)
 # ------------------------------------------------------------------------------------------
 
 

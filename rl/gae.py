@@ -1,4 +1,4 @@
-"""Generalised advantage estimation exactly as SPEC §11.3, as a reverse `lax.scan` over the last axis.
+"""Generalised advantage estimation exactly as BEHAVIOUR §11.3, as a reverse `lax.scan` over the last axis.
 
 For every row (env) of `[..., T]` arrays, over its valid steps t = L−1 … 0, with g = 0 at the start:
   t == L−1, truncated:      v_next = bootstrap[t], nnt = 1
@@ -25,7 +25,7 @@ def valid_mask(step_count: jax.Array, num_steps: int) -> jax.Array:
 
 
 def _next_state_terms(values, dones, truncated, bootstrap, valid):
-    """(v_next, nnt, terminal) per step, following the three cases of §11.3."""
+    """(v_next, nnt, terminal) per step, following the three cases of BEHAVIOUR §11.3."""
     valid_next = jnp.concatenate([valid[..., 1:], jnp.zeros_like(valid[..., :1])], axis=-1)
     is_last = valid & ~valid_next
     terminal = dones & ~truncated

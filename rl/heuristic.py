@@ -1,4 +1,4 @@
-"""The rule-based controller of SPEC §13 in jnp, vectorised over envs.
+"""The rule-based controller of BEHAVIOUR §13 in jnp, vectorised over envs.
 
 `decide(state, signals, params) -> (actions [E, 4] int32, new_state)` reads the signals pytree
 (`esper_fx.contracts.SIGNAL_FIELDS`) and keeps one decision state per env. `params` is static
@@ -20,12 +20,12 @@ from rl.signals import assert_signals
 
 Signals = Mapping[str, jax.Array]
 
-# §13.1: penalty entries below this value are deleted (reset to 0) after a decay.
+# BEHAVIOUR §13.1: penalty entries below this value are deleted (reset to 0) after a decay.
 PENALTY_DELETE_BELOW = 0.1
-# Initial decision state (§13.1): no cull seen yet, no decay yet.
+# Initial decision state (BEHAVIOUR §13.1): no cull seen yet, no decay yet.
 INITIAL_LAST_CULL_EPOCH = -100
 INITIAL_LAST_DECAY_EPOCH = -1
-# Blueprint head value emitted when the op does not use it (§13.2).
+# Blueprint head value emitted when the op does not use it (BEHAVIOUR §13.2).
 UNUSED_BLUEPRINT = 1
 
 _WAIT = int(contracts.LifecycleOp.WAIT)
@@ -63,7 +63,7 @@ class HeuristicParams(NamedTuple):
 
 
 class HeuristicState(NamedTuple):
-    """One decision state per env (§13.1), reset at every episode start."""
+    """One decision state per env (BEHAVIOUR §13.1), reset at every episode start."""
 
     penalties: jax.Array  # [E, B] float32, indexed by blueprint-menu entry; 0 = no penalty
     rotation_index: jax.Array  # [E] int32
@@ -114,7 +114,7 @@ def decay_penalties(state: HeuristicState, epoch: jax.Array, params: HeuristicPa
 
 
 def next_blueprint(penalties: jax.Array, rotation_index: jax.Array, params: HeuristicParams):
-    """§13.3: (menu index [E], new rotation index [E]) for the next germination."""
+    """BEHAVIOUR §13.3: (menu index [E], new rotation index [E]) for the next germination."""
     chex.assert_rank([penalties, rotation_index], [2, 1])
     chex.assert_axis_dimension(penalties, 0, rotation_index.shape[0])
     rotation = jnp.asarray(params.rotation, jnp.int32)

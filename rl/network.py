@@ -1,11 +1,11 @@
-"""The factored actor-critic of SPEC §10 as a Flax linen module.
+"""The factored actor-critic of BEHAVIOUR §10 as a Flax linen module.
 
 obs [E, L, D] → Linear(D→128) → LayerNorm → ReLU → LSTM(128→H), scanned over L from a given carry
 (h, c) → LayerNorm = z → five heads Linear(H→64) → ReLU → Linear(64→n): slot S, blueprint B, blend 3,
 op 4, value 1. The LSTM has fused kernels W_x [128×4H], W_h [H×4H] and one bias [4H] (gate order
 i, f, g, o; forget slice = 2.0). Init: orthogonal √2 for hidden Linears, 0.01 for the policy outputs,
 1.0 for the value output, one orthogonal matrix each for W_x and W_h; zero biases. LayerNorm eps 1e-5.
-`recurrent=False` gives the §10.3 MLP ablation (Linear(128→H) + ReLU, empty carry).
+`recurrent=False` gives the BEHAVIOUR §10.3 MLP ablation (Linear(128→H) + ReLU, empty carry).
 
 Acting runs the same code with L = 1. The scan body can reset the carry to zeros at steps flagged in
 `resets [E, L]` (never needed by the loop, where episodes never share a row, but supported).
@@ -110,7 +110,7 @@ VALUE_MODULE = "value_head"
 
 
 class ActorCritic(nn.Module):
-    """Factored recurrent (or MLP) actor-critic of §10. Call with obs `[E, L, D]` and a carry."""
+    """Factored recurrent (or MLP) actor-critic of BEHAVIOUR §10. Call with obs `[E, L, D]` and a carry."""
 
     num_slots: int
     num_blueprints: int = contracts.DEFAULT_NUM_BLUEPRINTS

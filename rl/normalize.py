@@ -1,13 +1,13 @@
-"""Observation and reward normalisers as immutable pytrees (SPEC §8.6 and §12.9).
+"""Observation and reward normalisers as immutable pytrees (BEHAVIOUR §8.6 and §12.9).
 
-`RunningMeanStd` (§8.6): mean 0, var 1, count 1e-4; `normalize(x) = clip((x − mean)/√(var + 1e-4), ±10)`.
+`RunningMeanStd`: mean 0, var 1, count 1e-4; `normalize(x) = clip((x − mean)/√(var + 1e-4), ±10)`.
 `update(X [N, D])` merges the batch's population statistics: EMA mode (momentum m, 0.99 in the loop)
   mean ← m·mean + (1−m)·μ_b;  var ← m·var + (1−m)·σ²_b + m·(1−m)·δ²;  count += N
 or Welford mode (momentum None), a parallel merge with tot = count + N:
   mean ← mean + δ·N/tot;  var ← (var·count + σ²_b·N + δ²·count·N/tot)/tot;  count = tot,
 where δ = μ_b − mean is taken before the update.
 
-`RewardNormalizer` (§12.9): a scalar Welford (count, mean, M2) shared by every env. Each reward, in
+`RewardNormalizer` (BEHAVIOUR §12.9): a scalar Welford (count, mean, M2) shared by every env. Each reward, in
 production order, first updates the statistics and is then divided (no mean subtraction) by
 max(1e-8, √(M2/(count − 1))) and clipped to ±10; while count < 2 the reward is only clipped.
 

@@ -1,12 +1,12 @@
-"""PPO for the factored actor-critic (SPEC §11), as pure jitted functions over explicit pytrees.
+"""PPO for the factored actor-critic (BEHAVIOUR §11), as pure jitted functions over explicit pytrees.
 
-- `PPOConfig` (`rl.config`): every hyperparameter of §11.1 (static, hashable); `n_envs` (the run's env
+- `PPOConfig` (`rl.config`): every hyperparameter of BEHAVIOUR §11.1 (static, hashable); `n_envs` (the run's env
   count, static) sets the entropy anneal's length in updates.
 - `TrainState`: params, Optax state (over the raveled parameter vector), train_steps, the network (static).
-- `act` / `value` / `evaluate`: one policy step, the bootstrap value, a full-sequence re-run (§10.2).
-- Losses (§11.6–11.7): per-head clipped surrogate with causal masks summed over heads, clipped value
+- `act` / `value` / `evaluate`: one policy step, the bootstrap value, a full-sequence re-run (BEHAVIOUR §10.2).
+- Losses (BEHAVIOUR §11.6–11.7): per-head clipped surrogate with causal masks summed over heads, clipped value
   loss (0.5 factor) or plain MSE, normalised-entropy bonus, the KL3 approx_kl and op-head ratio stats.
-- `update(train_state, rollout, key, cfg, n_envs)` (§11.5), one jitted call: GAE per env, explained
+- `update(train_state, rollout, key, cfg, n_envs)` (BEHAVIOUR §11.5), one jitted call: GAE per env, explained
   variance, global advantage normalisation, then update_epochs × num_minibatches steps over permuted env
   groups (array-split semantics). approx_kl is checked before every gradient step (stop above
   1.5·target_kl, ending the whole update; with `kl_per_head`, the largest per-head KL is checked
@@ -113,14 +113,14 @@ def init_train_state(key: jax.Array, network: ActorCritic, obs_dim: int, cfg: PP
 
 
 def entropy_coefficient(cfg: PPOConfig, n_envs: int, train_steps: jax.Array) -> jax.Array:
-    """β for the given number of completed updates (§11.8, `rl.config.entropy_coefficient`), a jnp scalar."""
+    """β after the given number of completed updates (BEHAVIOUR §11.8, `rl.config.entropy_coefficient`), in jnp."""
     chex.assert_rank(train_steps, 0)
     steps = jnp.asarray(train_steps, jnp.float32)
     return jnp.asarray(entropy_schedule(cfg, n_envs, steps, jnp.minimum, jnp.maximum), jnp.float32)
 
 
 # ------------------------------------------------------------------------------------------
-# acting and evaluation (§10.2)
+# acting and evaluation (BEHAVIOUR §10.2)
 # ------------------------------------------------------------------------------------------
 
 
@@ -185,7 +185,7 @@ def evaluate(network: ActorCritic, params, obs, actions, masks: dist.Masks, carr
 
 
 # ------------------------------------------------------------------------------------------
-# advantages and statistics (§11.3–11.5)
+# advantages and statistics (BEHAVIOUR §11.3–11.5)
 # ------------------------------------------------------------------------------------------
 
 
@@ -217,7 +217,7 @@ def explained_variance(returns: jax.Array, values: jax.Array, valid: jax.Array) 
 
 
 # ------------------------------------------------------------------------------------------
-# losses (§11.6–11.7)
+# losses (BEHAVIOUR §11.6–11.7)
 # ------------------------------------------------------------------------------------------
 
 
@@ -340,7 +340,7 @@ def loss_from_evaluation(ev: Evaluation, batch: Batch, beta, cfg: PPOConfig) -> 
 
 
 def ppo_loss(params, network: ActorCritic, batch: Batch, beta, cfg: PPOConfig) -> tuple[jax.Array, dict]:
-    """The §11.6 loss of a minibatch under `params` (re-running its sequences from carry0)."""
+    """The BEHAVIOUR §11.6 loss of a minibatch under `params` (re-running its sequences from carry0)."""
     chex.assert_rank(batch.obs, 3)
     ev = evaluate(network, params, batch.obs, batch.actions, batch.masks, batch.carry0)
     return loss_from_evaluation(ev, batch, beta, cfg)
@@ -368,7 +368,7 @@ def named_metrics(metrics: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------
-# the update (§11.5)
+# the update (BEHAVIOUR §11.5)
 # ------------------------------------------------------------------------------------------
 
 
@@ -554,7 +554,7 @@ def after_update(params, network: ActorCritic, data: Batch, beta, cfg: PPOConfig
 @partial(jax.jit, static_argnames=("cfg", "n_envs"))
 def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
            n_envs: int) -> tuple[TrainState, dict]:
-    """One PPO update over the whole rollout (§11.5). Returns (new state, metrics of jnp values).
+    """One PPO update over the whole rollout (BEHAVIOUR §11.5). Returns (new state, metrics of jnp values).
 
     Metrics, averaged over the executed gradient steps (or from the last KL check if none ran):
     loss, policy_loss, value_loss, entropy (mean over heads of the causally masked mean normalised

@@ -1,4 +1,4 @@
-"""Rewards of SPEC §12 as pure JAX functions over the signals pytree, vectorised over envs.
+"""Rewards of BEHAVIOUR §12 as pure JAX functions over the signals pytree, vectorised over envs.
 
 Every reward function has the same signature
 
@@ -6,12 +6,12 @@ Every reward function has the same signature
 
 - `signals`: the host -> controller dict of arrays (`esper_fx.contracts.SIGNAL_FIELDS`).
 - `actions`: int32 [E, 4] in head order (slot, blueprint, blend, op). The *target* is the sampled
-  slot for every op, WAIT included (§12.2).
-- `reward_state`: `RewardState` (phi_prev [E, S], the PBRS memory of §12.4).
+  slot for every op, WAIT included (BEHAVIOUR §12.2).
+- `reward_state`: `RewardState` (phi_prev [E, S], the PBRS memory of BEHAVIOUR §12.4).
 - `config`: `RewardConfig`, an immutable pytree of every constant (it may be traced or static).
 
 `components` maps every term to an [E] float32 array; the terms sum, in the listed order, to the
-reward. Every family includes the loop-level terms of §12.8 (`governor`: −10 on a panicking step;
+reward. Every family includes the loop-level terms of BEHAVIOUR §12.8 (`governor`: −10 on a panicking step;
 `auto_cull`: the penalty carried from the previous step's auto-culls).
 """
 
@@ -136,7 +136,7 @@ def _is_terminal(signals: Signals) -> jax.Array:
 
 
 # ------------------------------------------------------------------------------------------
-# §12.3 shaped contribution reward, term by term
+# BEHAVIOUR §12.3 shaped contribution reward, term by term
 # ------------------------------------------------------------------------------------------
 
 
@@ -198,7 +198,7 @@ def probation_indecision(t: Target, op: jax.Array, b: jax.Array, cfg: RewardConf
 
 
 def stage_potential(stage: jax.Array, cfg: RewardConfig) -> jax.Array:
-    """Φ_stage of §12.4 (0 for every stage outside the table)."""
+    """Φ_stage of BEHAVIOUR §12.4 (0 for every stage outside the table)."""
     chex.assert_type(stage, int)
     table = jnp.asarray(cfg.stage_potentials, jnp.float32)
     idx = jnp.asarray(stage, jnp.int32)
@@ -232,7 +232,7 @@ def rent(total_params: jax.Array, host_params: jax.Array, weight: Any, cap: Any)
 
 
 def fossilize_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
-    """§12.5 fossilize shaping, before the op cost (first matching rule)."""
+    """BEHAVIOUR §12.5 fossilize shaping, before the op cost (first matching rule)."""
     _check_target(t)
     i, c = t.improvement, t.c
     ransomware = t.c_valid & (c > cfg.fossilize_ransomware_contribution) & (i < cfg.fossilize_ransomware_improvement)
@@ -248,7 +248,7 @@ def fossilize_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
 
 
 def cull_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
-    """§12.5 cull shaping, before the op cost (first matching rule). A seed younger than the run's
+    """BEHAVIOUR §12.5 cull shaping, before the op cost (first matching rule). A seed younger than the run's
     `min_cull_age` pays −0.3·(min_cull_age − age) (with the reference's age of 1: −0.3 at age 0)."""
     _check_target(t)
     c = t.c
@@ -287,7 +287,7 @@ def contribution_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
 
 
 def loop_terms(signals: Signals, cfg: RewardConfig) -> dict[str, jax.Array]:
-    """§12.8: −10 on a panicking step, plus the pending auto-cull penalty of the previous step."""
+    """BEHAVIOUR §12.8: −10 on a panicking step, plus the pending auto-cull penalty of the previous step."""
     assert_signals(signals)
     panic = jnp.asarray(signals["panic"]).astype(bool)
     return {
@@ -298,7 +298,7 @@ def loop_terms(signals: Signals, cfg: RewardConfig) -> dict[str, jax.Array]:
 
 def next_phi_prev(signals: Signals, t: Target, op: jax.Array, phi_prev: jax.Array, phi_now: jax.Array,
                   cfg: RewardConfig) -> jax.Array:
-    """The PBRS memory after this step (§12.4, §7.4).
+    """The PBRS memory after this step (BEHAVIOUR §12.4, §7.4).
 
     Every empty slot has phi_prev 0. A target holding a seed stores φ_now, unless the op culls it
     (a CULL of a non-fossil always succeeds and empties the slot: 0). GERMINATE into an empty target
@@ -334,7 +334,7 @@ def _finish(components: dict[str, jax.Array], state: RewardState):
 
 
 def shaped(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
-    """The SHAPED contribution reward (§12.3) with telescoping PBRS and the loop-level terms."""
+    """The SHAPED contribution reward (BEHAVIOUR §12.3) with telescoping PBRS and the loop-level terms."""
     _check_inputs(signals, actions, reward_state)
     t, op = target_view(signals, actions), _op(actions)
     b = attribution(t, op, signals, config)
@@ -355,7 +355,7 @@ def shaped(signals: Signals, actions: jax.Array, reward_state: RewardState, conf
 
 
 # ------------------------------------------------------------------------------------------
-# §12.6 SPARSE and MINIMAL
+# BEHAVIOUR §12.6 SPARSE and MINIMAL
 # ------------------------------------------------------------------------------------------
 
 
@@ -369,14 +369,14 @@ def sparse_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
 
 
 def sparse(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
-    """SPARSE (§12.6): the terminal score only, plus the loop-level terms. phi_prev is untouched."""
+    """SPARSE (BEHAVIOUR §12.6): the terminal score only, plus the loop-level terms. phi_prev is untouched."""
     _check_inputs(signals, actions, reward_state)
     components = {"sparse": sparse_terminal(signals, config), **loop_terms(signals, config)}
     return _finish(components, reward_state)
 
 
 def minimal(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
-    """MINIMAL (§12.6): SPARSE plus −0.1 for culling a seed younger than 5 epochs."""
+    """MINIMAL (BEHAVIOUR §12.6): SPARSE plus −0.1 for culling a seed younger than 5 epochs."""
     _check_inputs(signals, actions, reward_state)
     t, op = target_view(signals, actions), _op(actions)
     early = (op == _OP_CULL) & t.seed & (t.age < config.early_cull_age)
@@ -389,7 +389,7 @@ def minimal(signals: Signals, actions: jax.Array, reward_state: RewardState, con
 
 
 # ------------------------------------------------------------------------------------------
-# §12.7 LOSS family
+# BEHAVIOUR §12.7 LOSS family
 # ------------------------------------------------------------------------------------------
 
 
@@ -414,7 +414,7 @@ def loss_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
 
 
 def loss(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
-    """The LOSS family (§12.7): progress, rent after a grace period, stage term, terminal."""
+    """The LOSS family (BEHAVIOUR §12.7): progress, rent after a grace period, stage term, terminal."""
     _check_inputs(signals, actions, reward_state)
     t = target_view(signals, actions)
     in_grace = t.seed & (t.age < config.grace_epochs)
@@ -433,7 +433,7 @@ def loss(signals: Signals, actions: jax.Array, reward_state: RewardState, config
 
 
 # ------------------------------------------------------------------------------------------
-# §12.1 dispatch
+# BEHAVIOUR §12.1 dispatch
 # ------------------------------------------------------------------------------------------
 
 # ------------------------------------------------------------------------------------------
@@ -502,7 +502,7 @@ def get_reward_fn(name: str) -> RewardFn:
 
 
 def dispatch(config_or_family: Any, mode: str | None = None) -> RewardFn:
-    """§12.1 (`rl.config.reward_fn_name`): the reward function of a family and a mode.
+    """BEHAVIOUR §12.1 (`rl.config.reward_fn_name`): the reward function of a family and a mode.
 
     Accepts a TrainingConfig (its reward), a `RewardConfig`, or a family name plus a mode.
     """

@@ -1,9 +1,9 @@
-"""The fixed-shape rollout buffer of SPEC §11.2, held in JAX as one pytree `[E, T, ...]`.
+"""The fixed-shape rollout buffer of BEHAVIOUR §11.2, held in JAX as one pytree `[E, T, ...]`.
 
 One row per env with T step slots. Each step stores the normalised obs (what the policy saw) and the
 raw obs (for the observation-normaliser update), actions and old log-probs per head `[4]`, V(s_t), the
 normalised and raw rewards, done / truncated flags, the bootstrap value, the pre-action masks per head,
-and, at step 0, the initial carry of the env (training re-runs each row from it, §10.2).
+and, at step 0, the initial carry of the env (training re-runs each row from it, BEHAVIOUR §10.2).
 `valid[e, t] = t < step_count[e]`; invalid steps keep all-True dummy masks so the masked softmax stays
 defined, and every consumer must exclude them.
 

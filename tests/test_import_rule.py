@@ -1,4 +1,4 @@
-"""The import rule (ARCHITECTURE §1): `hosts` never imports jax, `rl` never imports torch, and
+"""The import rule (ARCHITECTURE §5): `hosts` never imports jax, `rl` never imports torch, and
 `esper_fx.contracts` / `esper_fx.config` import neither. From `esper_fx`, `hosts` and `rl` import only
 `esper_fx.contracts`: the one module both sides share.
 

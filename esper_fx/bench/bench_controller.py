@@ -4,7 +4,7 @@
   new carry) for E envs. JAX: `rl.ppo.act` (jitted). Torch: `torch_reference.act` under
   `torch.inference_mode`. Ratio = torch / jax.
 - update: one PPO update on an E×25 rollout (GAE, advantage normalisation, full-sequence re-run, the
-  §11.6 loss, KL check, grad-norm clip, one Adam step: 1 epoch × 1 minibatch). JAX: `rl.ppo.update`
+  BEHAVIOUR §11.6 loss, KL check, grad-norm clip, one Adam step: 1 epoch × 1 minibatch). JAX: `rl.ppo.update`
   (jitted, pure: the same input state every repetition). Torch: `TorchPPO.update`, whose parameters and
   optimiser state are restored before every repetition, outside the timed region. Ratio = torch / jax.
 

@@ -4,7 +4,8 @@ Runs the selected benchmarks in a fixed order, prints one table (rich on a termi
 and optionally writes JSON: {"meta": {...}, NAME: result, ...}, where each result holds its `cases`
 (medians and p10/p90 in seconds for the measured implementation and its reference, and their `ratio`),
 the ratio's definition, a `headline` and the `target` from the architecture's claims. A benchmark that
-fails is recorded as {"error": "..."} and the exit status is 1; a bad device choice exits with 2.
+fails is recorded as {"error": "..."} and the exit status is 1; a bad flag or device choice prints one line
+and exits with 2 (the exit codes of `esper_fx.errors`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, CommandParser, ConfigError
+
 # name -> module under esper_fx.bench whose `run(settings) -> dict` measures it (imported on demand, so
 # one benchmark whose dependencies are missing does not stop the others)
 BENCHMARKS: dict[str, str] = {
@@ -33,9 +36,12 @@ BENCHMARKS: dict[str, str] = {
 }
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m esper_fx.bench",
+NAME = "esper_fx.bench"
+
+
+def build_parser() -> CommandParser:
+    parser = CommandParser(
+        NAME,
         description="Benchmarks of the esper_fx architecture, each against a reference measured in the same run.",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (well under a minute)")
@@ -51,7 +57,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="torch intra-op threads (default 1; 0 keeps torch's default). On a small shared CPU "
                              "torch's OpenMP threads stall behind other processes and make the reference far "
                              "slower than it is; one thread is the reference's best case here")
-    return parser.parse_args(argv)
+    return parser
 
 
 def load(name: str) -> Callable[[Any], dict]:
@@ -115,7 +121,12 @@ def meta(settings: Any, args: argparse.Namespace) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    """0 when every benchmark ran, 1 when one failed (recorded in its result), 2 for a bad command line or device."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except ConfigError as err:
+        return parser.fail(err)
     from esper_fx.bench import devices
     from esper_fx.bench.report import print_results
     from esper_fx.bench.settings import BenchSettings
@@ -123,8 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         device = devices.resolve(args.device)
     except devices.DeviceUnavailable as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return parser.fail(err)
     settings = BenchSettings(device=device, quick=args.quick, seed=args.seed,
                              presets=tuple(args.presets) if args.presets else None)
     names = [n for n in BENCHMARKS if args.only is None or n in args.only]
@@ -136,4 +146,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"meta": info, **results}, indent=2) + "\n")
-    return 1 if any("error" in r for r in results.values()) else 0
+    return EXIT_RUN_FAILED if any("error" in r for r in results.values()) else EXIT_OK

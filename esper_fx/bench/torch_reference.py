@@ -4,17 +4,17 @@ This is *not* part of the system (the controller is the JAX code in `rl/`). It i
 PyTorch-only project would write, kept here so `python -m esper_fx.bench` can measure the JAX controller
 against it in the same run. It computes the same function as `rl`:
 
-- network (SPEC §10.1): Linear(D→128) + LayerNorm(eps 1e-5) + ReLU → single-layer `nn.LSTM` 128 →
+- network (BEHAVIOUR §10.1): Linear(D→128) + LayerNorm(eps 1e-5) + ReLU → single-layer `nn.LSTM` 128 →
   LayerNorm → five heads Linear(128→64) → ReLU → Linear(64→n) (slot S, blueprint B, blend 3, op 4,
   value 1). PyTorch's LSTM has two bias vectors; `bias_hh` is zeroed and frozen so `bias_ih` is the one
-  fused bias of the SPEC (forget slice 2.0), and the trainable parameters match the JAX ones one to one.
-  Orthogonal init with the SPEC gains (√2 hidden, 0.01 policy outputs, 1.0 value output, 1.0 LSTM).
-- masked categorical heads (§9.2–9.4): masked logits −1e4, per-head sampling and log-probs, normalised
+  fused bias of BEHAVIOUR §10.1 (forget slice 2.0), and the trainable parameters match the JAX ones one to one.
+  Orthogonal init with the gains of BEHAVIOUR §10.1 (√2 hidden, 0.01 policy outputs, 1.0 value output, 1.0 LSTM).
+- masked categorical heads (BEHAVIOUR §9.2–9.4): masked logits −1e4, per-head sampling and log-probs, normalised
   entropy, causal head masks from the taken op.
-- GAE (§11.3), advantage normalisation (§11.4), the PPO loss (§11.6: per-head clipped surrogate with
+- GAE (BEHAVIOUR §11.3), advantage normalisation (§11.4), the PPO loss (§11.6: per-head clipped surrogate with
   causal masks summed over heads, value clipping ±10 with the 0.5 factor, normalised entropy bonus),
-  approx_kl checked before the step (§11.7), Adam(eps 1e-5) after a global grad-norm clip of 0.5, with
-  update_epochs × num_minibatches gradient steps over env groups (§11.5).
+  approx_kl checked before the step (BEHAVIOUR §11.7), Adam(eps 1e-5) after a global grad-norm clip of 0.5, with
+  update_epochs × num_minibatches gradient steps over env groups (BEHAVIOUR §11.5).
 
 The code is idiomatic eager PyTorch: no torch.compile, no CUDA graphs, no hand fusion. Only torch,
 numpy, `esper_fx.contracts` and the framework-free `rl.config` are imported; `load_flax_params` takes the JAX parameter pytree as
@@ -57,7 +57,7 @@ Carry = tuple  # (h [E, H], c [E, H])
 
 
 # ------------------------------------------------------------------------------------------
-# network (§10.1)
+# network (BEHAVIOUR §10.1)
 # ------------------------------------------------------------------------------------------
 
 
@@ -80,7 +80,7 @@ class TorchHead(nn.Module):
 
 
 class TorchActorCritic(nn.Module):
-    """The factored recurrent actor-critic of §10.1 in PyTorch (baseline for the benchmarks)."""
+    """The factored recurrent actor-critic of BEHAVIOUR §10.1 in PyTorch (baseline for the benchmarks)."""
 
     def __init__(
         self,
@@ -108,7 +108,7 @@ class TorchActorCritic(nn.Module):
             self.lstm.bias_ih_l0.zero_()
             self.lstm.bias_ih_l0[hd:2 * hd] = LSTM_FORGET_BIAS
             self.lstm.bias_hh_l0.zero_()
-        self.lstm.bias_hh_l0.requires_grad_(False)  # one fused bias, as in the SPEC
+        self.lstm.bias_hh_l0.requires_grad_(False)  # one fused bias, as in BEHAVIOUR §10.1
 
     def initial_carry(self, n_envs: int, device: torch.device | str = "cpu") -> Carry:
         zeros = torch.zeros(n_envs, self.hidden_dim, device=device)
@@ -142,7 +142,7 @@ class TorchActorCritic(nn.Module):
 
 
 def param_count(net: TorchActorCritic) -> int:
-    """Trainable parameters (184,784 for D = 80, S = 3, B = 5, as the SPEC counts them)."""
+    """Trainable parameters (184,784 for D = 80, S = 3, B = 5, as BEHAVIOUR §10.1 counts them)."""
     return sum(p.numel() for p in net.trainable_parameters())
 
 
@@ -188,7 +188,7 @@ def load_flax_params(net: TorchActorCritic, params: Mapping[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# masked categorical heads (§9.2–9.4)
+# masked categorical heads (BEHAVIOUR §9.2–9.4)
 # ------------------------------------------------------------------------------------------
 
 
@@ -249,7 +249,7 @@ def act(
 
 
 # ------------------------------------------------------------------------------------------
-# GAE (§11.3) and advantage statistics (§11.4–11.5)
+# GAE (BEHAVIOUR §11.3) and advantage statistics (§11.4–11.5)
 # ------------------------------------------------------------------------------------------
 
 
@@ -297,13 +297,13 @@ def explained_variance(returns, values, valid) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------
-# PPO (§11.5–11.7)
+# PPO (BEHAVIOUR §11.5–11.7)
 # ------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class TorchPPOConfig:
-    """The §11.1 hyperparameters the reference uses; built from the JAX side's `rl.config.PPOConfig`."""
+    """The BEHAVIOUR §11.1 hyperparameters the reference uses; built from the JAX side's `rl.config.PPOConfig`."""
 
     lr: float
     gamma: float
@@ -370,7 +370,7 @@ def build_training_data(rollout: TorchRollout, cfg: TorchPPOConfig) -> tuple[Tra
 
 
 def ppo_loss(net: TorchActorCritic, batch: TrainingData, cfg: TorchPPOConfig) -> tuple[torch.Tensor, dict]:
-    """§11.6: L = Σ_h L_h + value_coef·L_V + β·L_ent, and approx_kl / op-ratio diagnostics."""
+    """BEHAVIOUR §11.6: L = Σ_h L_h + value_coef·L_V + β·L_ent, and approx_kl / op-ratio diagnostics."""
     logits, values, _ = net(batch.obs, None, batch.masks)
     m = causal_masks(batch.actions[..., contracts.HEAD_OP]) & batch.valid.unsqueeze(-1)
     n_h = m.sum(dim=(0, 1)).clamp(min=1).float()
@@ -407,7 +407,7 @@ def _head_grad_norms(net: TorchActorCritic) -> dict[str, torch.Tensor]:
 
 
 class TorchPPO:
-    """The network, its Adam optimiser (eps 1e-5) and the §11.5 update, in eager PyTorch."""
+    """The network, its Adam optimiser (eps 1e-5) and the BEHAVIOUR §11.5 update, in eager PyTorch."""
 
     def __init__(self, net: TorchActorCritic, cfg: TorchPPOConfig):
         self.net = net

@@ -1,1 +1,1 @@
-"""The command line: the train and prove commands (argument parsing, the run from the command line)."""
+"""The command line: the train and prove commands, the flags and `--set` built from the config, the run from the command line."""

@@ -27,76 +27,50 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from esper_fx.outputs.checkpoint import CheckpointError
+from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
 from esper_fx.config import PRESET_NAMES, TrainingConfig
+from esper_fx.errors import EXIT_OK, CommandParser, ConfigError
 from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
 
-EXIT_CONFIG_ERROR = 2
+NAME = "esper_fx.prove"
 DEFAULT_ARMS = ("ppo", "wait", "random", "heuristic", "oracle", "static_final")
 DEFAULT_EVAL_SEEDS = 8
 DEFAULT_EVAL_SEED_OFFSET = 900_000
 LEARNED_ARMS = {"ppo": True, "ppo_sampled": False}  # arm -> greedy
 
 
-class ProveError(ValueError):
-    """A bad flag or configuration: one line, exit 2, nothing written."""
+ProveError = ConfigError  # a bad flag or configuration: one line, exit 2, nothing written
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise ProveError(message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m esper_fx.prove",
-                description="Train the PPO controller and compare it with the static host, random, the heuristic, "
-                            "a fixed growth schedule and a static copy of its final architecture, on evaluation "
-                            "seeds it never saw.")
+def build_parser() -> CommandParser:
+    p = CommandParser(NAME,
+                      description="Train the PPO controller and compare it with the static host, random, the "
+                                  "heuristic, a fixed growth schedule and a static copy of its final architecture, "
+                                  "on evaluation seeds it never saw.",
+                      epilog="--seed is the training run's seed (default: the preset's); with --env-workers N the "
+                             "evaluation episodes also run as Ray tasks, N at a time.")
     p.add_argument("--preset", default="quickstart", help=f"base preset, one of {', '.join(PRESET_NAMES)}")
     p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), metavar="ARM",
                    help=f"arms to compare (default: {' '.join(DEFAULT_ARMS)})")
     p.add_argument("--train-episodes", type=int, metavar="N", help="training episodes (default: the preset's)")
-    p.add_argument("--seed", type=int, help="training seed (default: the preset's)")
     p.add_argument("--eval-seeds", type=int, nargs="+", metavar="S", help="explicit evaluation seeds")
     p.add_argument("--n-eval-seeds", type=int, default=DEFAULT_EVAL_SEEDS, metavar="N",
                    help=f"number of evaluation seeds (default {DEFAULT_EVAL_SEEDS})")
     p.add_argument("--eval-seed-offset", type=int, default=DEFAULT_EVAL_SEED_OFFSET, metavar="K",
                    help=f"first evaluation seed (default {DEFAULT_EVAL_SEED_OFFSET})")
     p.add_argument("--checkpoint", metavar="RUN_DIR", help="evaluate this trained run instead of training one")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
-                   help="override a config field (flat keys such as lr=1e-3, or oracle.slot=r0c1); repeatable")
-    p.add_argument("--env-workers", type=int, dest="env_workers", metavar="N",
-                   help="train with N Ray env workers and run the evaluation episodes as Ray tasks, N at a time")
-    p.add_argument("--ray-address", dest="ray_address", metavar="ADDR",
-                   help="join the Ray cluster at ADDR (default: start a local Ray)")
+    add_set_option(p)
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/prove-<preset>-<UTC time>)")
     p.add_argument("--json", metavar="PATH", help="JSON results (default <out>/prove.json)")
     p.add_argument("--quiet", action="store_true", help="only the final table")
+    add_field_flags(p.add_argument_group("configuration fields (any other: --set KEY=VALUE)"),
+                    ("seed", "env_workers", "ray_address"))
     return p
 
 
 # ----------------------------------------------------------------------------------------------
 # configuration
 # ----------------------------------------------------------------------------------------------
-
-
-def parse_sets(items: Sequence[str]) -> dict[str, Any]:
-    """KEY=VALUE pairs; a VALUE that parses as JSON is taken as JSON, else as a string. Dotted keys
-    (`oracle.slot`) set one field of a nested section."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ProveError(f"--set expects KEY=VALUE (got {item!r})")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        section, dot, field = key.partition(".")
-        if dot:
-            out.setdefault(section, {})[field] = value
-        else:
-            out[key] = value
-    return out
 
 
 def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
@@ -109,17 +83,9 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
             base, policy = load_policy(args.checkpoint)
         else:
             base = TrainingConfig.preset(args.preset)
-        changes = parse_sets(args.sets)
-        for name in ("oracle", "heuristic"):
-            if name in changes:
-                changes[name] = {**getattr(base, name).to_dict(), **changes[name]}
+        changes = with_sections(base, {**parse_sets(args.sets), **field_values(args)})
         if args.train_episodes is not None:
             changes["n_episodes"] = args.train_episodes
-        if args.seed is not None:
-            changes["seed"] = args.seed
-        for name in ("env_workers", "ray_address"):
-            if getattr(args, name) is not None:
-                changes[name] = getattr(args, name)
         config = base.replace(**changes, run_dir=None, resume_path=None) if changes else base
     except (ValueError, TypeError, OSError, CheckpointError) as exc:
         raise ProveError(str(exc)) from None
@@ -186,9 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = out_dir(args)
         if out.exists() and any(out.iterdir()):
             raise ProveError(f"output directory {out} is not empty")
-    except ProveError as exc:
-        print(f"esper_fx.prove: error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
+    except ConfigError as exc:
+        return CommandParser(NAME).fail(exc)
     return run_prove(args, config, arms, seeds, out)
 
 
@@ -217,7 +182,7 @@ def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, 
     for arm, r in table.trained.items():
         print(f"trained {arm}: {r.summary['episodes']} episodes in {r.summary['wall_time_s']:.0f} s")
     print(f"prove: {wall:.0f} s in all; wrote {json_path} and {out / 'prove.png'}")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

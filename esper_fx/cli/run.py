@@ -1,10 +1,10 @@
 """Runs a validated configuration from the command line: summary, training, final table, exit code.
 
 Imports only the configuration at module level: jax and torch load when a run starts, so a bad command
-line is rejected without them. Exit codes: 0 done; 2 a configuration or environment problem, found
-before anything is written where it can be (one line on stderr naming the field, file or device); 1 a
-run that cannot go on (one line); 130 Ctrl-C and 143 SIGTERM, after a checkpoint of the last finished
-batch and the command that resumes it.
+line is rejected without them. Exit codes (the table in `esper_fx.errors`): 0 done; 2 a configuration or
+environment problem, found before anything is written where it can be (one line on stderr naming the
+field, file or device); 1 a run that cannot go on (one line); 130 Ctrl-C and 143 SIGTERM, after a
+checkpoint of the last finished batch and the command that resumes it.
 """
 
 from __future__ import annotations
@@ -16,13 +16,9 @@ import time
 
 from esper_fx.training import compile_cache
 from esper_fx.config import TrainingConfig
+from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, RunFailure, SetupError
 from esper_fx.training.stopping import exit_code, stop_signal
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR
-
-EXIT_OK = 0
-EXIT_RUN_FAILED = 1  # the run cannot go on (e.g. the controller produced no valid action); one line
-EXIT_SETUP_ERROR = 2  # a configuration or environment problem; one line
-EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGTERM exits 143: 128 + the signal's number
 
 
 def limit_cpu_threads(config: TrainingConfig, say=print) -> None:
@@ -43,7 +39,7 @@ def limit_cpu_threads(config: TrainingConfig, say=print) -> None:
 
 
 def config_summary(config: TrainingConfig) -> list[str]:
-    """The pre-training summary of §14.4 (at least 8 lines)."""
+    """The pre-training summary of BEHAVIOUR §14.4 (at least 8 lines)."""
     ppo = config.ppo
     if ppo.entropy_anneal_episodes and (ppo.entropy_coef_start is not None or ppo.entropy_coef_end is not None):
         start, end = ppo.entropy_endpoints
@@ -123,8 +119,6 @@ def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
 
 def _error_exit_code(exc: BaseException) -> int | None:
     """2 for a configuration or environment problem, 1 for a run that cannot go on, None for a bug."""
-    from esper_fx.errors import RunFailure, SetupError
-
     if isinstance(exc, (SetupError, OSError)):
         return EXIT_SETUP_ERROR
     if isinstance(exc, RunFailure):

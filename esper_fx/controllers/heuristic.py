@@ -1,4 +1,4 @@
-"""The `heuristic` controller bundle: rl.heuristic.decide behind the controller protocol (SPEC §13).
+"""The `heuristic` controller bundle: rl.heuristic.decide behind the controller protocol (BEHAVIOUR §13).
 
 Its carry is the per-env decision state (reset at every episode start); it never learns, ignores
 masks and max_seeds as the reference does, and always germinates into an empty enabled slot.

@@ -1,4 +1,4 @@
-"""The `ppo_lstm` and `ppo_mlp` controller bundles: rl.ppo behind the controller protocol (SPEC §10–§11)."""
+"""The `ppo_lstm` and `ppo_mlp` controller bundles: rl.ppo behind the controller protocol (BEHAVIOUR §10–§11)."""
 
 from __future__ import annotations
 

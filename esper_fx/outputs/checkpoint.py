@@ -1,4 +1,4 @@
-"""Crash-safe, checksummed checkpoints at batch boundaries (SPEC §7.8, ARCHITECTURE §5).
+"""Crash-safe, checksummed checkpoints at batch boundaries (BEHAVIOUR §7.8, ARCHITECTURE §2).
 
 Layout under `<run_dir>/checkpoints/`:
 

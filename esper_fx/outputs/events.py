@@ -1,4 +1,4 @@
-"""Run directory, event log, per-batch metrics and the progress display (SPEC §7.7, ARCHITECTURE §6).
+"""Run directory, event log, per-batch metrics and the progress display (BEHAVIOUR §7.7, ARCHITECTURE §2).
 
 Logging never changes learning: everything here only reads values the loop already computed. The event
 types are the contracts' (`esper_fx.contracts.EventType`, re-exported here); a batch's row is a
@@ -370,7 +370,7 @@ def flatten_metrics(entry: BatchSummary) -> dict[str, Any]:
 
 
 class Console:
-    """Per-batch lines (§7.7) and, attached to a terminal, a rich progress bar: batch, episodes, epoch within
+    """Per-batch lines (BEHAVIOUR §7.7) and, attached to a terminal, a rich progress bar: batch, episodes, epoch within
     the batch, throughput, the last batch's numbers, elapsed time and ETA. Off a terminal the per-batch
     lines carry the elapsed time and the ETA instead. It also notes when the first action is ready."""
 

@@ -1,4 +1,4 @@
-"""What each batch leaves behind: its `BatchSummary`, its events, and the run's summary (SPEC §7.6, §7.7).
+"""What each batch leaves behind: its `BatchSummary`, its events, and the run's summary (BEHAVIOUR §7.6, §7.7).
 
 A `BatchSummary` is one typed row per RL batch. The loop builds it (`summarize_batch`), `outputs.events` writes it
 (`metrics.csv`, the console), the plots, `compare` and the notebooks read its attributes, and a checkpoint

@@ -5,7 +5,7 @@ lists), draws into a Figure and returns it. Nothing here calls `plt.show()` or t
 figures are built with `matplotlib.figure.Figure`, so they render under any backend (Agg included),
 display once when returned as a Jupyter cell's value, and can be saved with `fig.savefig(...)`.
 
-Data formats (SPEC §7.7): a history entry is one `esper_fx.outputs.history.BatchSummary` per RL batch
+Data formats (BEHAVIOUR §7.7): a history entry is one `esper_fx.outputs.history.BatchSummary` per RL batch
 (accuracies, rewards, action and head counts, PPO metrics or None; its dict, as a checkpoint manifest
 stores it, is read too); an event is one dict per line of `events.jsonl`.
 

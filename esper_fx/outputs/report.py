@@ -19,7 +19,6 @@ itself never ends a run (`write_report_or_warn`).
 
 from __future__ import annotations
 
-import argparse
 import base64
 import csv
 import html
@@ -36,6 +35,7 @@ from esper_fx.outputs import plots
 from esper_fx.outputs.checkpoint import CheckpointError, read_manifest
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import LifecycleOp, SlotIdError, sort_slot_ids
+from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, CommandParser, ConfigError
 from esper_fx.outputs.history import BatchSummary, as_summaries, run_summary
 
 PLOTS_SUBDIR = "plots"
@@ -420,18 +420,21 @@ def write_report_or_warn(run_dir: str | Path, say: Callable[[str], None] = print
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m esper_fx.report",
-                                     description="Write plots/*.png and report.html for run directories "
-                                                 "(finished, interrupted or still running).")
+    """0 when every report was written; 1 when one could not be (one line each); 2 for a bad command line."""
+    parser = CommandParser("esper_fx.report", description="Write plots/*.png and report.html for run directories "
+                                                          "(finished, interrupted or still running).")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    args = parser.parse_args(argv)
-    status = 0
+    try:
+        args = parser.parse_args(argv)
+    except ConfigError as exc:
+        return parser.fail(exc)
+    status = EXIT_OK
     for run_dir in args.run_dirs:
         try:
             print(f"Report: {write_report(run_dir)}")
         except (FileNotFoundError, OSError) as exc:
             print(f"esper_fx.report: error: {exc}", file=sys.stderr)
-            status = 1
+            status = EXIT_RUN_FAILED
     return status
 
 

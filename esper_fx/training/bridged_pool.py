@@ -1,4 +1,4 @@
-"""The env pool as the loop sees it: packed JAX signals out, actions in (ARCHITECTURE §2, §4, §7).
+"""The env pool as the loop sees it: packed JAX signals out, actions in (ARCHITECTURE §2).
 
 `BridgedPool` wraps a `hosts.env.EnvPool` or an `esper_fx.distributed.pool.RayEnvPool` (a
 `contracts.EpisodePool`, as it is itself) and does every torch -> jax conversion of an epoch through the DLPack bridge, so the loop never holds

@@ -1,4 +1,4 @@
-"""The training loop (SPEC §7): batches of E episodes in lock-step, one controller step per host epoch.
+"""The training loop (BEHAVIOUR §7): batches of E episodes in lock-step, one controller step per host epoch.
 
     run(config)                       every batch until n_episodes; checkpoints; the summary
       run_batch(runner, learner, b)   reset the pool, T epochs, then the end-of-batch update
@@ -354,7 +354,7 @@ def invalid_action_cause(controller_state: Any, signals: dict | None, columns: d
 
 def end_of_batch(runner: Runner, learner: LearnerState, rollout: Any, b: int, panicked: np.ndarray
                  ) -> tuple[LearnerState, dict[str, Any] | None, dict[str, int]]:
-    """§7.6: optional discard, one normaliser update with all E·T raw rows, then the update. Also returns
+    """BEHAVIOUR §7.6: optional discard, one normaliser update with all E·T raw rows, then the update. Also returns
     how many observation rows and rewards the normalisers left out for holding NaN or inf."""
     if not runner.controller.learns:
         return learner, None, {}

@@ -1,4 +1,4 @@
-"""A run's state between batches, its checkpoints, Ctrl-C and SIGTERM (SPEC §7.8, ARCHITECTURE §5).
+"""A run's state between batches, its checkpoints, Ctrl-C and SIGTERM (BEHAVIOUR §7.8, ARCHITECTURE §2).
 
 Between batches a run is `LearnerState` (the JAX pytrees: controller state, observation and reward
 normalisers, best controller state, root key; saved with orbax) and `Progress` (plain python: batch

@@ -1,4 +1,4 @@
-"""The jitted controller step of one epoch, and the random streams of a run (SPEC §7.3 step 9, §7.5).
+"""The jitted controller step of one epoch, and the random streams of a run (BEHAVIOUR §7.3 step 9, §7.5).
 
 Everything one episode batch carries from epoch to epoch is one pytree, `EpisodeState`: the
 controller's carry, the reward normaliser, the reward state, the rollout and the running reward sum.
@@ -164,7 +164,7 @@ def make_bootstrap(controller: Any, columns: Mapping[str, SignalColumn]) -> Call
 
 
 def with_bootstrap(episode: EpisodeState, values: jax.Array) -> EpisodeState:
-    """The rollout's bootstrap at the last step set to `values` (the truncation of §7.5)."""
+    """The rollout's bootstrap at the last step set to `values` (the truncation of BEHAVIOUR §7.5)."""
     rollout = episode.rollout
     last = rollout.max_steps - 1
     return episode._replace(rollout=rollout.replace(bootstrap=rollout.bootstrap.at[:, last].set(values)))

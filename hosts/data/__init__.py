@@ -1,4 +1,4 @@
-"""Task data and the batches every env trains on (SPEC §6).
+"""Task data and the batches every env trains on (BEHAVIOUR §6).
 
     task_data.py       TaskData (a task's train/test tensors on a device), load_task_data, batches
     feed.py            DataFeed: one run's batches for every env, device path or DataLoader path

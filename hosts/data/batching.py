@@ -1,4 +1,4 @@
-"""Training batch plans and device augmentation (SPEC §6.3, §6.4, §7.2 item 6).
+"""Training batch plans and device augmentation (BEHAVIOUR §6.3, §6.4, §7.2 item 6).
 
 An *epoch plan* says, for every running env and training step, which training samples the env
 sees and (for images) how each is augmented. Plans are drawn on the CPU from a torch.Generator
@@ -13,7 +13,7 @@ Both are capped by max_train_batches (None -> task default, 0 -> unlimited).
 
 Augmentation (images only): a crop offset (dy, dx) uniform in {0..2p}² on the image padded by p with
 the per-channel value `pad_value` (the normalised black, −mean_c/std_c), then a horizontal flip
-with p = 0.5. The padding p is an eighth of the image side: 4 on 32×32 images (SPEC §6.4), 2 on the
+with p = 0.5. The padding p is an eighth of the image side: 4 on 32×32 images (BEHAVIOUR §6.4), 2 on the
 16×16 images of shapes16. The whole batch (sample choice, crop, flip and padding) is one row gather from
 a *pixel table*: the images' pixels in channels_last order followed by one padding pixel, so the batch
 comes out channels_last (`hosts.models.layout`) without a separate padding or layout pass.

@@ -1,11 +1,11 @@
-"""Reproducible difficulty measurements of the offline tasks (SPEC §6.6.5, §6.7.6).
+"""Reproducible difficulty measurements of the offline tasks (BEHAVIOUR §6.6 and §6.7).
 
     python -m hosts.data.difficulty shapes10 --base-channels 8 --seeds 0 1 2
     python -m hosts.data.difficulty shapes10 --base-channels 32 --seeds 0
     python -m hosts.data.difficulty pytext --lr 0.01 --seeds 0
 
 Each run is the single-model equivalent of env 0 of the default loop with no seeds: the shared
-split plan of §6.3 (4 envs, per-env batch of the task, env 0's slice), the task's augmentation,
+split plan of BEHAVIOUR §6.3 (4 envs, per-env batch of the task, env 0's slice), the task's augmentation,
 SGD(lr, momentum 0.9, weight decay 5e-4), 25 epochs, validation on the task's whole test split
 after every epoch. Prints one line per epoch and a summary line per seed. Use --threads 1 on a busy
 machine (two OpenMP threads were 3-4x slower than one on the shared 2-core CPU).

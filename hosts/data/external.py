@@ -1,4 +1,4 @@
-"""Datasets that live outside the interpreter: CIFAR-10 (§6.2) and TinyStories (§6.5).
+"""Datasets that live outside the interpreter: CIFAR-10 (BEHAVIOUR §6.2) and TinyStories (§6.5).
 
 A dataset that cannot be loaded raises `DatasetUnavailableError` (a FileNotFoundError) naming the
 dataset, where it was looked for, what to install or download, and the offline task to use

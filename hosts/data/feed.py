@@ -1,4 +1,4 @@
-"""`DataFeed`: one run's training and validation batches for every env (SPEC §6.3, §6.4).
+"""`DataFeed`: one run's training and validation batches for every env (BEHAVIOUR §6.3, §6.4).
 
     feed = DataFeed.from_config(config, task, env_devices)       # once per run; one device per env
     for step_batches in feed.train_epoch(batch_idx, epoch, envs_running):

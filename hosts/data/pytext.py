@@ -1,4 +1,4 @@
-"""pytext: byte-level language modelling over the standard library's own sources (SPEC §6.7).
+"""pytext: byte-level language modelling over the standard library's own sources (BEHAVIOUR §6.7).
 
 Corpus: every regular *.py file under sysconfig's "stdlib" directory, recursively, skipping any
 path with a component named site-packages, dist-packages, test, tests, idlelib or __pycache__.

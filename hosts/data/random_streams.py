@@ -1,4 +1,4 @@
-"""Pure seed mixing for every data random stream (SPEC §7.2 item 6).
+"""Pure seed mixing for every data random stream (BEHAVIOUR §7.2 item 6).
 
 `mix_seed(a, b, ...)` folds a tuple of integers into one 63-bit seed with SplitMix64 steps, so a
 stream seeded from (seed, batch_idx, epoch[, env]) is reproducible from those numbers alone: no

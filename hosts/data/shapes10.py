@@ -1,4 +1,4 @@
-"""shapes10: an offline, procedurally generated stand-in for CIFAR-10 (SPEC §6.6).
+"""shapes10: an offline, procedurally generated stand-in for CIFAR-10 (BEHAVIOUR §6.6).
 
 Every image is rendered from per-sample *latents* (a NamedTuple of tensors): a striped object
 (shape, stripe wave vector and phase, two palette colours) over a cluttered background (a random
@@ -25,7 +25,7 @@ test split is independent of the training split and of its size, and the global 
 touched. Images are normalised per channel with the training split's statistics (accumulated
 in float64 and rounded to 1e-4, so they are bit-stable).
 
-`python -m hosts.data.difficulty shapes10 ...` reproduces the difficulty numbers of §6.6.5 (see there).
+`python -m hosts.data.difficulty shapes10 ...` reproduces the difficulty numbers of BEHAVIOUR §6.6.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ CLASS_MODES = _class_modes()
 
 class Knobs(NamedTuple):
     """Difficulty knobs of the generator. The defaults are the task definition, tuned so that the
-    §6.6.5 targets hold (hosts/data/difficulty.py); the other values exist for tuning experiments."""
+    difficulty targets of BEHAVIOUR §6.6 hold (hosts/data/difficulty.py); the other values exist for tuning
+    experiments."""
 
     confusion: float = 0.05  # probability that each class attribute is redrawn uniformly
     radius: tuple[float, float] = (0.35, 0.60)  # object size, in units of the half image width

@@ -1,4 +1,4 @@
-"""Device-resident task data and the per-epoch batch streams of both data paths (SPEC §6.2–§6.4).
+"""Device-resident task data and the per-epoch batch streams of both data paths (BEHAVIOUR §6.2–§6.4).
 
 - `TaskData`: the train/test tensors of a task on one device. Images are normalised float32
   [N,3,H,W] (32×32; 16×16 for shapes16) with int64 labels, stored channels_last: the training images
@@ -25,7 +25,7 @@ from hosts.data.batching import EpochPlan, gather_augmented, pixel_table, table_
 from hosts.models.layout import image_layout
 from hosts.tasks import TaskSpec
 
-SHAPES10_PAD = 0.0  # shapes10 is normalised to zero mean: its black padding is 0.0 (§6.6.4)
+SHAPES10_PAD = 0.0  # shapes10 is normalised to zero mean: its black padding is 0.0 (BEHAVIOUR §6.4)
 SHAPES_KNOBS = {"shapes10": shapes10.DEFAULT_KNOBS, "shapes16": shapes10.SHAPES16_KNOBS}  # generated tasks
 
 

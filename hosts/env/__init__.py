@@ -1,4 +1,4 @@
-"""The env pool: E environments in lock-step, one RL step per host epoch (SPEC §7.2–§7.5).
+"""The env pool: E environments in lock-step, one RL step per host epoch (BEHAVIOUR §7.2–§7.5).
 
     pool.py           EnvPool: begin(b) / step(actions), and the epoch's phases underneath
     state.py          per-env state (model, optimizers, governor, tracker, RNG, counters) and results

@@ -1,4 +1,4 @@
-"""Action execution and the end-of-epoch lifecycle step of one env (SPEC §7.3 step 10, §7.4, §2.6, §2.10).
+"""Action execution and the end-of-epoch lifecycle step of one env (BEHAVIOUR §7.3 step 10, §7.4, §2.6, §2.10).
 
 `execute_action` runs one decoded action on one env and returns whether it succeeded (for logs
 only); `step_slots` runs `step_epoch` on every enabled slot in canonical order, charges the
@@ -13,7 +13,7 @@ from esper_fx.contracts import BLEND_NAMES, MIN_FOSSILIZE_CONTRIBUTION, EventTyp
 
 from hosts.env.state import EnvState
 
-AUTO_CULL_PENALTY = -0.2  # reward units, charged to the env's next step (§12.8)
+AUTO_CULL_PENALTY = -0.2  # reward units, charged to the env's next step (BEHAVIOUR §12.8)
 
 
 class Action(NamedTuple):
@@ -46,7 +46,7 @@ def decode_actions(rows: Sequence[Sequence[int]], n_envs: int, num_slots: int, n
 
 
 # ------------------------------------------------------------------------------------------
-# §7.4, one op each
+# BEHAVIOUR §7.4, one op each
 # ------------------------------------------------------------------------------------------
 
 
@@ -88,7 +88,7 @@ def _fossilize(env: EnvState, target: str, epoch: int) -> bool:
 
 
 def _cull(env: EnvState, target: str, epoch: int) -> bool:
-    """A fossil refuses with no side effect (§2.10 [fix]): its optimizer and momentum are kept."""
+    """A fossil refuses with no side effect (BEHAVIOUR §2.10 [fix]): its optimizer and momentum are kept."""
     slot = env.slot(target)
     if not env.holds_seed(target) or slot.stage == SeedStage.FOSSILIZED:
         return False
@@ -103,7 +103,7 @@ def _cull(env: EnvState, target: str, epoch: int) -> bool:
 
 def execute_action(env: EnvState, action: Action, *, slot_ids: Sequence[str], enabled: Sequence[str],
                    menu: Sequence[str], val_acc: float, epoch: int) -> bool:
-    """Count the op, run it on the target slot (§7.4) and count a success; returns the success."""
+    """Count the op, run it on the target slot (BEHAVIOUR §7.4) and count a success; returns the success."""
     op = LifecycleOp(action.op)
     counters = env.counters
     counters.action_counts[op] += 1
@@ -124,7 +124,7 @@ def execute_action(env: EnvState, action: Action, *, slot_ids: Sequence[str], en
 
 
 # ------------------------------------------------------------------------------------------
-# §7.3 step 10.7: step_epoch on every enabled slot
+# BEHAVIOUR §7.3 step 10.7: step_epoch on every enabled slot
 # ------------------------------------------------------------------------------------------
 
 

@@ -3,7 +3,7 @@
 Everything here runs on the env's device and stream and never reads a value back to the host: the
 losses and correct counts accumulate in device tensors held by an `EpochWork`, and
 `EpochWork.readback_tensor` packs them into one vector that the pool copies to the host once per
-epoch (SPEC §7.3 phases 1–2, §2.13 step 1, §7.9).
+epoch (BEHAVIOUR §7.3 phases 1–2, §2.13 step 1, §7.9).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hosts.seeds.gradient_ratio import gradient_ratio, gradient_stats, seed_grad
 
 
 # ------------------------------------------------------------------------------------------
-# mixed precision (§7.9)
+# mixed precision (BEHAVIOUR §7.9)
 # ------------------------------------------------------------------------------------------
 
 
@@ -55,7 +55,7 @@ def amp_settings(amp: bool, amp_dtype: str, device: torch.device) -> AmpSettings
 
 
 # ------------------------------------------------------------------------------------------
-# loss and metrics (§6.8)
+# loss and metrics (BEHAVIOUR §6.8)
 # ------------------------------------------------------------------------------------------
 
 
@@ -75,7 +75,7 @@ def correct_count(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------
-# gradient statistics (§2.13 steps 1–2 and 4), device tensors only
+# gradient statistics (BEHAVIOUR §2.13 steps 1–2 and 4), device tensors only
 # ------------------------------------------------------------------------------------------
 
 
@@ -89,7 +89,7 @@ class SeedGradients:
 
 
 def measure_gradients(env, slot_ids) -> dict[str, SeedGradients]:
-    """§2.13 on the (unscaled) gradients of the last step, for enabled slots in TRAINING or BLENDING."""
+    """BEHAVIOUR §2.13 on the (unscaled) gradients of the last step, for enabled slots in TRAINING or BLENDING."""
     stats = gradient_stats(env.model, slot_ids)
     return {
         slot_id: SeedGradients(env.slot(slot_id).state.seed_id, gradient_ratio(stats.host, seed),
@@ -173,12 +173,12 @@ def unpack_readback(work: EpochWork, values: list[float]) -> EpochReadback:
 
 
 # ------------------------------------------------------------------------------------------
-# one training step of one env (§7.3 phase 1)
+# one training step of one env (BEHAVIOUR §7.3 phase 1)
 # ------------------------------------------------------------------------------------------
 
 
 def advance_germinated(env, slot_ids, epoch: int) -> None:
-    """The safety advance GERMINATED -> TRAINING at the start of every training step (§7.3.1.1)."""
+    """The safety advance GERMINATED -> TRAINING at the start of every training step (BEHAVIOUR §7.3 phase 1.1)."""
     for slot_id in slot_ids:
         slot = env.slot(slot_id)
         if slot.stage == SeedStage.GERMINATED:
@@ -190,7 +190,7 @@ def advance_germinated(env, slot_ids, epoch: int) -> None:
 
 
 def _optimizers(env, slot_ids) -> list[torch.optim.Optimizer]:
-    """Host optimizer first, then the seed optimizers in canonical slot order (§7.3.1.5)."""
+    """Host optimizer first, then the seed optimizers in canonical slot order (BEHAVIOUR §7.3 phase 1.5)."""
     return [env.host_optimizer] + env.seed_optimizers_in_order(slot_ids)
 
 
@@ -241,7 +241,7 @@ def _step(optimizers, scaler) -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# fused validation + counterfactual pass (§7.3 phase 2)
+# fused validation + counterfactual pass (BEHAVIOUR §7.3 phase 2)
 # ------------------------------------------------------------------------------------------
 
 

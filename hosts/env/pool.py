@@ -1,9 +1,9 @@
-"""`EnvPool`: E environments advancing in lock-step, one RL step per host epoch (SPEC §7.2–§7.5).
+"""`EnvPool`: E environments advancing in lock-step, one RL step per host epoch (BEHAVIOUR §7.2–§7.5).
 
 Per episode every env gets a fresh model, host optimizer, governor, tracker, counters, RNG stream, and
 on CUDA its own stream (and, for fp16 AMP, its own GradScaler).
 
-The pool's interface to the loop is two calls (ARCHITECTURE §7):
+The pool's interface to the loop is two calls (ARCHITECTURE §2):
 
     signals = pool.begin(b, n_active)        # fresh envs for batch b, then epoch 1: its signals
     result, signals = pool.step(actions)      # the epoch's actions [E, 4] int32 -> ApplyResult, and the
@@ -13,7 +13,7 @@ The pool's interface to the loop is two calls (ARCHITECTURE §7):
 Underneath, an epoch runs in phases, each public so tests and benchmarks can drive them one by one:
 
     pool.build_envs(b)               # fresh envs; the epoch counter back to 0
-    pool.train_epoch()               # §7.3 phase 1: training steps interleaved across envs
+    pool.train_epoch()               # BEHAVIOUR §7.3 phase 1: training steps interleaved across envs
     pool.validate()                  # phases 2–7: fused validation + counterfactual pass, the one
                                      #   host sync, governor (rollback now), record_accuracy,
                                      #   contributions, ratio EMA + telemetry, tracker.update
@@ -26,7 +26,7 @@ exactly those of the same envs in a whole pool; its signals, actions and results
 
 `apply` is `execute_actions` + (optionally) `peek_signals` + `finish_epoch`; `peek_signals()` called
 between the first and the last gives the same post-action bootstrap signals as `apply(..., bootstrap=True)`
-(§7.5). `episode_results()` gives the per-env totals.
+(BEHAVIOUR §7.5). `episode_results()` gives the per-env totals.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from hosts.signals.occupancy import count_available_slots, count_seeds
 from hosts.signals.tracker import SignalTracker
 from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, get_task
 
-BATCH_SEED_STRIDE = 10000  # base_seed = seed + 10000·b (§7.2.2)
+BATCH_SEED_STRIDE = 10000  # base_seed = seed + 10000·b (BEHAVIOUR §7.2 item 2)
 ENV_SEED_STRIDE = 1000  # env i seeds its RNGs with base_seed + 1000·i
 
 # The epoch's phases, in order; each public call checks it runs in the right one.
@@ -73,7 +73,7 @@ _RESET, _TRAINED, _VALIDATED, _EXECUTED, _STEPPED = "built", "trained", "validat
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
-    """"auto" -> cuda:0 if available, else cpu; a CUDA device needs an explicit, existing index (§7.1.2)."""
+    """"auto" -> cuda:0 if available, else cpu; a CUDA device needs an explicit, existing index (BEHAVIOUR §7.1)."""
     if str(name) == "auto":
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
@@ -161,7 +161,7 @@ class EnvPool:
         """Poison env `env`'s host with NaN after the training phase of `epoch` (every batch)."""
         self._nan_faults.add((int(env), int(epoch)))
 
-    # ---------------------------------------------------------------- §7.2 batch setup
+    # ---------------------------------------------------------------- BEHAVIOUR §7.2 batch setup
     def build_envs(self, batch_index: int, n_active: int | None = None) -> None:
         """Fresh envs 0..n_active−1 (those of this pool's slice) for episode batch `batch_index`; the epoch
         counter goes back to 0 (the first phase of `begin`)."""
@@ -213,7 +213,7 @@ class EnvPool:
             raise RuntimeError(f"EnvPool.{what} called out of order (phase {self._phase!r}; "
                                f"expected one of {list(allowed)}); call begin(b) or build_envs(b) first")
 
-    # ---------------------------------------------------------------- §7.3 phase 1
+    # ---------------------------------------------------------------- BEHAVIOUR §7.3 phase 1
     def train_epoch(self) -> None:
         """One epoch of training steps, step k of env 0, 1, … before step k+1; no host sync."""
         self._expect((_RESET, _STEPPED), "train_epoch")
@@ -249,7 +249,7 @@ class EnvPool:
                 tensor.record_stream(env.stream)
         return batch
 
-    # ---------------------------------------------------------------- §7.3 phases 2–7
+    # ---------------------------------------------------------------- BEHAVIOUR §7.3 phases 2–7
     def validate(self) -> None:
         """Fused validation + counterfactual pass, the epoch's one host sync, then phases 3–7 per env."""
         self._expect((_TRAINED,), "validate")
@@ -303,7 +303,7 @@ class EnvPool:
         env.epoch_work = None
 
     def _record_contributions(self, env: EnvState, rb: EpochReadback) -> dict[str, tuple[str, float]]:
-        """§7.3 phase 6: c = val_acc − baseline_acc[s] for each cf slot that still holds a seed."""
+        """BEHAVIOUR §7.3 phase 6: c = val_acc − baseline_acc[s] for each cf slot that still holds a seed."""
         contributions = {}
         for slot_id in env.epoch_work.cf_slots:
             if env.holds_seed(slot_id):
@@ -313,7 +313,8 @@ class EnvPool:
         return contributions
 
     def _governor_phase(self, env: EnvState, val_loss: float) -> bool:
-        """§7.3 phase 4: check; on a panic roll back now; else snapshot after a passing check at t % 5 == 0."""
+        """BEHAVIOUR §7.3 phase 4: check; on a panic roll back now; else snapshot after a passing check at
+        t % 5 == 0."""
         t = self.epoch
         panic = bool(env.governor.check(val_loss))
         if panic:
@@ -337,7 +338,7 @@ class EnvPool:
                   report=_report_dict(report))
 
     def _update_gradient_ratios(self, env: EnvState, rb: EpochReadback) -> None:
-        """§2.13 steps 2–4 for the slots measured this epoch that still hold the same seed."""
+        """BEHAVIOUR §2.13 steps 2–4 for the slots measured this epoch that still hold the same seed."""
         ema_table = env.counters.ratio_ema
         for slot_id, (seed_id, ratio, norm) in rb.seeds.items():
             if env.seed_id(slot_id) != seed_id:
@@ -349,7 +350,7 @@ class EnvPool:
             slot.set_gradient_ratio(ema)
             slot.record_gradient_norm(norm)
 
-    # ---------------------------------------------------------------- §7.3 phase 8
+    # ---------------------------------------------------------------- BEHAVIOUR §7.3 phase 8
     def signals(self) -> dict[str, torch.Tensor]:
         """The SIGNAL_FIELDS dict of the current state (after validate: post-rollback, pre-action)."""
         self._expect((_VALIDATED, _EXECUTED, _STEPPED), "signals")
@@ -359,7 +360,7 @@ class EnvPool:
     def peek_signals(self) -> dict[str, torch.Tensor]:
         """Signals of the current slot states with tracker.peek over this epoch's metrics (no mutation).
 
-        Between `execute_actions` and `finish_epoch` these are the post-action bootstrap signals of §7.5.
+        Between `execute_actions` and `finish_epoch` these are the post-action bootstrap signals of BEHAVIOUR §7.5.
         """
         self._expect((_VALIDATED, _EXECUTED, _STEPPED), "peek_signals")
         return assemble_signals([self._view(env, peek=True) for env in self.envs], self.layout,
@@ -382,7 +383,7 @@ class EnvPool:
             acc_at_germination=dict(counters.acc_at_germination),
         )
 
-    # ---------------------------------------------------------------- §7.3 step 10, §7.4
+    # ---------------------------------------------------------------- BEHAVIOUR §7.3 step 10, §7.4
     def execute_actions(self, actions) -> tuple[bool, ...]:
         """Run each env's action (index order); the pending auto-cull penalty counts as consumed."""
         self._expect((_VALIDATED,), "execute_actions")
@@ -422,7 +423,7 @@ class EnvPool:
         self.validate()
         return self.signals()
 
-    # ---------------------------------------------------------------- the loop's interface (ARCHITECTURE §7)
+    # ---------------------------------------------------------------- the loop's interface (ARCHITECTURE §2)
     def begin(self, batch_index: int, n_active: int | None = None) -> dict[str, torch.Tensor]:
         """Start episode batch `batch_index`: build_envs(b), then the first epoch; returns its signals."""
         self.build_envs(batch_index, n_active)
@@ -435,7 +436,7 @@ class EnvPool:
         result = self.apply(actions, bootstrap=last and bootstrap)
         return result, None if last else self.run_epoch()
 
-    # ---------------------------------------------------------------- §7.6 inputs
+    # ---------------------------------------------------------------- BEHAVIOUR §7.6 inputs
     def episode_results(self) -> list[EpisodeResult]:
         """Per-env totals of the episode so far (final = the latest validated epoch)."""
         out = []

@@ -1,4 +1,4 @@
-"""The pool's view of the run's data: a thin adapter over `hosts.data.feed.DataFeed` (SPEC §6.3, §6.4, §7.2.6).
+"""The pool's view of the run's data: a thin adapter over `hosts.data.feed.DataFeed` (BEHAVIOUR §6.3, §6.4, §7.2).
 
 The loop builds one `DataFeed` per run; the pool wraps it in `PoolData`, which hands out each env's
 training batch per (env, step) and a validation iterator per env. On the device path a batch is

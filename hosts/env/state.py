@@ -1,8 +1,8 @@
-"""Per-env state of the epoch engine and the bookkeeping around it (SPEC §7.2.3–§7.2.4, §2.10).
+"""Per-env state of the epoch engine and the bookkeeping around it (BEHAVIOUR §7.2, §2.10).
 
 One `EnvState` per environment and episode: the model, the host optimizer, the lazily created seed
 optimizers (one per slot, keyed by the seed they were built for), the governor, the signal
-tracker, the fp16 GradScaler, the CUDA stream, the env's own RNG stream and the §7.2.4 counters.
+tracker, the fp16 GradScaler, the CUDA stream, the env's own RNG stream and the counters of BEHAVIOUR §7.2 item 4.
 The dataclasses that the pool hands to the loop (`EpochMetrics`, `LifecycleEvent`, `ApplyResult`,
 `EpisodeResult`) live here too.
 """
@@ -41,7 +41,7 @@ class LifecycleEvent:
 
 @dataclass(frozen=True)
 class EpochMetrics:
-    """One env's metrics of the current epoch, read back in the epoch's single host sync (§7.3.1–7)."""
+    """One env's metrics of the current epoch, read back in its single host sync (BEHAVIOUR §7.3 phases 1–7)."""
 
     epoch: int
     steps: int  # K
@@ -74,7 +74,7 @@ class ApplyResult:
 
 @dataclass(frozen=True)
 class EpisodeResult:
-    """Per-env totals of one episode, for the loop's history (§7.6)."""
+    """Per-env totals of one episode, for the loop's history (BEHAVIOUR §7.6)."""
 
     env_id: int
     epochs: int
@@ -93,7 +93,7 @@ class EpisodeResult:
 
 @dataclass
 class EnvCounters:
-    """The per-env counters of §7.2.4 (all zero at batch start)."""
+    """The per-env counters of BEHAVIOUR §7.2 item 4 (all zero at batch start)."""
 
     seeds_created: int = 0
     seeds_fossilized: int = 0
@@ -118,7 +118,7 @@ class EnvRng:
 
     `activate()` swaps them into the global generators for the body and saves them back after, so
     each env's dropout and seed-init draws come from its own stream, seeded with base_seed + 1000·i
-    (§7.2.2), however many envs run and in whatever order their work is interleaved.
+    (BEHAVIOUR §7.2), however many envs run and in whatever order their work is interleaved.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -143,7 +143,7 @@ class EnvRng:
 
 
 # ------------------------------------------------------------------------------------------
-# seed optimizers (§7.3.1.2, §2.12 [fix])
+# seed optimizers (BEHAVIOUR §7.3 phase 1.2, §2.12 [fix])
 # ------------------------------------------------------------------------------------------
 
 
@@ -207,7 +207,7 @@ class EnvState:
 
     # ---------------------------------------------------------------- seed optimizers
     def ensure_seed_optimizer(self, slot_id: str) -> None:
-        """A seed optimizer for the slot's current seed; the gate group joins at BLENDING (§2.12 [fix])."""
+        """A seed optimizer for the slot's current seed; the gate group joins at BLENDING (BEHAVIOUR §2.12 [fix])."""
         slot = self.slot(slot_id)
         state = slot.state
         if state is None:
@@ -236,7 +236,7 @@ class EnvState:
         return out
 
     def forget_slot(self, slot_id: str) -> None:
-        """The empty-slot cleanup of §2.10: drop the optimizer, acc_at_germination and the ratio EMA."""
+        """The empty-slot cleanup of BEHAVIOUR §2.10: drop the optimizer, acc_at_germination and the ratio EMA."""
         self.seed_optimizers.pop(slot_id, None)
         self.counters.acc_at_germination.pop(slot_id, None)
         self.counters.ratio_ema.pop(slot_id, None)

@@ -1,4 +1,4 @@
-"""Host networks and the model that routes them through seed slots (SPEC §3).
+"""Host networks and the model that routes them through seed slots (BEHAVIOUR §3).
 
     cnn.py            CNNHost: the image host, its injection points between blocks
     transformer.py    TransformerHost: the language-model host, injection points between layers

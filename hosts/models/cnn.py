@@ -1,4 +1,4 @@
-"""CNNHost: the small convolutional host of the CIFAR-type tasks (SPEC §3.1), and the shapes16 host."""
+"""CNNHost: the small convolutional host of the CIFAR-type tasks (BEHAVIOUR §3.1), and the shapes16 host."""
 
 from __future__ import annotations
 

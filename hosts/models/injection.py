@@ -1,4 +1,4 @@
-"""InjectionSpec: one injection point of a host (SPEC §1.4)."""
+"""InjectionSpec: one injection point of a host (BEHAVIOUR §1.4)."""
 
 from __future__ import annotations
 

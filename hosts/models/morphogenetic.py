@@ -1,4 +1,4 @@
-"""MorphogeneticModel: a host plus its seed slots, routed in position order (SPEC §3.3, §3.4)."""
+"""MorphogeneticModel: a host plus its seed slots, routed in position order (BEHAVIOUR §3.3, §3.4)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class MorphogeneticModel(nn.Module):
         for s in self.slots.values():
             s.isolate_gradients = bool(isolate)
 
-    # ---------------------------------------------------------------- parameters (§3.4)
+    # ---------------------------------------------------------------- parameters (BEHAVIOUR §3.4)
     def host_parameters(self) -> list[nn.Parameter]:
         """Unique trainable host parameters (a tied weight appears once)."""
         return [p for p in self.host.parameters() if p.requires_grad]

@@ -1,4 +1,4 @@
-"""TransformerHost: a GPT-style pre-LN decoder with a tied head (SPEC §3.2)."""
+"""TransformerHost: a GPT-style pre-LN decoder with a tied head (BEHAVIOUR §3.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seeds: the modules a host grows, and everything that decides their fate (SPEC §2, §4, §5).
+"""Seeds: the modules a host grows, and everything that decides their fate (BEHAVIOUR §2, §4, §5).
 
     slot.py            SeedSlot: one injection point holding at most one seed, its forward per stage
     lifecycle.py       SeedState, SeedMetrics and the quality gates G0–G5; dwell and probation timing

@@ -1,4 +1,4 @@
-"""Blend schedules (SPEC §2.12): linear, sigmoid and gated (trainable gate [fix])."""
+"""Blend schedules (BEHAVIOUR §2.12): linear, sigmoid and gated (trainable gate [fix])."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from esper_fx.contracts import BLEND_NAMES
 from hosts.models.layout import spatial_mean
 
 SIGMOID_STEEPNESS = 12.0
-DEFAULT_BLENDING_TOTAL_STEPS = 5  # epochs of alpha ramp (§1.6); a task may set its own
+DEFAULT_BLENDING_TOTAL_STEPS = 5  # epochs of alpha ramp (BEHAVIOUR §1.6); a task may set its own
 DEFAULT_BLEND = "sigmoid"  # a seed germinated without a blend
 
 

@@ -1,4 +1,4 @@
-"""Blueprint registry: the 16 seed architectures, keyed by (topology, name) (SPEC §4).
+"""Blueprint registry: the 16 seed architectures, keyed by (topology, name) (BEHAVIOUR §4).
 
 Every blueprint maps (B, C, H, W) (cnn) or (B, T, D) (transformer) to the same shape. Layers
 without an explicit init rule keep PyTorch defaults; the zero-init ones are exact identities at init.
@@ -24,7 +24,7 @@ _MIN_CHANNELS_PER_GROUP = 16
 
 
 def num_groups(channels: int) -> int:
-    """GroupNorm groups (§4.2): the first g with C % g == 0 and C/g >= 16, else the first divisor, else 1."""
+    """GroupNorm groups (BEHAVIOUR §4.2): the first g with C % g == 0 and C/g >= 16, else the first divisor, else 1."""
     for g in _GROUP_CANDIDATES:
         if channels % g == 0 and channels // g >= _MIN_CHANNELS_PER_GROUP:
             return g
@@ -39,7 +39,7 @@ def _group_norm(channels: int) -> nn.GroupNorm:
 
 
 # ------------------------------------------------------------------------------------------
-# CNN blueprints (§4.3)
+# CNN blueprints (BEHAVIOUR §4.3)
 # ------------------------------------------------------------------------------------------
 
 
@@ -142,7 +142,7 @@ def _cnn_conv_heavy(c: int) -> nn.Module:
 
 
 # ------------------------------------------------------------------------------------------
-# Transformer blueprints (§4.4)
+# Transformer blueprints (BEHAVIOUR §4.4)
 # ------------------------------------------------------------------------------------------
 
 
@@ -222,7 +222,7 @@ def _tf_mlp(d: int, expansion: int = 4) -> nn.Module:
 
 
 # ------------------------------------------------------------------------------------------
-# Registry (§4.1)
+# Registry (BEHAVIOUR §4.1)
 # ------------------------------------------------------------------------------------------
 
 
@@ -301,7 +301,7 @@ def create(topology: str, name: str, dim: int, **kw) -> nn.Module:
 
 
 def param_count(topology: str, name: str, dim: int) -> int:
-    """Exact trainable parameters of the blueprint at width `dim` with default kwargs (§4.3/§4.4 formulas)."""
+    """Exact trainable parameters of the blueprint at width `dim` with default kwargs (BEHAVIOUR §4.3, §4.4)."""
     return get(topology, name).param_formula(dim)
 
 

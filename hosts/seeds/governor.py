@@ -1,4 +1,4 @@
-"""Governor: the fail-safe watchdog of one env's episode (SPEC §5).
+"""Governor: the fail-safe watchdog of one env's episode (BEHAVIOUR §5).
 
 `check(val_loss)` says whether to roll back; `rollback(optimizer)` culls every non-fossil seed
 (leaving those slots empty), restores the host and the snapshot's fossils, and zeros the host
@@ -15,7 +15,7 @@ import torch
 
 from esper_fx.contracts import GOVERNOR_DEATH_PENALTY, SeedStage
 
-# §1.6 governor constants
+# BEHAVIOUR §1.6 governor constants
 GOVERNOR_SENSITIVITY = 6.0  # sigma
 GOVERNOR_MULTIPLIER = 3.0  # x mean
 GOVERNOR_ABSOLUTE_THRESHOLD = 12.0  # nats
@@ -99,7 +99,7 @@ class Governor:
         """The last check returned False and left consecutive_panics == 0."""
         return self._last_result is False and self.consecutive_panics == 0
 
-    # ---------------------------------------------------------------- the vital-sign check (§5.2)
+    # ---------------------------------------------------------------- the vital-sign check (BEHAVIOUR §5.2)
     def check(self, loss: float) -> bool:
         self._last_result = self._check(float(loss))
         return self._last_result
@@ -134,7 +134,7 @@ class Governor:
         self.consecutive_panics = 0
         return False
 
-    # ---------------------------------------------------------------- snapshot and rollback (§5.3)
+    # ---------------------------------------------------------------- snapshot and rollback (BEHAVIOUR §5.3)
     def snapshot(self) -> Snapshot:
         """Detached CPU copies of every host tensor plus the tensors of every FOSSILIZED seed."""
         fossils = {

@@ -1,4 +1,4 @@
-"""Gradient-activity ratio, the G2 input (SPEC §2.13).
+"""Gradient-activity ratio, the G2 input (BEHAVIOUR §2.13).
 
 `gradient_stats(model)` runs after backward() on the last training step of an epoch and returns
 squared gradient norms as device tensors (no host sync: no .item(), no python bool of a tensor).
@@ -69,7 +69,7 @@ def gradient_ratio(host: SquaredNorm, seed: SquaredNorm) -> torch.Tensor:
 
 
 def seed_gradient_norm(seed: SquaredNorm) -> torch.Tensor:
-    """‖g_seed‖ = √seed_sq, the telemetry g of §8.4."""
+    """‖g_seed‖ = √seed_sq, the telemetry g of BEHAVIOUR §8.4."""
     return torch.sqrt(seed.sq)
 
 

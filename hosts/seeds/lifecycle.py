@@ -1,4 +1,4 @@
-"""Seed lifecycle state and quality gates (SPEC §1.2–1.3, §2.1, §2.5, §2.7).
+"""Seed lifecycle state and quality gates (BEHAVIOUR §1.2–1.3, §2.1, §2.5, §2.7).
 
 Plain python: `SeedMetrics`, `SeedTelemetry`, `SeedState` (with the stage-transition bookkeeping) and
 `evaluate_gate(state, target)`, which returns a `GateResult`. No torch here.
@@ -17,7 +17,7 @@ from esper_fx.contracts import (
     is_valid_transition,
 )
 
-# Gates (§1.6)
+# Gates (BEHAVIOUR §1.6)
 G2_MIN_IMPROVEMENT = 0.5  # pp, improvement_since_stage_start
 MIN_BLENDING_EPOCHS = 3  # epochs in stage, used by G2 and G3
 G2_MIN_GRADIENT_RATIO = 0.10  # dimensionless, EMA of the parameter-normalised gradient ratio
@@ -77,7 +77,7 @@ class SeedMetrics:
         return self.current_val_accuracy - self.accuracy_at_blending_start
 
     def record_accuracy(self, acc: float) -> None:
-        """§2.7: the only place the epoch counters move."""
+        """BEHAVIOUR §2.7: the only place the epoch counters move."""
         acc = float(acc)
         if self.epochs_total == 0:
             self.initial_val_accuracy = acc
@@ -90,7 +90,8 @@ class SeedMetrics:
 
 @dataclass
 class SeedTelemetry:
-    """§8.4 input: g, the seed gradient L2 norm of the latest TRAINING/BLENDING epoch, and whether it exists."""
+    """The input g of BEHAVIOUR §8.4: the seed gradient L2 norm of the latest TRAINING/BLENDING epoch, and whether
+    it exists."""
 
     gradient_norm: float = 0.0
     gradient_measured: bool = False
@@ -120,7 +121,7 @@ class SeedState:
         return self.metrics.epochs_in_current_stage
 
     def transition(self, target: SeedStage) -> bool:
-        """Move to `target` iff the pair is listed (§1.2); reset the stage baseline. False changes nothing."""
+        """Move to `target` iff BEHAVIOUR §1.2 lists the pair; reset the stage baseline. False changes nothing."""
         target = SeedStage(target)
         if not is_valid_transition(self.stage, target):
             return False
@@ -197,7 +198,7 @@ _GATES = {0: _g0, 1: _g1, 2: _g2, 3: _g3, 5: _g5}
 
 
 def evaluate_gate(state: SeedState, target: SeedStage) -> GateResult:
-    """The quality gate guarding a transition to `target` (§1.3, §2.5). Targets without a gate pass."""
+    """The quality gate guarding a transition to `target` (BEHAVIOUR §1.3, §2.5). Targets without a gate pass."""
     target = SeedStage(target)
     level = gate_for_target(target)
     if level == 0 and target != SeedStage.GERMINATED:

@@ -1,6 +1,6 @@
-"""SeedSlot: one injection point holding at most one seed and its lifecycle (SPEC §2).
+"""SeedSlot: one injection point holding at most one seed and its lifecycle (BEHAVIOUR §2).
 
-The slot is an nn.Module inserted between host segments. Forward per stage (§2.2):
+The slot is an nn.Module inserted between host segments. Forward per stage (BEHAVIOUR §2.2):
 empty / GERMINATED -> h; TRAINING -> straight-through h + (s - stopgrad(s)); BLENDING, PROBATIONARY,
 FOSSILIZED -> lerp(h, s, clamp(α, 0, 1)). Lifecycle moves only through `germinate`, `advance_stage`,
 `step_epoch`, `fossilize` and `cull`; epoch counters only through `record_accuracy`.
@@ -118,13 +118,13 @@ class SeedSlot(nn.Module):
     def seed_param_count(self) -> int:
         return sum(p.numel() for p in self.seed_parameters())
 
-    # ---------------------------------------------------------------- forward (§2.2)
+    # ---------------------------------------------------------------- forward (BEHAVIOUR §2.2)
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         state = self.state
         if not self.is_active or state.stage not in ACTIVE_STAGES:
             return h
         if self._alpha_forced and state.alpha == 0.0 and state.stage != SeedStage.TRAINING:
-            return h  # counterfactual path (§2.11): exactly h, the seed is skipped
+            return h  # counterfactual path (BEHAVIOUR §2.11): exactly h, the seed is skipped
         x = h.detach() if self.isolate_gradients else h
         s = self.seed(x).to(h.dtype)
         if state.stage == SeedStage.TRAINING and state.alpha == 0.0:
@@ -164,7 +164,7 @@ class SeedSlot(nn.Module):
             state.alpha, state.metrics.current_alpha, schedule, self._alpha_forced = saved
             self.alpha_schedule = schedule
 
-    # ---------------------------------------------------------------- germinate (§2.9)
+    # ---------------------------------------------------------------- germinate (BEHAVIOUR §2.9)
     def germinate(
         self, blueprint_id: str, seed_id: str | None = None, blend: str | int = DEFAULT_BLEND, *,
         host_param_count: int = 0,
@@ -215,7 +215,7 @@ class SeedSlot(nn.Module):
         if tuple(out.shape) != shape:
             raise ValueError(f"blueprint {blueprint_id!r} changed shape {shape} -> {tuple(out.shape)}")
 
-    # ---------------------------------------------------------------- transitions (§2.4)
+    # ---------------------------------------------------------------- transitions (BEHAVIOUR §2.4)
     def advance_stage(self, target: SeedStage | None = None) -> GateResult:
         """Try one transition (default: the first non-failure target) through its gate."""
         if self.state is None:
@@ -261,7 +261,7 @@ class SeedSlot(nn.Module):
 
     # ---------------------------------------------------------------- per-epoch hooks
     def record_accuracy(self, acc: float) -> None:
-        """§2.7: the epoch's val_acc (pp); moves epochs_total and eis."""
+        """BEHAVIOUR §2.7: the epoch's val_acc (pp); moves epochs_total and eis."""
         if self.state is not None:
             self.state.metrics.record_accuracy(acc)
 
@@ -270,18 +270,18 @@ class SeedSlot(nn.Module):
             self.state.metrics.counterfactual_contribution = None if contribution is None else float(contribution)
 
     def set_gradient_ratio(self, ratio_ema: float) -> None:
-        """Write the §2.13 EMA into metrics.seed_gradient_norm_ratio (the G2 input)."""
+        """Write the BEHAVIOUR §2.13 EMA into metrics.seed_gradient_norm_ratio (the G2 input)."""
         if self.state is not None:
             self.state.metrics.seed_gradient_norm_ratio = float(ratio_ema)
 
     def record_gradient_norm(self, norm: float) -> None:
-        """Write g (√seed_sq of the last training step) for the §8.4 telemetry."""
+        """Write g (√seed_sq of the last training step) for the BEHAVIOUR §8.4 telemetry."""
         if self.state is not None:
             self.state.telemetry.gradient_norm = float(norm)
             self.state.telemetry.gradient_measured = True
 
     def step_epoch(self) -> bool:
-        """§2.6: at most one transition; True only for an auto-cull (the slot is then empty)."""
+        """BEHAVIOUR §2.6: at most one transition; True only for an auto-cull (the slot is then empty)."""
         state = self.state
         if state is None:
             return False
@@ -314,7 +314,7 @@ class SeedSlot(nn.Module):
             return self.cull("probation_timeout")
         return False
 
-    # ---------------------------------------------------------------- cull (§2.10)
+    # ---------------------------------------------------------------- cull (BEHAVIOUR §2.10)
     def cull(self, reason: str = "") -> bool:
         """Empty the slot at once; a FOSSILIZED seed refuses (False, nothing changes)."""
         state = self.state

@@ -26,8 +26,8 @@ class SlotReport:
     improvement_since_stage_start: float  # pp
     contribution: float | None  # counterfactual_contribution (persists; None until first measured)
     seed_params: int  # trainable seed-module parameters, gate excluded
-    gradient_norm: float  # g of SPEC §8.4: seed grad L2 norm from the latest TRAINING/BLENDING epoch
+    gradient_norm: float  # g of BEHAVIOUR §8.4: seed grad L2 norm from the latest TRAINING/BLENDING epoch
     gradient_measured: bool  # whether g has ever been measured for this seed
-    gradient_ratio: float  # seed_gradient_norm_ratio (EMA, §2.13)
+    gradient_ratio: float  # seed_gradient_norm_ratio (its EMA, BEHAVIOUR §2.13)
     auto_culled: bool = False
     auto_cull_reason: str = ""

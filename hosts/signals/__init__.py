@@ -1,4 +1,4 @@
-"""The signals pytree: everything the controller sees of the hosts (SPEC §7.3 step 8, §8, §9).
+"""The signals pytree: everything the controller sees of the hosts (BEHAVIOUR §7.3 step 8, §8, §9).
 
     assembly.py       assemble_signals: E envs' views -> the SIGNAL_FIELDS dict of device tensors
     observation.py    the raw observation of one env (base features, slot and telemetry blocks)

@@ -1,4 +1,4 @@
-"""Assembling the signals pytree of E envs (`esper_fx.contracts.SIGNAL_FIELDS`, SPEC §7.3 step 8).
+"""Assembling the signals pytree of E envs (`esper_fx.contracts.SIGNAL_FIELDS`, BEHAVIOUR §7.3 step 8).
 
 The pool gathers one `EnvView` per env (python values only: the tracker's signals, the slot
 reports and the env's counters) and `assemble_signals` turns them into the contract's dict of

@@ -1,6 +1,6 @@
 """Moving packed host-side tables to the env device as separate signal tensors.
 
-The DLPack bridge wants every signal tensor contiguous and freshly allocated (ARCHITECTURE §4). The
+The DLPack bridge wants every signal tensor contiguous and freshly allocated (ARCHITECTURE §2). The
 helpers here pack several fields into one CPU tensor, make a single host→device copy, and then split
 it on the device into fresh contiguous tensors (device-side copies only).
 """

@@ -1,4 +1,4 @@
-"""Action masks of the four heads (slot, blueprint, blend, op), SPEC §9.1. True = allowed.
+"""Action masks of the four heads (slot, blueprint, blend, op), BEHAVIOUR §9.1. True = allowed.
 
 `build_masks` computes one env's masks as tuples of python bools; `stack_masks` turns E of them
 into the `mask_*` signal tensors ([E, ·] bool, each freshly allocated and contiguous on the target
@@ -48,7 +48,7 @@ def slot_mask(slot_ids: Sequence[str], enabled_slot_ids: Iterable[str]) -> tuple
     """True exactly at the enabled slots' canonical indices.
 
     With no enabled slot (rejected by the config; only WAIT is then allowed) index 0 stays valid so
-    the head keeps one True entry; the slot head is irrelevant to WAIT (§9.4).
+    the head keeps one True entry; the slot head is irrelevant to WAIT (BEHAVIOUR §9.4).
     """
     enabled = set(enabled_slot_ids)
     mask = tuple(sid in enabled for sid in slot_ids)
@@ -128,7 +128,7 @@ def build_masks(
     one_seed_at_a_time: bool = False,
     germination_open: bool = True,
 ) -> ActionMasks:
-    """The four masks of one env from its current slot states (§9.1)."""
+    """The four masks of one env from its current slot states (BEHAVIOUR §9.1)."""
     enabled = tuple(enabled_slot_ids)
     check_slot_ids(slot_ids, enabled, reports)
     return ActionMasks(

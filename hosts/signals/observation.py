@@ -1,4 +1,4 @@
-"""The raw (un-normalised) observation of one env, SPEC §8.1–§8.4.
+"""The raw (un-normalised) observation of one env, BEHAVIOUR §8.1–§8.4.
 
 Layout: 23 base features, then one (4 + B)-block per slot in canonical order (every host injection
 point, enabled or not), then, with telemetry, one 10-block per slot in canonical order. A slot that
@@ -28,13 +28,13 @@ from hosts.signals.occupancy import active_seed_params, check_slot_ids, count_se
 from hosts.signals.tracker import HISTORY_FEATURES, TrackerSignals
 from hosts.signals.device_upload import upload_rows
 
-SAFE_CLIP = 100.0  # safe(v, d) clips to [-100, 100] (§8.1)
-# safe(v, d) defaults of §8.2
+SAFE_CLIP = 100.0  # safe(v, d) clips to [-100, 100] (BEHAVIOUR §8.1)
+# safe(v, d) defaults of BEHAVIOUR §8.2
 LOSS_DEFAULT = 10.0
 DELTA_DEFAULT = 0.0
 HISTORY_PAD = 0.0
 
-# Telemetry constants of §8.4
+# Telemetry constants of BEHAVIOUR §8.4
 GRAD_NORM_CAP = 10.0
 GRAD_HEALTH = 1.0
 VANISHING_GRAD = 1e-7
@@ -46,7 +46,7 @@ STAGE_SPAN = 6.0
 
 
 def safe(value: float | None, default: float) -> float:
-    """None, NaN or ±inf -> `default`; then clip to [−100, 100] (§8.1)."""
+    """None, NaN or ±inf -> `default`; then clip to [−100, 100] (BEHAVIOUR §8.1)."""
     if value is None or not math.isfinite(value):
         value = default
     return min(max(float(value), -SAFE_CLIP), SAFE_CLIP)
@@ -66,7 +66,7 @@ def seed_utilization(total_seeds: int, max_seeds: int | None) -> float:
 
 
 def base_features(signals: TrackerSignals, total_params: int, utilization: float) -> list[float]:
-    """Features 0..22 (§8.2)."""
+    """Features 0..22 (BEHAVIOUR §8.2)."""
     features = [
         float(signals.epoch),
         float(signals.global_step),
@@ -101,7 +101,7 @@ def slot_improvement(report: SlotReport) -> float:
 
 
 def slot_block(report: SlotReport | None, menu: Sequence[str]) -> list[float]:
-    """§8.3: is_active, stage, alpha, improvement, blueprint one-hot; zeros for an empty slot."""
+    """BEHAVIOUR §8.3: is_active, stage, alpha, improvement, blueprint one-hot; zeros for an empty slot."""
     if report is None:
         return [0.0] * slot_block_size(len(menu))
     return [
@@ -119,7 +119,7 @@ def stage_feature(stage: SeedStage) -> float:
 
 
 def telemetry_block(report: SlotReport | None, epoch: int, max_epochs: int) -> list[float]:
-    """§8.4: the 10 per-seed telemetry features; zeros for an empty slot."""
+    """BEHAVIOUR §8.4: the 10 per-seed telemetry features; zeros for an empty slot."""
     if report is None:
         return [0.0] * TELEMETRY_BLOCK
     grad = float(report.gradient_norm)
@@ -148,7 +148,7 @@ def build_observation(
     max_seeds: int | None,
     use_telemetry: bool,
 ) -> list[float]:
-    """The raw observation of one env, a list of D floats (§8.1)."""
+    """The raw observation of one env, a list of D floats (BEHAVIOUR §8.1)."""
     enabled = tuple(enabled_slot_ids)
     check_slot_ids(slot_ids, enabled, reports)
     if not menu:

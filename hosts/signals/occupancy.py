@@ -1,9 +1,9 @@
-"""Which slots hold a seed, as seen by the observation, the masks and the signals (SPEC §3.4, §9.1).
+"""Which slots hold a seed, as seen by the observation, the masks and the signals (BEHAVIOUR §3.4, §9.1).
 
 Shared by `hosts.signals.observation`, `hosts.signals.masks` and `hosts.signals.slot_fields` so that all three agree: a slot
 holds a seed iff it is enabled, it has a report, and the report's stage is not DORMANT. A report
 for a slot that is not enabled cannot occur in a real run (only enabled slots get a SeedSlot,
-§3.3) and is ignored everywhere.
+BEHAVIOUR §3.3) and is ignored everywhere.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def check_slot_ids(
 
 
 def holds_seed(report: SlotReport | None) -> bool:
-    """A report counts as a seed iff it exists and its stage is not DORMANT (§9.1)."""
+    """A report counts as a seed iff it exists and its stage is not DORMANT (BEHAVIOUR §9.1)."""
     return report is not None and SeedStage(report.stage) != SeedStage.DORMANT
 
 
@@ -44,7 +44,7 @@ def seeded_slots(
 
 
 def count_seeds(reports: Mapping[str, SlotReport], enabled_slot_ids: Iterable[str]) -> tuple[int, int]:
-    """(active, fossilized): seeds present and not FOSSILIZED, and FOSSILIZED seeds (§3.4)."""
+    """(active, fossilized): seeds present and not FOSSILIZED, and FOSSILIZED seeds (BEHAVIOUR §3.4)."""
     seeds = seeded_slots(reports, enabled_slot_ids).values()
     fossilized = sum(1 for rep in seeds if SeedStage(rep.stage) == SeedStage.FOSSILIZED)
     return len(seeds) - fossilized, fossilized
@@ -57,5 +57,5 @@ def count_available_slots(reports: Mapping[str, SlotReport], enabled_slot_ids: I
 
 
 def active_seed_params(reports: Mapping[str, SlotReport], enabled_slot_ids: Iterable[str]) -> int:
-    """Σ seed_params over every slot holding a seed, fossils included (§3.4)."""
+    """Σ seed_params over every slot holding a seed, fossils included (BEHAVIOUR §3.4)."""
     return sum(int(rep.seed_params) for rep in seeded_slots(reports, enabled_slot_ids).values())

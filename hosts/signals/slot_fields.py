@@ -1,4 +1,4 @@
-"""The per-slot `slot_*` fields of the signals (`esper_fx.contracts.SIGNAL_FIELDS`, SPEC §7.3 step 8).
+"""The per-slot `slot_*` fields of the signals (`esper_fx.contracts.SIGNAL_FIELDS`, BEHAVIOUR §7.3 step 8).
 
 `build_slot_fields` turns E envs' slot reports into [E, S] float32 / int32 / bool tensors, each freshly
 allocated and contiguous on the target device. `assembly.assemble_signals` adds the rest of the signals.

@@ -1,8 +1,8 @@
-"""SignalTracker: per-env running statistics of the host's training curve (SPEC §8.5).
+"""SignalTracker: per-env running statistics of the host's training curve (BEHAVIOUR §8.5).
 
 One tracker per env per episode. `update` is called once per epoch with that epoch's metrics and
 returns a frozen `TrackerSignals`; `peek` returns what `update` would return (plateau counter and
-stabilization latch excepted) without changing anything, for the truncation bootstrap (§7.5).
+stabilization latch excepted) without changing anything, for the truncation bootstrap (BEHAVIOUR §7.5).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-PLATEAU_THRESHOLD = 0.5  # pp (§1.6)
+PLATEAU_THRESHOLD = 0.5  # pp (BEHAVIOUR §1.6)
 STABILIZATION_THRESHOLD = 0.03  # relative val-loss improvement
 STABILIZATION_EPOCHS = 3
 TRACKER_HISTORY_WINDOW = 10  # epochs
@@ -44,7 +44,7 @@ class TrackerSignals:
 
 
 def _is_stable_epoch(loss_delta: float, prev_loss: float, val_loss: float) -> bool:
-    """§8.5 step 3: the loss did not get worse, improved by < 3 % relative, and did not blow up."""
+    """BEHAVIOUR §8.5 step 3: the loss did not get worse, improved by < 3 % relative, and did not blow up."""
     return (
         loss_delta >= 0.0
         and loss_delta / prev_loss < STABILIZATION_THRESHOLD
@@ -58,7 +58,7 @@ def _window(stored: deque, value: float, size: int) -> list[float]:
 
 
 class SignalTracker:
-    """Plateau counter, stabilization latch, best values and short histories of one env (§8.5)."""
+    """Plateau counter, stabilization latch, best values and short histories of one env (BEHAVIOUR §8.5)."""
 
     def __init__(self) -> None:
         self.reset()
@@ -93,7 +93,7 @@ class SignalTracker:
         active_seeds: int,
         available_slots: int,
     ) -> TrackerSignals:
-        """Record one epoch (§8.5 steps 1–6) and return its signals."""
+        """Record one epoch (BEHAVIOUR §8.5 steps 1–6) and return its signals."""
         loss_delta = self._prev_loss - val_loss
         accuracy_delta = val_acc - self._prev_acc
         self._update_plateau(accuracy_delta)

@@ -200,6 +200,9 @@ FLAG_CASES = [
     _flag_case("unknown flag", "--bogus"), _flag_case("config and preset", "--preset", "quickstart"),
     Case("flag preset unknown", ["--preset", "nope"]),
     _flag_case("data-dir empty", "--data-dir", ""),
+    _flag_case("set unknown key", "--set", "nosuch=1"), _flag_case("set without =", "--set", "lr"),
+    _flag_case("set bad value", "--set", "lr=abc"), _flag_case("set unknown nested key", "--set", "oracle.nosuch=1"),
+    _flag_case("set section not an object", "--set", "heuristic=[1]"),
     _flag_case("task cifar10 without its data", "--task", "cifar10", "--data-dir", "nowhere"),
     _flag_case("task tinystories without its data", "--task", "tinystories", "--data-dir", "nowhere"),
 ]

@@ -1,4 +1,4 @@
-"""TrainingConfig: defaults, validation, presets, round trips (SPEC §14, §15.1–15.4)."""
+"""TrainingConfig: defaults, validation, presets, round trips (BEHAVIOUR §14)."""
 
 import json
 import math
@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from esper_fx.config import HeuristicConfig, TrainingConfig
 
-# SPEC §14's defaults, except the LEARNING ones (docs/LEARNING.md): the PPO settings (the reference's are
-# rl.config.REFERENCE_PPO), horizon_bootstrap, min_cull_age, one_seed_at_a_time; and the new static_seeds.
-SPEC_DEFAULTS = {
+# Every default of a run (BEHAVIOUR §14.1). The reference's differ only in the LEARNING ones (docs/LEARNING.md):
+# the PPO settings (rl.config.REFERENCE_PPO), horizon_bootstrap, min_cull_age, one_seed_at_a_time; static_seeds is new.
+DEFAULTS = {
     "task": "cifar10", "controller": "ppo_lstm", "n_episodes": 100, "n_envs": 4, "max_epochs": 25,
     "seed": 42, "slots": ["r0c1"], "max_seeds": None, "min_cull_age": 9, "one_seed_at_a_time": True, "germination_deadline": True,
     "static_seeds": [], "device": "auto", "env_devices": None,
@@ -31,11 +31,11 @@ SPEC_DEFAULTS = {
 }
 
 
-def test_defaults_are_exactly_spec():
+def test_defaults_are_exactly_these():
     d = TrainingConfig().to_dict()
     heuristic = d.pop("heuristic")
     assert d.pop("oracle") == {"slot": "r0c0", "blueprint": "conv_light", "blend": "sigmoid", "germinate_epoch": 1}
-    assert d == SPEC_DEFAULTS
+    assert d == DEFAULTS
     assert heuristic == HeuristicConfig().to_dict()
     assert heuristic["plateau_epochs_to_germinate"] == 3 and heuristic["blend"] == "sigmoid"
 
@@ -147,7 +147,7 @@ def test_quickstart_preset_is_shapes16_ppo_lstm_on_the_growth_reward_and_can_fos
     q = TrainingConfig.preset("quickstart")
     assert q.task == "shapes16" and q.controller_name == "ppo_lstm" and q.reward.reward_fn_name == "growth"
     assert q.enabled_slots == ("r0c0", "r0c1", "r0c2") and q.data_split == "full"
-    # earliest fossilize is g + 9 (SPEC §2.8), so the episode must leave room for it
+    # earliest fossilize is g + 9 (BEHAVIOUR §2.8), so the episode must leave room for it
     assert q.max_epochs >= 10
     old = TrainingConfig.preset("shapes10_quick")  # the earlier quickstart's sizes
     assert old.task == "shapes10" and old.n_envs == 2 and old.max_train_batches == 16
@@ -235,3 +235,16 @@ def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
     path.write_bytes(b"{\"task\": \"caf\xe9\"}")
     with pytest.raises(ValueError, match="latin.json is not UTF-8"):
         TrainingConfig.from_json(path)
+
+
+def test_a_field_declares_its_command_line_facts_once():
+    from dataclasses import fields
+
+    from esper_fx.config import RESUME_OVERRIDABLE
+
+    meta = {f.name: dict(f.metadata) for f in fields(TrainingConfig)}
+    assert meta["n_episodes"]["flag"] == "--episodes" and meta["n_episodes"]["resume"] is True
+    assert "flag" not in meta["n_envs"] and "resume" not in meta["n_envs"] and meta["n_envs"]["help"]
+    assert meta["max_seeds"] == {}  # no help: no flag (set it with --set or JSON)
+    assert RESUME_OVERRIDABLE == tuple(name for name, m in meta.items() if m.get("resume"))
+    assert TrainingConfig().n_episodes == 100  # the declaration still carries the default

@@ -1,4 +1,4 @@
-"""Contracts: stage values, the transition table, slot ids, heads and observation sizes (SPEC §1, §8.1)."""
+"""Contracts: stage values, the transition table, slot ids, heads and observation sizes (BEHAVIOUR §1, §8.1)."""
 
 import pytest
 from hypothesis import given

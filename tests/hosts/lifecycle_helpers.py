@@ -1,4 +1,4 @@
-"""Drive a SeedSlot through its lifecycle with the public API, as the loop would (SPEC §7.3)."""
+"""Drive a SeedSlot through its lifecycle with the public API, as the loop would (BEHAVIOUR §7.3)."""
 
 from types import SimpleNamespace
 

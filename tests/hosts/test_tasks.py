@@ -1,4 +1,5 @@
-"""hosts.tasks: the task specs are the contracts' task table plus the host builders, and build the right hosts.
+"""hosts.tasks: the task specs (BEHAVIOUR §6.1) are the contracts' task table plus the host builders, and
+build the right hosts.
 
 (The LOSS-family reward constants of the table: tests/rl/test_rewards.py checks them.)"""
 

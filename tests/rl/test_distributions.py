@@ -1,4 +1,4 @@
-"""Masked categorical, normalised entropy, causal masks and validation (SPEC §9.2–§9.4, §15.33–34)."""
+"""Masked categorical, normalised entropy, causal masks and validation (BEHAVIOUR §9.2–§9.4)."""
 
 import chex
 import jax

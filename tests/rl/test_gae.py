@@ -1,4 +1,4 @@
-"""GAE (SPEC §11.3, §15.43–44): worked examples, known-answer fixtures, a NumPy loop reference, masking."""
+"""GAE (BEHAVIOUR §11.3): worked examples, known-answer fixtures, a NumPy loop reference, masking."""
 
 import chex
 import jax.numpy as jnp
@@ -10,7 +10,7 @@ from rl.gae import gae, valid_mask
 
 
 def reference_gae(r, v, done, trunc, boot, gamma, lam, step_count=None):
-    """A literal NumPy transcription of §11.3, one env row at a time, over its L valid steps."""
+    """A literal NumPy transcription of BEHAVIOUR §11.3, one env row at a time, over its L valid steps."""
     r, v, done, trunc, boot = (np.asarray(x, np.float64) for x in (r, v, done, trunc, boot))
     done, trunc = done.astype(bool), trunc.astype(bool)
     rows = r.reshape(-1, r.shape[-1])

@@ -1,4 +1,4 @@
-"""The heuristic controller of SPEC §13 (rl.heuristic): acceptance property §15.55 and invariants."""
+"""The heuristic controller of BEHAVIOUR §13 (rl.heuristic): its rules, worked through, and invariants."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def probation(c, I, epoch=10, slot=1, blueprint=1, **signals):
 
 
 # ------------------------------------------------------------------------------------------
-# germination (§13.2 rule 2, §13.3)
+# germination (BEHAVIOUR §13.2 rule 2, §13.3)
 # ------------------------------------------------------------------------------------------
 
 
@@ -144,7 +144,7 @@ def test_when_every_blueprint_is_penalised_the_least_penalised_wins_ties_in_rota
 
 
 # ------------------------------------------------------------------------------------------
-# penalties (§13.2 rules 1 and 4)
+# penalties (BEHAVIOUR §13.2 rules 1 and 4)
 # ------------------------------------------------------------------------------------------
 
 
@@ -176,7 +176,7 @@ def test_cull_penalises_the_culled_seeds_blueprint_only():
 
 
 # ------------------------------------------------------------------------------------------
-# management (§13.2 rule 3)
+# management (BEHAVIOUR §13.2 rule 3)
 # ------------------------------------------------------------------------------------------
 
 

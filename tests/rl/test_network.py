@@ -1,5 +1,5 @@
-"""The §10 actor-critic: parameter counts and init (§15.41), a NumPy forward reference, scan equivalence
-(§15.42), resets inside the scan, the MLP ablation."""
+"""The BEHAVIOUR §10 actor-critic: parameter counts and init (§10.1), a NumPy forward reference, scan equivalence
+(BEHAVIOUR §10.2), resets inside the scan, the MLP ablation."""
 
 from functools import partial
 
@@ -100,7 +100,7 @@ def _sigmoid(x):
 
 
 def numpy_forward(p, obs):
-    """§10.1 written out in NumPy (float64): LayerNorm eps 1e-5, LSTM gates (i, f, g, o)."""
+    """BEHAVIOUR §10.1 written out in NumPy (float64): LayerNorm eps 1e-5, LSTM gates (i, f, g, o)."""
     p = jax.tree.map(lambda a: np.asarray(a, np.float64), p)
     x = np.maximum(_layer_norm(obs @ p["feature"]["kernel"] + p["feature"]["bias"], p["feature_norm"]), 0.0)
     h = np.zeros((obs.shape[0], 128))

@@ -1,4 +1,4 @@
-"""Observation (RunningMeanStd, §8.6) and reward (§12.9) normalisers: §15.37 and §15.39 examples."""
+"""Observation (RunningMeanStd, BEHAVIOUR §8.6) and reward (§12.9) normalisers, with worked examples."""
 
 import chex
 import jax
@@ -31,7 +31,7 @@ def _reward_only(state, rewards):
 
 
 def _reference_rewards(rewards, count=0, mean=0.0, m2=0.0):
-    """A plain-Python transcription of §12.9."""
+    """A plain-Python transcription of BEHAVIOUR §12.9."""
     out = []
     for r in rewards:
         count += 1

@@ -1,4 +1,4 @@
-"""PPO (SPEC §11, §15.4, §15.45–48): config and schedule, optimizer, losses, acting, and the jitted update."""
+"""PPO (BEHAVIOUR §11): config and schedule, optimizer, losses, acting, and the jitted update."""
 
 import dataclasses
 from functools import partial
@@ -23,7 +23,7 @@ from rl import rollout
 from rl.network import ActorCritic
 
 E, T, D, S, B = 4, 25, 80, 3, 5
-# The SPEC §11 maths is checked under the reference settings (our defaults are LEARNING.md's): one Adam step
+# The BEHAVIOUR §11 maths is checked under the reference settings (our defaults are LEARNING.md's): one Adam step
 # per batch, lr 3e-4, clip 0.5, target_kl 0.015, entropy 0.05 (min 0.01).
 REFERENCE = ppo.PPOConfig(**REFERENCE_PPO)
 CFG = REFERENCE

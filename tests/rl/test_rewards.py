@@ -1,4 +1,4 @@
-"""Reward functions of SPEC §12 (rl.rewards): acceptance properties §15.49–54."""
+"""Reward functions of BEHAVIOUR §12 (rl.rewards): the worked examples and the rules."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ HOST_PARAMS = 6418.0  # cifar10 host
 CONV_LIGHT_PARAMS = 2336.0  # a conv_light seed in r0c1
 RENT = -0.5 * math.log(1 + CONV_LIGHT_PARAMS / HOST_PARAMS)  # -0.155202
 SLOT = 1  # r0c1, the default enabled slot
-CFG = rewards.RewardConfig(gamma=REFERENCE_PPO["gamma"])  # the SPEC §12.10 worked examples use the reference γ
+CFG = rewards.RewardConfig(gamma=REFERENCE_PPO["gamma"])  # the BEHAVIOUR §12.10 worked examples use the reference γ
 GAMMA = CFG.gamma
 TOL = 1e-4
 
@@ -109,7 +109,7 @@ def run(fn_name: str, signals, actions, state=None, config=CFG):
 
 
 # ------------------------------------------------------------------------------------------
-# §12.10 worked shaped examples X1–X8, with and without jit (§15.49)
+# BEHAVIOUR §12.10 worked shaped examples X1–X8, with and without jit
 # ------------------------------------------------------------------------------------------
 
 
@@ -199,7 +199,7 @@ def test_attribution_is_zero_for_fossils_and_empty_targets():
 
 
 # ------------------------------------------------------------------------------------------
-# §12.4 PBRS along the §2.8 timeline, telescoping (§15.50)
+# BEHAVIOUR §12.4 PBRS along the §2.8 timeline, telescoping
 # ------------------------------------------------------------------------------------------
 
 TIMELINE = [  # (stage or None for empty, eis, op, phi_now, phi_prev before, pbrs paid)
@@ -312,7 +312,7 @@ def test_pbrs_only_moves_the_target_slots_potential(targets):
 
 
 # ------------------------------------------------------------------------------------------
-# §12.5 fossilize / cull shaping (§15.51), cull direction
+# BEHAVIOUR §12.5 fossilize / cull shaping, cull direction
 # ------------------------------------------------------------------------------------------
 
 
@@ -425,7 +425,7 @@ def test_terminal_bonus_only_at_the_last_epoch(epoch, val_acc, fossils, expected
 
 
 # ------------------------------------------------------------------------------------------
-# §12.6 SPARSE / MINIMAL (§15.52) and §12.7 LOSS (§15.53)
+# BEHAVIOUR §12.6 SPARSE / MINIMAL and §12.7 LOSS
 # ------------------------------------------------------------------------------------------
 
 
@@ -488,7 +488,7 @@ def test_loss_rent_waits_for_the_grace_period():
 
 
 # ------------------------------------------------------------------------------------------
-# §12.8 loop-level terms (§15.54 reward side), dispatch, config
+# BEHAVIOUR §12.8 loop-level terms (the reward side), dispatch, config
 # ------------------------------------------------------------------------------------------
 
 

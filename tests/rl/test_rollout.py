@@ -1,4 +1,4 @@
-"""The fixed-shape rollout buffer (SPEC §11.2): shapes, pure appends, the max_steps guard, validity."""
+"""The fixed-shape rollout buffer (BEHAVIOUR §11.2): shapes, pure appends, the max_steps guard, validity."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""The command line rejects bad configuration with one line and exit code 2, writing nothing (SPEC §14.4)."""
+"""The command line rejects bad configuration with one line and exit code 2, writing nothing (BEHAVIOUR §14.4)."""
 
 import json
 import os
@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from esper_fx.config import PPOConfig
-from esper_fx.cli.train import EXIT_CONFIG_ERROR, config_summary, main, resolve_config
+from esper_fx.cli import parser as cli_parser
+from esper_fx.cli import train
+from esper_fx.cli.train import config_summary, main, resolve_config
+from esper_fx.config import RESUME_OVERRIDABLE, PPOConfig, TrainingConfig
+from esper_fx.errors import EXIT_INTERRUPTED, EXIT_SETUP_ERROR, EXIT_TERMINATED
+from esper_fx.outputs.checkpoint import SHAPE_FIELDS
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -57,7 +61,7 @@ def test_help_exits_0(tmp_path):
 )
 def test_bad_configuration_exits_2_in_process(tmp_path, monkeypatch, capsys, args, needle):
     monkeypatch.chdir(tmp_path)
-    assert main(args) == EXIT_CONFIG_ERROR
+    assert main(args) == EXIT_SETUP_ERROR
     err = capsys.readouterr().err
     assert needle in err
     assert len(err.strip().splitlines()) == 1
@@ -68,7 +72,7 @@ def test_malformed_json_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.json"
     bad.write_text("{\"n_envs\": ")
-    assert main(["--config", str(bad)]) == EXIT_CONFIG_ERROR
+    assert main(["--config", str(bad)]) == EXIT_SETUP_ERROR
     assert "bad.json" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["bad.json"]
 
@@ -98,3 +102,212 @@ def test_summary_has_required_lines():
                    "Update: epochs=8, minibatches=1, amp=off", "LSTM: hidden=128, chunk=25",
                    "contribution/shaped", "Telemetry: enabled"):
         assert needle in text
+
+
+# ----------------------------------------------------------------------------------------------
+# one command line built from the config's fields
+# ----------------------------------------------------------------------------------------------
+
+# A value for every field flag that differs from the quickstart preset, as the flag's words and as the
+# field's JSON value. A field declared with a flag and missing here fails the coverage test below.
+SAMPLES = {
+    "task": (["shapes10"], "shapes10"),
+    "controller": (["heuristic"], "heuristic"),
+    "n_episodes": (["7"], 7),
+    "n_envs": (["3"], 3),
+    "max_epochs": (["11"], 11),
+    "seed": (["5"], 5),
+    "slots": (["r0c2", "r0c0"], ["r0c2", "r0c0"]),
+    "device": (["cpu"], "cpu"),
+    "env_devices": (["cpu"], ["cpu"]),
+    "data_path": (["loader"], "loader"),
+    "num_workers": (["0"], 0),
+    "env_workers": (["1"], 1),
+    "ray_address": (["auto"], "auto"),
+    "data_root": (["elsewhere"], "elsewhere"),
+    "data_split": (["shared"], "shared"),
+    "val_samples": (["100"], 100),
+    "amp": ([], True),
+    "amp_dtype": (["bfloat16"], "bfloat16"),
+    "telemetry_level": (["debug"], "debug"),
+    "run_dir": (["RUN"], "RUN"),
+    "checkpoint_every": (["3"], 3),
+    "tensorboard": ([], False),
+    "report": ([], False),
+}
+FLAGS = {ff.field: ff for ff in cli_parser.field_flags()}
+
+
+def _expected(tmp_path):
+    out = {name: json_value for name, (_, json_value) in SAMPLES.items()}
+    out["run_dir"] = str(tmp_path / "RUN")
+    return out
+
+
+def test_every_declared_field_flag_has_a_sample_here():
+    assert set(FLAGS) - {"resume_path"} == set(SAMPLES)
+
+
+def test_every_field_flag_round_trips_and_set_gives_the_same_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv, sets = [], []
+    for name, (words, json_value) in SAMPLES.items():
+        argv += [FLAGS[name].flag, *words]
+        sets += ["--set", f"{name}={json.dumps(json_value)}"]
+    by_flags, _ = resolve_config(argv)
+    by_sets, _ = resolve_config(sets)
+    base = TrainingConfig.preset("quickstart").to_dict()
+    for name, value in _expected(tmp_path).items():
+        assert base[name] != value  # the sample really changes the field
+        assert by_flags.to_dict()[name] == value, name
+    assert by_sets.to_dict() == by_flags.to_dict()
+
+
+def test_todays_flag_spellings_keep_working():
+    renamed = {"--episodes": "n_episodes", "--data-dir": "data_root", "--devices": "env_devices",
+               "--resume": "resume_path", "--no-tensorboard": "tensorboard", "--no-report": "report"}
+    assert {flag: FLAGS[name].flag for flag, name in renamed.items()} == {flag: flag for flag in renamed}
+    for ff in FLAGS.values():  # every other flag is the field's name
+        if ff.flag not in renamed:
+            assert ff.flag == "--" + ff.field.replace("_", "-")
+
+
+def test_set_reaches_the_ppo_lr_nested_sections_and_flags_win(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config, _ = resolve_config(["--set", "lr=1e-3", "--set", "oracle.slot=r0c1", "--set", "heuristic.blend=linear",
+                                "--set", "ppo.gamma=0.9", "--set", "reward.param_penalty_weight=0.2", "--set", "seed=1",
+                                "--seed", "2"])
+    assert config.ppo.lr == 1e-3 and config.ppo.gamma == 0.9 and config.reward.param_penalty_weight == 0.2
+    assert config.oracle.slot == "r0c1" and config.oracle.blueprint == TrainingConfig().oracle.blueprint
+    assert config.heuristic.blend == "linear"
+    assert config.seed == 2  # the field flag is applied after --set
+
+
+def test_train_set_lr_runs_as_a_module(tmp_path):
+    proc = _run_cli(["--set", "nosuch=1"], cwd=tmp_path)
+    assert proc.returncode == 2 and "nosuch" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--set", "nosuch=1"], "'nosuch'"),
+    (["--set", "oracle.nosuch=1"], "oracle.nosuch"),
+    (["--set", "seed.x=1"], "seed.x"),
+    (["--set", "ppo.reward_mode=sparse"], "ppo.reward_mode"),
+    (["--set", "lr"], "KEY=VALUE"),
+    (["--set", "lr=abc"], "lr"),
+    (["--set", "lr=-1"], "lr"),
+    (["--set", "n_envs=2.5"], "n_envs"),
+    (["--set", "tensorboard=yes"], "tensorboard"),
+    (["--set", "oracle=3"], "oracle"),
+    (["--set", "heuristic.blend=spline"], "heuristic.blend"),
+    (["--set", "resume_path=5"], "resume_path"),
+])
+def test_a_bad_set_exits_2_with_one_line_naming_the_key_and_writes_nothing(tmp_path, monkeypatch, capsys, args,
+                                                                             needle):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == EXIT_SETUP_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and err[0].startswith("esper_fx.train: error: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _resume_from_quickstart(monkeypatch, tmp_path):
+    saved = TrainingConfig.preset("quickstart", run_dir=str(tmp_path / "run"))
+    monkeypatch.setattr(train, "_resumed", lambda path: (saved, str(tmp_path / "run")))
+    return saved
+
+
+def test_on_resume_exactly_the_declared_fields_may_change(tmp_path, monkeypatch):
+    saved = _resume_from_quickstart(monkeypatch, tmp_path)
+    for name, (words, _) in SAMPLES.items():
+        argv = ["--resume", "run", FLAGS[name].flag, *words]
+        try:
+            config, _ = resolve_config(argv)
+        except ValueError as exc:
+            refused = f"{name} cannot change on resume" in str(exc)
+            assert refused == (name not in RESUME_OVERRIDABLE), (name, str(exc))
+        else:
+            assert name in RESUME_OVERRIDABLE, name
+            assert config.resume_path == os.path.abspath("run")
+    same, _ = resolve_config(["--resume", "run", "--seed", str(saved.seed), "--set", f"lr={saved.lr}"])
+    assert same.seed == saved.seed
+    with pytest.raises(ValueError, match="lr cannot change on resume"):
+        resolve_config(["--resume", "run", "--set", "lr=0.5"])
+    with pytest.raises(ValueError, match="oracle cannot change on resume"):
+        resolve_config(["--resume", "run", "--set", "oracle.slot=r0c2"])
+
+
+def test_the_resume_overridable_fields_are_todays_and_fix_no_shape():
+    assert set(RESUME_OVERRIDABLE) == {
+        "n_episodes", "device", "env_devices", "run_dir", "checkpoint_every", "data_root", "num_workers",
+        "env_workers", "ray_address", "data_path", "amp", "amp_dtype", "tensorboard", "report"}
+    assert set(RESUME_OVERRIDABLE).isdisjoint(SHAPE_FIELDS)
+
+
+def _readme_table() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("| flag | field |")
+    return text[start:text.index("\n\n", start)]
+
+
+def test_readme_flag_table_is_the_generated_one():
+    assert _readme_table() == cli_parser.flag_table(train.build_parser())
+
+
+def test_readme_flag_table_lists_every_field_flag_with_its_declared_help():
+    rows = {row.split(" | ")[1]: row for row in _readme_table().splitlines()[2:]}
+    for ff in FLAGS.values():
+        assert ff.help.replace("|", "\\|") in rows[ff.field]
+        assert ("may change" in rows[ff.field]) == ff.resume
+
+
+def test_the_flag_table_prints_as_a_module(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "esper_fx.cli.flag_table"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == _readme_table()
+
+
+def test_help_names_the_shapes16_quickstart_every_field_flag_and_its_help(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "quickstart preset, the shapes16 task" in text and "--set KEY=VALUE" in text
+    for ff in FLAGS.values():
+        assert ff.flag in text
+        assert " ".join(ff.help.replace("`", "").split()) in text
+
+
+@pytest.mark.parametrize("command", ["train", "prove", "report", "bench"])
+def test_every_command_rejects_a_bad_flag_with_one_line_and_exit_2(command, tmp_path, monkeypatch, capsys):
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(f"esper_fx.{command}")
+    positional = ["RUN"] if command == "report" else []
+    assert module.main(["--no-such-flag", *positional]) == EXIT_SETUP_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"esper_fx.{command}: error: unrecognized arguments: --no-such-flag"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_exit_code_table_matches_the_signal_convention():
+    import signal
+
+    from esper_fx.training.stopping import exit_code
+
+    assert (exit_code(signal.SIGINT), exit_code(signal.SIGTERM)) == (EXIT_INTERRUPTED, EXIT_TERMINATED)
+
+
+def test_prove_reads_set_and_the_field_flags_through_the_same_code(tmp_path, monkeypatch):
+    from esper_fx.cli import prove
+
+    monkeypatch.chdir(tmp_path)
+    args = prove.build_parser().parse_args(["--set", "lr=1e-3", "--set", "oracle.slot=r0c2", "--seed", "3",
+                                            "--n-eval-seeds", "2"])
+    config, _, seeds = prove.resolve(args)
+    assert (config.ppo.lr, config.oracle.slot, config.seed) == (1e-3, "r0c2", 3) and len(seeds) == 2
+    declared = {a.dest: (a.option_strings[0], a.markdown_help) for a in prove.build_parser()._actions if a.dest in FLAGS}
+    assert declared == {name: (FLAGS[name].flag, FLAGS[name].help) for name in ("seed", "env_workers", "ray_address")}

@@ -77,7 +77,9 @@ def test_bad_flags_exit_2_with_one_line_and_write_nothing(args, needle, tmp_path
 
 
 def test_parse_sets_reads_json_values_and_nested_keys():
-    assert prove.parse_sets(["lr=1e-3", "slots=[\"r0c0\"]", "oracle.slot=r0c1", "reward_family=accuracy"]) == {
+    from esper_fx.cli.parser import parse_sets  # one implementation for train and prove
+
+    assert parse_sets(["lr=1e-3", "slots=[\"r0c0\"]", "oracle.slot=r0c1", "reward_family=accuracy"]) == {
         "lr": 1e-3, "slots": ["r0c0"], "oracle": {"slot": "r0c1"}, "reward_family": "accuracy"}
 
 

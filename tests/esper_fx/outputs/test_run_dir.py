@@ -14,10 +14,10 @@ import pytest
 import esper_fx
 from esper_fx.training import loop
 from esper_fx.config import TrainingConfig
-from esper_fx.errors import RunDirectoryError
+from esper_fx.errors import EXIT_SETUP_ERROR, RunDirectoryError
 from esper_fx.outputs.history import BatchSummary
 from esper_fx.outputs.events import LOCK_NAME, RunDirectory, metric_columns
-from esper_fx.cli.train import EXIT_CONFIG_ERROR, default_run_dir, main
+from esper_fx.cli.train import default_run_dir, main
 from tests.esper_fx.bad_inputs import snapshot
 
 TINY = dict(
@@ -60,7 +60,7 @@ def test_the_cli_refuses_a_used_run_directory_with_one_line(tmp_path, monkeypatc
     cfg.write_text(json.dumps({**TINY, "controller": "wait"}))
     monkeypatch.chdir(tmp_path)
     before = snapshot(tmp_path)
-    assert main(["--config", "c.json", "--run-dir", "r", "--quiet"]) == EXIT_CONFIG_ERROR
+    assert main(["--config", "c.json", "--run-dir", "r", "--quiet"]) == EXIT_SETUP_ERROR
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "already holds a run" in err[0] and str(tmp_path / "r") in err[0]
     assert snapshot(tmp_path) == before
@@ -120,9 +120,9 @@ def test_default_run_directories_of_one_second_differ_and_stay_recognisable():
 def test_an_empty_run_dir_is_rejected_on_the_command_line_and_in_json(tmp_path, monkeypatch, capsys):
     """Issue 12, defect 3: `--run-dir ""` trained to the end and saved nothing."""
     monkeypatch.chdir(tmp_path)
-    assert main(["--run-dir", ""]) == EXIT_CONFIG_ERROR
+    assert main(["--run-dir", ""]) == EXIT_SETUP_ERROR
     (tmp_path / "c.json").write_text(json.dumps({"run_dir": ""}))
-    assert main(["--config", "c.json"]) == EXIT_CONFIG_ERROR
+    assert main(["--config", "c.json"]) == EXIT_SETUP_ERROR
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all("run_dir" in line for line in err)
     assert sorted(os.listdir(tmp_path)) == ["c.json"]

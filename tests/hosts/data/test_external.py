@@ -1,4 +1,4 @@
-"""CIFAR-10 (§6.2) and TinyStories (§6.5) loaders: local fixtures only, never the network."""
+"""CIFAR-10 (BEHAVIOUR §6.2) and TinyStories (§6.5) loaders: local fixtures only, never the network."""
 
 import builtins
 import sys

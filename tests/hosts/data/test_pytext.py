@@ -1,4 +1,4 @@
-"""pytext (SPEC §6.7, §15.60): the standard library as a deterministic byte-level LM corpus."""
+"""pytext (BEHAVIOUR §6.7): the standard library as a deterministic byte-level LM corpus."""
 
 import time
 import zlib

@@ -1,4 +1,4 @@
-"""shapes10 (SPEC §6.6, §15.60): a pure, balanced, normalised, augmentation-invariant offline dataset."""
+"""shapes10 (BEHAVIOUR §6.6): a pure, balanced, normalised, augmentation-invariant offline dataset."""
 
 import hashlib
 import subprocess

@@ -1,4 +1,4 @@
-"""Epoch plans, device augmentation, validation batches and the DataFeed (SPEC §6.3, §6.4, §15.56–57)."""
+"""Epoch plans, device augmentation, validation batches and the DataFeed (BEHAVIOUR §6.3, §6.4)."""
 
 import pytest
 import torch
@@ -65,7 +65,7 @@ def test_make_generator_leaves_the_global_rng_alone():
 
 
 # ------------------------------------------------------------------------------------------
-# steps and plans (§15.56)
+# steps and plans (BEHAVIOUR §6.3)
 # ------------------------------------------------------------------------------------------
 
 
@@ -145,7 +145,7 @@ def test_plan_without_augmentation_has_no_draws():
 
 
 # ------------------------------------------------------------------------------------------
-# augmentation (§15.57)
+# augmentation (BEHAVIOUR §6.4)
 # ------------------------------------------------------------------------------------------
 
 

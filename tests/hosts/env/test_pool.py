@@ -1,4 +1,4 @@
-"""EnvPool: the multi-env epoch engine (SPEC §7.2–§7.5; acceptance properties 17, 18, 20, 29–31, 56)."""
+"""EnvPool: the multi-env epoch engine (BEHAVIOUR §7.2–§7.5)."""
 
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ def fake_image_data(n_train: int = 1024, n_test: int = 256, seed: int = 0) -> Ta
 
 
 def make_config(**overrides) -> TrainingConfig:
-    """The pool under SPEC §9.1's masks (CULL from age 1, GERMINATE beside a developing seed); the
-    LEARNING masks (min_cull_age 9, one_seed_at_a_time) are tested in tests/hosts/signals/test_masks.py."""
+    """The pool under the reference's masks (BEHAVIOUR §9.1: CULL from age 1, GERMINATE beside a developing
+    seed); the LEARNING masks (min_cull_age 9, one_seed_at_a_time) are tested in tests/hosts/signals/test_masks.py."""
     base = dict(task="shapes10", n_envs=2, max_epochs=8, slots=("r0c1",), device="cpu", batch_size_per_env=64,
                 max_train_batches=3, synthetic_train_samples=2048, synthetic_test_samples=512, val_samples=256,
                 min_cull_age=1, one_seed_at_a_time=False, germination_deadline=False)
@@ -187,7 +187,7 @@ def test_per_env_fields_report_epoch_metrics_and_accounting(shapes10_data):
 
 
 # ------------------------------------------------------------------------------------------
-# masks and telemetry for scripted slot states (§9.1, §8.4)
+# masks and telemetry for scripted slot states (BEHAVIOUR §9.1, §8.4)
 # ------------------------------------------------------------------------------------------
 
 
@@ -329,7 +329,7 @@ def test_language_model_validation_loss_is_token_weighted_over_the_fixed_set():
 
 
 # ------------------------------------------------------------------------------------------
-# counterfactual (§7.3 phase 2, §7.3 phase 6)
+# counterfactual (BEHAVIOUR §7.3 phase 2, §7.3 phase 6)
 # ------------------------------------------------------------------------------------------
 
 
@@ -367,7 +367,7 @@ def test_a_training_seed_has_no_contribution(shapes10_data):
 
 
 # ------------------------------------------------------------------------------------------
-# actions (§7.4) and step_epoch (§7.3 step 10.7)
+# actions (BEHAVIOUR §7.4) and step_epoch (§7.3 step 10.7)
 # ------------------------------------------------------------------------------------------
 
 
@@ -586,7 +586,7 @@ def test_a_non_finite_gradient_measurement_leaves_the_ratio_ema_alone(shapes10_d
 
 
 # ------------------------------------------------------------------------------------------
-# governor (§5.3, §5.4, §7.3 phase 4)
+# governor (BEHAVIOUR §5.3, §5.4, §7.3 phase 4)
 # ------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""CNNHost (SPEC §3.1, §15.21–22)."""
+"""CNNHost (BEHAVIOUR §3.1)."""
 
 import pytest
 import torch

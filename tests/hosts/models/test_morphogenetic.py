@@ -1,4 +1,4 @@
-"""MorphogeneticModel routing, accounting and isolation (SPEC §3.3, §3.4, §15.15–18, §15.21–22)."""
+"""MorphogeneticModel routing, accounting and isolation (BEHAVIOUR §3.3, §3.4, §2.2)."""
 
 import copy
 
@@ -26,7 +26,7 @@ def tf_model(slots=("r0c0", "r0c1", "r0c2")):
     return MorphogeneticModel(tiny_transformer(), list(slots), "transformer", task_config=CIFAR_TASK)
 
 
-# ------------------------------------------------------------------ §15.22 empty model == host
+# ------------------------------------------------------------------ BEHAVIOUR §3.3 empty model == host
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_unknown_topology_raises():
         MorphogeneticModel(CNNHost(), ["r0c1"], "rnn")
 
 
-# ------------------------------------------------------------------ §3.4 parameter accounting
+# ------------------------------------------------------------------ BEHAVIOUR §3.4 parameter accounting
 
 
 def test_host_parameters_count_tied_weight_once():
@@ -133,7 +133,7 @@ def test_model_cull_and_fossilize_delegate():
     assert model.cull("r0c0") is False
 
 
-# ------------------------------------------------------------------ isolation (§2.2, §15.13, §15.15)
+# ------------------------------------------------------------------ isolation (BEHAVIOUR §2.2, §2.3)
 
 
 def test_training_seed_leaves_host_gradients_bit_identical():
@@ -190,7 +190,7 @@ def test_transformer_blending_turns_isolation_off_and_host_gets_seed_path_gradie
     assert model.host.layers[0].mlp.c_fc.weight.grad.abs().sum() > 0
 
 
-# ------------------------------------------------------------------ §15.16 counterfactual
+# ------------------------------------------------------------------ counterfactual (BEHAVIOUR §2.11)
 
 
 @pytest.mark.parametrize("stage", [S.BLENDING, S.PROBATIONARY, S.FOSSILIZED])
@@ -247,7 +247,7 @@ def test_fused_counterfactual_pass_equals_one_forced_forward_per_slot(make, blue
                     torch.testing.assert_close(counterfactual[slot_id], model(x), rtol=1e-5, atol=1e-5)
 
 
-# ------------------------------------------------------------------ §15.18 gate trains
+# ------------------------------------------------------------------ the gate trains (BEHAVIOUR §2.12)
 
 
 def test_gate_enters_seed_optimizer_and_changes_after_one_step():

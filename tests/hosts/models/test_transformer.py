@@ -1,4 +1,4 @@
-"""TransformerHost (SPEC §3.2, §15.21, §15.25)."""
+"""TransformerHost (BEHAVIOUR §3.2)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Blueprint registry (SPEC §4, §15.23–24)."""
+"""Blueprint registry (BEHAVIOUR §4)."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ from esper_fx.contracts import BLUEPRINT_NAMES
 from hosts.seeds import blueprints as bp
 from tests.hosts.param_count import count_parameters
 
-CNN_TABLE = {  # §4.3 at C = 8 / 16 / 32 / 64 / 128
+CNN_TABLE = {  # BEHAVIOUR §4.3 at C = 8 / 16 / 32 / 64 / 128
     "noop": (0, 0, 0, 0, 0),
     "norm": (17, 33, 65, 129, 257),
     "attention": (32, 128, 512, 2048, 8192),
@@ -19,7 +19,7 @@ CNN_TABLE = {  # §4.3 at C = 8 / 16 / 32 / 64 / 128
     "conv_light": (592, 2336, 9280, 36992, 147712),
     "conv_heavy": (1184, 4672, 18560, 73984, 295424),
 }
-TF_TABLE = {  # §4.4 at D = 384 / 128
+TF_TABLE = {  # BEHAVIOUR §4.4 at D = 384 / 128
     "noop": (0, 0),
     "norm": (769, 257),
     "lora": (6144, 2048),

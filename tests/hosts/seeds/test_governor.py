@@ -1,4 +1,4 @@
-"""Governor (SPEC §5, §15.26–30)."""
+"""Governor (BEHAVIOUR §5)."""
 
 import math
 
@@ -22,7 +22,7 @@ def governor(**kw):
     return Governor(model(), **kw)
 
 
-# ------------------------------------------------------------------ §5.2 check
+# ------------------------------------------------------------------ BEHAVIOUR §5.2 check
 
 
 @pytest.mark.parametrize("loss", [math.nan, math.inf, -math.inf])
@@ -102,7 +102,7 @@ def test_punishment_is_minus_death_penalty():
     assert governor().punishment == -10.0
 
 
-# ------------------------------------------------------------------ §5.3 snapshot and rollback
+# ------------------------------------------------------------------ BEHAVIOUR §5.3 snapshot and rollback
 
 
 def populated():
@@ -199,7 +199,7 @@ def test_rollback_keeps_parameter_objects_for_the_optimizer():
     assert [id(p) for p in gov.model.host_parameters()] == before
 
 
-# ------------------------------------------------------------------ §15.30 snapshot cadence [fix]
+# ------------------------------------------------------------------ snapshot cadence [fix] (BEHAVIOUR §5.3)
 
 
 def test_snapshot_retaken_only_at_multiples_of_five_after_a_passing_check():

@@ -1,4 +1,4 @@
-"""Gradient-activity ratio (SPEC §2.13, §15.19)."""
+"""Gradient-activity ratio (BEHAVIOUR §2.13)."""
 
 import math
 

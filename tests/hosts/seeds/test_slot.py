@@ -1,4 +1,4 @@
-"""SeedSlot lifecycle, gates, forward semantics and blending (SPEC §1.1–1.3, §2, §15.6, §15.8–18)."""
+"""SeedSlot lifecycle, gates, forward semantics and blending (BEHAVIOUR §1.1–1.3, §2)."""
 
 import math
 from types import SimpleNamespace
@@ -27,7 +27,7 @@ def tf_slot(dim=16, task=CIFAR_TASK):
     return SeedSlot("r0c1", dim, "transformer", task)
 
 
-# ------------------------------------------------------------------ §1.1–1.2 stages and transitions
+# ------------------------------------------------------------------ BEHAVIOUR §1.1–1.2 stages and transitions
 
 
 def test_stage_integer_values():
@@ -79,7 +79,7 @@ def test_metrics_derived_properties():
     assert m.best_val_accuracy == 45.0 and m.epochs_total == 2
 
 
-# ------------------------------------------------------------------ §2.8 timeline (§15.8)
+# ------------------------------------------------------------------ BEHAVIOUR §2.8 timeline
 
 
 def run_timeline(contribution, fossilize_at_g9):
@@ -189,7 +189,7 @@ def test_training_stays_without_gradient_activity():
     assert slot.stage == S.TRAINING
 
 
-# ------------------------------------------------------------------ §2.12 schedules (§15.9)
+# ------------------------------------------------------------------ BEHAVIOUR §2.12 schedules
 
 
 def test_sigmoid_and_linear_progress_tables():
@@ -231,7 +231,7 @@ def test_blend_accepts_algorithm_index():
     assert slot.blend == "gated"
 
 
-# ------------------------------------------------------------------ §2.5 gates (§15.10–11)
+# ------------------------------------------------------------------ BEHAVIOUR §2.5 gates
 
 
 def g2_state(improvement, eis, ratio):
@@ -311,7 +311,7 @@ def test_fossilize_only_from_probationary():
     assert not slot.fossilize().passed and slot.stage == S.TRAINING
 
 
-# ------------------------------------------------------------------ §2.6 probation auto-cull (§15.12)
+# ------------------------------------------------------------------ BEHAVIOUR §2.6 probation auto-cull
 
 
 def probationary_slot(contribution, eis):
@@ -363,7 +363,7 @@ def test_fossil_step_epoch_does_nothing():
     assert slot.stage == S.FOSSILIZED
 
 
-# ------------------------------------------------------------------ §2.2 forward and backward (§15.13–14)
+# ------------------------------------------------------------------ BEHAVIOUR §2.2 forward and backward
 
 
 @pytest.mark.parametrize("make, shape", [(cnn_slot, (4, 8, 6, 6)), (tf_slot, (2, 5, 16))])
@@ -453,7 +453,7 @@ def test_out_of_range_schedule_alpha_is_clamped_in_forward():
     assert torch.equal(slot(h), slot.seed(h))
 
 
-# ------------------------------------------------------------------ §2.3 isolation lifecycle
+# ------------------------------------------------------------------ BEHAVIOUR §2.3 isolation lifecycle
 
 
 @pytest.mark.parametrize("topology, blending_isolated", [("cnn", True), ("transformer", False)])
@@ -479,7 +479,7 @@ def test_isolated_probationary_cnn_slot_blocks_upstream_gradient_with_zeros():
     assert h.grad is not None and torch.count_nonzero(h.grad) == 0
 
 
-# ------------------------------------------------------------------ §2.11 force_alpha
+# ------------------------------------------------------------------ BEHAVIOUR §2.11 force_alpha
 
 
 @pytest.mark.parametrize("stage", [S.BLENDING, S.PROBATIONARY, S.FOSSILIZED])
@@ -526,7 +526,7 @@ def test_force_alpha_nonzero_uses_scalar():
     assert slot.alpha == 1.0
 
 
-# ------------------------------------------------------------------ §2.9 germinate, §2.10 cull (§15.17)
+# ------------------------------------------------------------------ BEHAVIOUR §2.9 germinate, §2.10 cull
 
 
 def test_germinate_records_counts_and_default_seed_id():
@@ -605,7 +605,7 @@ def test_cull_refused_for_fossil_and_nothing_changes():
             slot.isolate_gradients) == snapshot
 
 
-# ------------------------------------------------------------------ gated blend [fix] (§15.18)
+# ------------------------------------------------------------------ gated blend [fix] (BEHAVIOUR §2.12)
 
 
 def test_gate_parameters_separate_from_seed_parameters_and_receive_gradient():

@@ -1,4 +1,4 @@
-"""Action masks (SPEC §9.1; acceptance property §15.32)."""
+"""Action masks (BEHAVIOUR §9.1)."""
 
 from __future__ import annotations
 

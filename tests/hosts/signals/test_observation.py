@@ -1,4 +1,4 @@
-"""Raw observation and per-slot signal fields (SPEC §8.1–§8.4, §3.4; acceptance properties §15.35–36)."""
+"""Raw observation and per-slot signal fields (BEHAVIOUR §8.1–§8.4, §3.4)."""
 
 from __future__ import annotations
 

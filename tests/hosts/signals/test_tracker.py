@@ -1,4 +1,4 @@
-"""SignalTracker (SPEC §8.5; acceptance properties §15.36 and §15.40)."""
+"""SignalTracker (BEHAVIOUR §8.5)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_first_update_has_infinite_loss_delta_and_accuracy_delta_equal_to_val_ac
 
 
 def test_best_val_loss_is_the_minimum_of_the_last_ten_losses():
-    # §15.36: 1.0 followed by 11 x 2.0 -> 2.0 (the 1.0 has left the window).
+    # 1.0 followed by 11 x 2.0 -> 2.0 (the 1.0 has left the window).
     _, out = feed([1.0] + [2.0] * 11, [50.0] * 12)
     assert out[-1].best_val_loss == 2.0
     # While the 1.0 is still among the last 10 it is the best.
