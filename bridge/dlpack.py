@@ -24,6 +24,9 @@ The rules that keep this correct (each one is enforced or documented here):
   until the array is ready. So both functions take ``stream=``: the torch stream that produced (to_jax) or
   will consume (to_torch) the tensors; it is made current for the conversion. No host synchronisation.
   On the CPU the same code runs without streams.
+- **Devices (CUDA).** torch exports a tensor only from the *current* CUDA device, so both directions make
+  the device of the tree's CUDA leaves current for the conversion (a policy on ``cuda:1`` works while
+  ``cuda:0`` is current). A tree's CUDA leaves must all be on one device.
 - **Lifetimes.** `to_jax` returns a `Handoff`: the jax tree plus ``keepalive``, the torch tensors it views.
   Keep the handoff until the JAX computation that reads it has finished (for the loop: until the actions
   have been read back), so the torch caching allocator cannot hand the memory to another kernel while JAX
@@ -143,6 +146,30 @@ def _stream_context(stream: Any) -> contextlib.AbstractContextManager:
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
+def cuda_index(devices: Any) -> int | None:
+    """The one CUDA device index among `devices` (torch.device or (DLPack type, id) pairs), None if none
+    is CUDA; ValueError for CUDA leaves on more than one device."""
+    indices = sorted({d.index for d in devices if d.type == "cuda"})
+    if len(indices) > 1:
+        raise ValueError(f"a tree crossing the bridge must live on one CUDA device (got cuda:{indices})")
+    return indices[0] if indices else None
+
+
+def _device_context(index: int | None) -> contextlib.AbstractContextManager:
+    """Make CUDA device `index` current (torch exports only from the current device); None: no change."""
+    return torch.cuda.device(index) if index is not None else contextlib.nullcontext()
+
+
+def _jax_devices(tree: Any) -> list[torch.device]:
+    """The torch devices of a jax tree's arrays (a GPU array's device id is its CUDA index)."""
+    out = []
+    for leaf in jax.tree_util.tree_leaves(tree):
+        for device in leaf.devices():
+            out.append(torch.device("cuda", device.local_hardware_id) if device.platform in ("gpu", "cuda")
+                       else torch.device("cpu"))
+    return out
+
+
 def exportable(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor DLPack can hand to XLA without a copy: detached, contiguous and aligned.
 
@@ -166,7 +193,8 @@ def to_jax(tree: Any, *, name: str = "tree", stream: Any = None) -> Handoff:
     """
     check_torch_tree(tree, name)
     sources = jax.tree_util.tree_map(exportable, tree)
-    with _stream_context(stream):
+    index = cuda_index(t.device for t in jax.tree_util.tree_leaves(sources))
+    with _device_context(index), _stream_context(stream):
         arrays = jax.tree_util.tree_map(lambda t: jnp.from_dlpack(t, copy=False), sources)
     return Handoff(tree=arrays, keepalive=tuple(jax.tree_util.tree_leaves(sources)))
 
@@ -180,5 +208,5 @@ def to_torch(tree: Any, *, name: str = "tree", stream: Any = None) -> Any:
     TypeError naming each offending leaf. The returned tensors alias JAX's buffers and keep them alive.
     """
     check_jax_tree(tree, name)
-    with _stream_context(stream):
+    with _device_context(cuda_index(_jax_devices(tree))), _stream_context(stream):
         return jax.tree_util.tree_map(lambda a: torch.from_dlpack(a, copy=False), tree)

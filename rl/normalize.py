@@ -1,6 +1,7 @@
 """Observation and reward normalisers as immutable pytrees (BEHAVIOUR §8.6 and §12.9).
 
-`RunningMeanStd`: mean 0, var 1, count 1e-4; `normalize(x) = clip((x − mean)/√(var + 1e-4), ±10)`.
+`RunningMeanStd`: mean 0, var 1, count 1e-4; `normalize(x) = clip((x − mean)/√(var + 1e-4), ±10)`, a NaN
+feature reading as the mean (0), as ±inf reads as ±10.
 `update(X [N, D])` merges the batch's population statistics: EMA mode (momentum m, 0.99 in the loop)
   mean ← m·mean + (1−m)·μ_b;  var ← m·var + (1−m)·σ²_b + m·(1−m)·δ²;  count += N
 or Welford mode (momentum None), a parallel merge with tot = count + N:
@@ -99,10 +100,11 @@ class RunningMeanStd:
         return self.replace(mean=mean, var=var, count=tot)
 
     def normalize(self, x: jax.Array, clip: float = OBS_NORM_CLIP) -> jax.Array:
-        """clip((x − mean)/√(var + eps), −clip, clip)."""
+        """clip((x − mean)/√(var + eps), −clip, clip), with a NaN feature read as the mean (0): a NaN in the
+        observation, left out of the statistics like ±inf, must not reach the policy either."""
         chex.assert_equal_shape_suffix([jnp.asarray(x), self.mean], self.mean.ndim)
         z = (jnp.asarray(x, jnp.float32) - self.mean) / jnp.sqrt(self.var + self.eps)
-        return jnp.clip(z, -clip, clip)
+        return jnp.clip(jnp.where(jnp.isnan(z), 0.0, z), -clip, clip)
 
 
 @flax.struct.dataclass

@@ -158,7 +158,9 @@ def with_sections(base: TrainingConfig, changes: Mapping[str, Any]) -> dict[str,
     for name in SECTIONS:
         if name in out:
             if not isinstance(out[name], Mapping):
-                raise ConfigError(f"{name} must be a JSON object of its keys (got {out[name]!r})")
+                raise ConfigError(f"{name} must be a JSON object of its keys, or set field by field as "
+                                  f"{name}.FIELD=VALUE (fields: {', '.join(field_names(SECTIONS[name]))}; "
+                                  f"got {out[name]!r})")
             out[name] = {**getattr(base, name).to_dict(), **out[name]}
     return out
 

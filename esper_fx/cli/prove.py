@@ -12,7 +12,11 @@ network), or any registered controller name. Evaluation seeds never overlap the 
 The metric is the validation accuracy averaged over the last 3 epochs (`esper_fx.evaluation.episodes`); every pair
 against `wait` and against the trained controller gets a paired difference, its 95% interval and a
 verdict. Output: the table on the console, `<out>/prove.json` (every per-seed number) and `<out>/prove.png`.
-A bad flag prints one line and exits 2 with nothing written.
+
+A bad flag, seed set, arm, output path or (with `--checkpoint`) a change to a field that fixes the policy's
+shapes prints one line and exits 2, found before anything is trained or written. Ctrl-C or SIGTERM writes
+`prove.json` of the evaluation episodes that finished (`"partial": true`; a training run stopped early keeps
+its checkpoint for `python -m esper_fx.train --resume`), prints one message and exits 130 or 143.
 """
 
 from __future__ import annotations
@@ -26,17 +30,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from esper_fx.outputs.checkpoint import CheckpointError
 from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
-from esper_fx.config import PRESET_NAMES, TrainingConfig
+from esper_fx.config import PRESET_NAMES, SEED_MAX, SEED_MIN, TrainingConfig
+from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
 from esper_fx.errors import EXIT_OK, CommandParser, ConfigError
-from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
+from esper_fx.evaluation.comparison import MAX_EVAL_SEEDS
+from esper_fx.outputs.checkpoint import SHAPE_FIELDS, CheckpointError
+from esper_fx.training.stopping import deferred_stops, exit_code, sigterm_stops, stop_signal
 
 NAME = "esper_fx.prove"
 DEFAULT_ARMS = ("ppo", "wait", "random", "heuristic", "oracle", "static_final")
 DEFAULT_EVAL_SEEDS = 8
 DEFAULT_EVAL_SEED_OFFSET = 900_000
 LEARNED_ARMS = {"ppo": True, "ppo_sampled": False}  # arm -> greedy
+# Fields a trained policy's shapes (or what its observations mean) depend on: `--checkpoint` keeps them.
+# (n_envs is not one: evaluation runs one env per episode.)
+POLICY_FIELDS = tuple(name for name in SHAPE_FIELDS if name != "n_envs")
 
 
 ProveError = ConfigError  # a bad flag or configuration: one line, exit 2, nothing written
@@ -73,8 +82,9 @@ def build_parser() -> CommandParser:
 # ----------------------------------------------------------------------------------------------
 
 
-def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
+def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list[int]]:
     """(base config, the trained policy to evaluate or None, evaluation seeds). Raises ProveError."""
+    seeds = eval_seeds(args)
     policy = None
     try:
         if args.checkpoint is not None:
@@ -89,16 +99,15 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
         config = base.replace(**changes, run_dir=None, resume_path=None) if changes else base
     except (ValueError, TypeError, OSError, CheckpointError) as exc:
         raise ProveError(str(exc)) from None
+    if policy is not None:
+        check_policy_fields(base, config, args.checkpoint)
     if config.env_workers > 0 and not ray_installed():
         raise ProveError(f"--env-workers {config.env_workers}: {INSTALL_HINT}")
-    if args.eval_seeds is not None:
-        seeds = list(args.eval_seeds)
-    else:
-        if args.n_eval_seeds < 1:
-            raise ProveError(f"--n-eval-seeds must be >= 1 (got {args.n_eval_seeds})")
-        seeds = list(range(args.eval_seed_offset, args.eval_seed_offset + args.n_eval_seeds))
-    if len(set(seeds)) != len(seeds):
-        raise ProveError(f"evaluation seeds must be distinct (got {seeds})")
+    if config.env_workers > 0:
+        try:
+            check_ray_address(config.ray_address)
+        except RayAddressError as exc:
+            raise ProveError(str(exc)) from None
     from esper_fx.evaluation.comparison import check_disjoint
 
     try:
@@ -108,17 +117,92 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, list[int]]:
     return config, policy, seeds
 
 
-def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict[str, Any]:
-    """Arm name -> a `compare` arm. Learned arms share one trained policy (trained once)."""
-    from esper_fx.evaluation.comparison import STATIC_FINAL, Trained
-    from esper_fx.controllers.registry import REGISTRY
+def eval_seeds(args: argparse.Namespace) -> range | list[int]:
+    """The evaluation seeds: `--eval-seeds`, or `--n-eval-seeds` from `--eval-seed-offset` (a range, never
+    enumerated here), each a signed 64-bit seed, distinct, at most MAX_EVAL_SEEDS."""
+    if args.eval_seeds is not None:
+        seeds = list(args.eval_seeds)
+        outside = [s for s in seeds if not SEED_MIN <= s <= SEED_MAX]
+        if outside:
+            raise ProveError(f"--eval-seeds: {outside[0]} is not a signed 64-bit seed (from {SEED_MIN} to {SEED_MAX})")
+        if len(set(seeds)) != len(seeds):
+            raise ProveError(f"evaluation seeds must be distinct (got {seeds})")
+    else:
+        n, first = args.n_eval_seeds, args.eval_seed_offset
+        if n < 1:
+            raise ProveError(f"--n-eval-seeds must be >= 1 (got {n})")
+        if n > MAX_EVAL_SEEDS:
+            raise ProveError(f"--n-eval-seeds {n}: at most {MAX_EVAL_SEEDS} (one episode per arm and seed)")
+        if not (SEED_MIN <= first and first + n - 1 <= SEED_MAX):
+            raise ProveError(f"--eval-seed-offset {first} with --n-eval-seeds {n}: the evaluation seeds must be "
+                             f"signed 64-bit seeds (from {SEED_MIN} to {SEED_MAX})")
+        seeds = range(first, first + n)
+    if len(seeds) > MAX_EVAL_SEEDS:
+        raise ProveError(f"--eval-seeds lists {len(seeds)} seeds: at most {MAX_EVAL_SEEDS}")
+    return seeds
 
+
+def _policy_value(config: TrainingConfig, name: str) -> Any:
+    values = {"slots": list(config.enabled_slots), "blueprint_menu": list(config.menu),
+              "controller": config.controller_name}
+    return values[name] if name in values else config.to_dict()[name]
+
+
+def check_policy_fields(trained: TrainingConfig, config: TrainingConfig, checkpoint: str) -> None:
+    """A checkpoint's policy is evaluated only on what it was trained for: `--set` may not change a field
+    its shapes (or the meaning of its observations) depend on."""
+    for name in POLICY_FIELDS:
+        before, after = _policy_value(trained, name), _policy_value(config, name)
+        if before != after:
+            raise ProveError(f"--set {name}: the policy of {checkpoint} was trained with {name} {before!r}; "
+                             f"it cannot be evaluated with {after!r} (drop --set {name}, or train a new run)")
+
+
+def check_outputs(out: Path, json_path: Path | None) -> None:
+    """The output directory can be created (or is an empty, writable directory) and `--json` names a file
+    in an existing directory (or in the output directory); checked before anything runs or is written."""
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise ProveError(f"--out {out}: exists and is not a directory")
+        if any(out.iterdir()):
+            raise ProveError(f"output directory {out} is not empty")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise ProveError(f"--out {out}: the directory is not writable")
+    else:
+        ancestor = next((p for p in out.parents if p.exists()), Path(out.anchor))
+        if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+            raise ProveError(f"--out {out}: cannot be created ({ancestor} is not a writable directory)")
+    if json_path is None:
+        return
+    if json_path.is_dir():
+        raise ProveError(f"--json {json_path}: is a directory (name a file)")
+    parent = json_path.parent
+    if parent == out:
+        return
+    if not parent.is_dir():
+        raise ProveError(f"--json {json_path}: its directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (json_path.exists() and not os.access(json_path, os.W_OK)):
+        raise ProveError(f"--json {json_path}: not writable")
+
+
+def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict[str, Any]:
+    """Arm name -> a `compare` arm. Learned arms share one trained policy (trained once). Every arm is
+    checked against the configuration here (e.g. the oracle's schedule against the enabled slots)."""
+    from esper_fx.controllers.registry import REGISTRY
+    from esper_fx.evaluation.comparison import STATIC_FINAL, Trained
+
+    if len(set(names)) != len(names):
+        raise ProveError(f"--arms lists an arm twice: {list(names)}")
     arms: dict[str, Any] = {}
     for name in names:
         if name in LEARNED_ARMS:
             source = Trained(config, policy) if policy is not None else config.controller_name
             arms[name] = {"controller": source, "greedy": LEARNED_ARMS[name]}
         elif name == STATIC_FINAL:
+            source = next((n for n in names if n in LEARNED_ARMS), "oracle")
+            if source not in names[:names.index(name)]:
+                raise ProveError(f"--arms: static_final rebuilds the architecture {source!r} ended with; list "
+                                 f"{source!r} before it")
             arms[name] = STATIC_FINAL
         else:
             try:
@@ -126,9 +210,11 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict
             except ValueError:
                 raise ProveError(f"unknown arm {name!r}: use ppo, ppo_sampled, static_final or a controller name "
                                  f"{REGISTRY.choices()}") from None
+            try:
+                config.replace(controller=name)
+            except (ValueError, TypeError) as exc:
+                raise ProveError(f"arm {name!r}: {exc}") from None
             arms[name] = name
-    if len(set(names)) != len(names):
-        raise ProveError(f"--arms lists an arm twice: {list(names)}")
     return arms
 
 
@@ -145,24 +231,48 @@ def out_dir(args: argparse.Namespace) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-        config, policy, seeds = resolve(args)
-        arms = arm_table(args.arms, config, policy)
-        out = out_dir(args)
-        if out.exists() and any(out.iterdir()):
-            raise ProveError(f"output directory {out} is not empty")
-    except ConfigError as exc:
-        return CommandParser(NAME).fail(exc)
-    return run_prove(args, config, arms, seeds, out)
+    """The exit code of one command line: 0 done, 2 a bad input (one line, nothing written), 1 a run that
+    cannot go on, 130 / 143 stopped by Ctrl-C / SIGTERM (prove.json of the finished episodes written)."""
+    with sigterm_stops():
+        try:
+            args = build_parser().parse_args(argv)
+            config, policy, seeds = resolve(args)
+            arms = arm_table(args.arms, config, policy)
+            out = out_dir(args)
+            json_path = Path(os.path.abspath(args.json)) if args.json else None
+            check_outputs(out, json_path)
+        except ConfigError as exc:
+            return CommandParser(NAME).fail(exc)
+        except KeyboardInterrupt as stop:
+            print(f"\nesper_fx.prove: interrupted ({_signal_name(stop_signal(stop))}) before anything ran",
+                  file=sys.stderr)
+            return exit_code(stop_signal(stop))
+        return run_prove(args, config, arms, list(seeds), out, json_path or out / "prove.json")
 
 
 def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, Any], seeds: list[int],
-              out: Path) -> int:
+              out: Path, json_path: Path) -> int:
+    """Train, evaluate, write; a stop writes what finished, a setup problem or a failed run is one line."""
+    from esper_fx.cli.run import _error_exit_code, one_line
+    from esper_fx.training.run_state import Interrupted
+
+    started = time.perf_counter()
+    try:
+        return _run_prove(args, config, arms, seeds, out, json_path, started)
+    except (KeyboardInterrupt, Interrupted) as stop:
+        return _stopped(args, config, seeds, json_path, stop, started)
+    except Exception as exc:  # noqa: BLE001 - sorted below; anything else is a bug and keeps its traceback
+        code = _error_exit_code(exc)
+        if code is None:
+            raise
+        print(f"esper_fx.prove: error: {one_line(exc)}", file=sys.stderr)
+        return code
+
+
+def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
     from esper_fx.cli.run import limit_cpu_threads
     from esper_fx.evaluation.comparison import compare
 
-    started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     say = (lambda line: None) if args.quiet else (lambda line: print(line, flush=True))
     limit_cpu_threads(config, say)
@@ -171,18 +281,70 @@ def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, 
     table = compare(arms, config, seeds, progress=say, train_dir=str(out / "train"), quiet_training=args.quiet)
     wall = time.perf_counter() - started
     print(table.to_text())
-    json_path = Path(args.json) if args.json else out / "prove.json"
-    report = {**table.to_dict(), "command": sys.argv, "config": config.to_dict(), "wall_s": wall,
-              "training": {arm: {"run_dir": r.run_dir, "episodes": r.summary["episodes"],
-                                 "wall_s": r.summary["wall_time_s"]} for arm, r in table.trained.items()}}
-    with open(json_path, "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=2)
-        fh.write("\n")
-    table.plot(out / "prove.png", title=f"{config.task.value}: {len(seeds)} evaluation seeds")
+    with deferred_stops(reraise=False):  # the evaluation is complete: a late stop waits for its record
+        write_json(json_path, report_of(table, config, wall))
+    try:
+        table.plot(out / "prove.png", title=f"{config.task.value}: {len(seeds)} evaluation seeds")
+    except KeyboardInterrupt as stop:
+        print(f"esper_fx.prove: prove.png not written ({_signal_name(stop_signal(stop))}); the results are in "
+              f"{json_path}", file=sys.stderr)
+        return exit_code(stop_signal(stop))
     for arm, r in table.trained.items():
         print(f"trained {arm}: {r.summary['episodes']} episodes in {r.summary['wall_time_s']:.0f} s")
     print(f"prove: {wall:.0f} s in all; wrote {json_path} and {out / 'prove.png'}")
     return EXIT_OK
+
+
+def report_of(table: Any, config: TrainingConfig, wall: float, stopped: dict[str, Any] | None = None) -> dict:
+    """prove.json: the table, the command, the configuration, the training runs (and how it was stopped)."""
+    report = {**table.to_dict(), "command": sys.argv, "config": config.to_dict(), "wall_s": wall,
+              "training": {arm: {"run_dir": r.run_dir, "episodes": r.summary["episodes"],
+                                 "wall_s": r.summary["wall_time_s"]} for arm, r in table.trained.items()}}
+    if stopped is not None:
+        report["stopped"] = stopped
+    return report
+
+
+def write_json(path: Path, report: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=2)
+        fh.write("\n")
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
+
+
+def _stopped(args, config: TrainingConfig, seeds: list[int], json_path: Path, stop: BaseException,
+             started: float) -> int:
+    """After Ctrl-C or SIGTERM: prove.json of the finished episodes (marked partial), one message, the exit
+    code of the signal. A second signal meanwhile is ignored: prove is stopping."""
+    from esper_fx.evaluation.comparison import ComparisonTable
+
+    signum = int(getattr(stop, "signum", stop_signal(stop)))
+    table = getattr(stop, "partial", None) or ComparisonTable([], [], {}, {}, list(seeds), True)
+    finished = sum(len(eps) for eps in table.episodes.values())
+    stopped = {"signal": _signal_name(signum), "episodes_finished": finished}
+    training = getattr(stop, "run_dir", None)  # loop.Interrupted: a training run stopped early
+    if training is not None:
+        stopped.update(training_run_dir=training, training_checkpoint=stop.checkpoint)
+    with deferred_stops(reraise=False):
+        try:
+            if json_path.parent.is_dir():
+                write_json(json_path, report_of(table, config, time.perf_counter() - started, stopped))
+                wrote = f"wrote {json_path} (partial)"
+            else:
+                wrote = "nothing written"
+        except OSError as exc:
+            wrote = f"could not write {json_path}: {exc.strerror or exc}"
+    resume = ""
+    if training is not None and stop.checkpoint:
+        resume = f"; the training run keeps a checkpoint: python -m esper_fx.train --resume {training}"
+    print(f"\nesper_fx.prove: interrupted ({stopped['signal']}): {finished} evaluation episode(s) of "
+          f"{len(seeds) * max(1, len(args.arms))} finished; {wrote}{resume}", file=sys.stderr)
+    return exit_code(signum)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,57 @@ without Ray instantly:
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import re
+import socket
 import warnings
 from dataclasses import dataclass
 
+from esper_fx.errors import SetupError
 from esper_fx.training.stopping import deferred_stops
 
 INSTALL_HINT = "env workers need Ray: pip install -e '.[ray]'"
+# A cluster address: HOST:PORT (the head's GCS, `ray start --head`) or ray://HOST:PORT (Ray Client); "auto"
+# finds the cluster this machine runs. HOST may be a name, an IPv4 address or a bracketed IPv6 address.
+RAY_ADDRESS = re.compile(r"(?:ray://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})")
+RAY_ADDRESS_KEYWORDS = ("auto",)
+RAY_CONNECT_TIMEOUT_S = 3.0  # a reachable head answers a TCP connect at once; an unreachable one never does
+
+
+class RayAddressError(SetupError, ConnectionError):
+    """--ray-address names no cluster this machine can reach (or is not an address at all)."""
+
+
+def check_ray_address(address: str | None, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """A joinable address, checked before Ray is asked (which took 24 s and 20 lines of logging to fail):
+    its form, then a TCP connect to HOST:PORT within `timeout_s`. None (a local Ray) and "auto" pass."""
+    if address is None or address in RAY_ADDRESS_KEYWORDS:
+        return
+    match = RAY_ADDRESS.fullmatch(address.strip())
+    if match is None or not 0 < int(match["port"]) < 65536:
+        raise RayAddressError(f"ray_address {address!r} is not a Ray address: use HOST:PORT (the head node's, "
+                              f"e.g. 10.0.0.1:6379), ray://HOST:PORT or auto")
+    host = match["host"].strip("[]")
+    try:
+        socket.create_connection((host, int(match["port"])), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        raise RayAddressError(f"ray_address {address!r}: no Ray cluster reachable there ({reason} within "
+                              f"{timeout_s:g} s; start one with `ray start --head`)") from None
+
+
+@contextlib.contextmanager
+def quiet_ray_logging():
+    """Ray's own loggers say only errors meanwhile (a failed join logged some 20 lines before its error)."""
+    logger = logging.getLogger("ray")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def ray_installed() -> bool:
@@ -56,6 +100,7 @@ class RaySession:
         ray = require_ray()
         if ray.is_initialized():
             return cls(owned=False, joined=False)
+        check_ray_address(address)
         runtime_env = {"env_vars": {"PYTHONPATH": _pythonpath()}}
         local = address is None
         # Ctrl-C / SIGTERM are held until Ray has started (then raised): an interrupted start left Ray's
@@ -68,7 +113,8 @@ class RaySession:
                     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, min_cpus), include_dashboard=False,
                              runtime_env=runtime_env, configure_logging=False)
                 else:
-                    ray.init(address=address, runtime_env=runtime_env, configure_logging=False)
+                    with quiet_ray_logging():
+                        ray.init(address=address, runtime_env=runtime_env, configure_logging=False)
         except BaseException:  # a failed start, or a stop held during it: leave nothing running
             with deferred_stops(reraise=False):
                 ray.shutdown()

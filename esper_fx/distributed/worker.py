@@ -36,10 +36,28 @@ class WorkerStep(NamedTuple):
     cpu_s: float  # the worker process's CPU time in the step
 
 
+def one_gpu_device(name: str, gpu: bool) -> str:
+    """A device name as a Ray worker or task spells it: with a GPU from Ray (or a share of one), which it
+    sees as cuda:0, every CUDA device (and "auto") is cuda:0; a cpu entry stays on the CPU."""
+    name = str(name)
+    if not gpu:
+        return "cpu"
+    return "cuda:0" if name.startswith("cuda") or name == "auto" else name
+
+
 def worker_config(config: TrainingConfig, gpu: bool) -> TrainingConfig:
-    """The slice's pool settings: signals are built on the CPU (they leave as numpy); with a GPU the
-    worker's envs run on the device Ray gives it (or a share of it), which it sees as cuda:0."""
-    return config.replace(device="cpu", env_devices=("cuda:0",) if gpu else ("cpu",))
+    """The slice's pool settings: signals are built on the CPU (they leave as numpy); each env keeps its
+    kind of device, a CUDA env on the device Ray gives the worker, a cpu env on the CPU (the list's
+    round-robin over envs is kept)."""
+    listed = config.env_devices or (config.device,)
+    return config.replace(device="cpu", env_devices=tuple(one_gpu_device(d, gpu) for d in listed))
+
+
+def one_gpu_config(config: Any, gpu: bool) -> Any:
+    """A TrainingConfig as a Ray task with one GPU (or none) must spell its devices."""
+    envs = config.env_devices
+    return config.replace(device=one_gpu_device(config.device, gpu),
+                          env_devices=None if envs is None else tuple(one_gpu_device(d, gpu) for d in envs))
 
 
 def to_numpy(signals: dict[str, torch.Tensor] | None) -> dict[str, np.ndarray] | None:

@@ -20,6 +20,10 @@ An arm is
 
 `python -m esper_fx.prove` is this function with a command line, files and a plot.
 
+Stopped by Ctrl-C or SIGTERM (a `KeyboardInterrupt`, or `loop.Interrupted` from a learning arm's training),
+`compare` re-raises the same exception with `.partial`: a `ComparisonTable` (`partial=True`) of the
+episodes that finished, paired over the seeds both arms of a pair finished.
+
 With `config.env_workers` > 0 the evaluation episodes run as Ray tasks, at most env_workers at a time
 (`esper_fx.evaluation.ray_tasks`), and the learning arms train with that many Ray env workers: the same per-seed
 numbers as a serial comparison. Ray is joined at `config.ray_address`, or started for the comparison.
@@ -35,11 +39,12 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from esper_fx.config import SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation import stats
-from esper_fx.config import TrainingConfig
 
 STATIC_FINAL = "static_final"
 BASELINE = "wait"
+MAX_EVAL_SEEDS = 100_000  # one episode per arm and seed: far beyond any useful comparison, small in memory
 
 
 class Trained(NamedTuple):
@@ -56,6 +61,7 @@ class ComparisonTable:
     episodes: dict[str, list[Any]] = field(default_factory=dict)
     trained: dict[str, Any] = field(default_factory=dict)  # arm -> the training RunResult
     seeds: list[int] = field(default_factory=list)
+    partial: bool = False  # stopped before every arm ran on every seed: the episodes that finished
 
     def row(self, arm: str) -> dict[str, Any]:
         for r in self.rows:
@@ -72,7 +78,8 @@ class ComparisonTable:
     def to_text(self) -> str:
         header = (f"{'arm':<16} {'accuracy % (mean ± sd)':>23} {'params added':>12} {'germinated':>10} "
                   f"{'fossilized':>10} {'culled':>7}")
-        lines = [f"{len(self.seeds)} evaluation seeds; accuracy = validation accuracy averaged over the last epochs",
+        lines = [f"{len(self.seeds)} evaluation seeds; accuracy = validation accuracy averaged over the last epochs"
+                 + ("; PARTIAL: stopped early, only the finished episodes" if self.partial else ""),
                  header, "-" * len(header)]
         for r in self.rows:
             acc = f"{r['accuracy_mean']:.2f} ± {r['accuracy_sd']:.2f}"
@@ -108,7 +115,7 @@ class ComparisonTable:
         """Plain JSON values (an unbounded interval, from one seed, is null)."""
         pairs = [{k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in p.items()}
                  for p in self.pairs]
-        return {"seeds": self.seeds, "rows": self.rows, "pairs": pairs,
+        return {"seeds": self.seeds, "partial": self.partial, "rows": self.rows, "pairs": pairs,
                 "episodes": {arm: [e.to_dict() for e in eps] for arm, eps in self.episodes.items()}}
 
     def plot(self, path=None, title: str | None = None):
@@ -161,9 +168,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     """
     if not arms:
         raise ValueError("compare needs at least one arm")
-    seeds = [int(s) for s in seeds]
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"compare needs distinct evaluation seeds (got {seeds})")
+    seeds = check_seeds(seeds)
     say = progress or (lambda line: None)
     with episode_runner(config) as run_arm:
         return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm)
@@ -188,9 +193,34 @@ def episode_runner(config: TrainingConfig):
 
 
 def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm):
+    from esper_fx.training.run_state import Interrupted
+
+    trained, learned, finished = {}, [], {}  # finished: arm -> its episodes so far
+    try:
+        _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_training, run_arm, trained, learned,
+                  finished)
+    except (KeyboardInterrupt, Interrupted) as stop:
+        stop.partial = table_of(finished, trained, learned, baseline, seeds, partial=True)
+        raise
+    return table_of(finished, trained, learned, baseline, seeds)
+
+
+def table_of(episodes: Mapping[str, list[Any]], trained: dict[str, Any], learned: list[str], baseline: str | None,
+             seeds: list[int], partial: bool = False) -> ComparisonTable:
+    """The table of the arms' episodes (arms without any left out)."""
+    episodes = {name: list(eps) for name, eps in episodes.items() if eps}
+    rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
+    return ComparisonTable(rows, paired(episodes, baseline, learned[0] if learned else None), episodes, trained,
+                           seeds, partial)
+
+
+def _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_training, run_arm, trained, learned,
+              finished) -> None:
+    """Build (train) every arm, then run each on every seed; `trained`, `learned` and `finished` fill as
+    they go (so a stop keeps what finished)."""
     from esper_fx.evaluation import episodes as ev
 
-    built, trained, learned, cache = {}, {}, [], {}
+    built, cache = {}, {}
     for name, arm in arms.items():
         if _is_static_final(arm):
             continue
@@ -199,16 +229,17 @@ def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, qui
             learned.append(name)
         if result is not None:
             trained[name] = result
-    episodes: dict[str, list[Any]] = {}
     for name, arm in arms.items():
         if _is_static_final(arm):
             source = _static_source(static_final_of, learned, arms)
-            built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=_fossils_of(episodes[source]))
-        episodes[name] = run_arm(built[name], seeds, on_episode=lambda e: say(
-            f"compare: {e.arm} seed {e.seed}: accuracy {e.accuracy:.2f}% ({e.wall_s:.1f} s)"))
-    rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
-    return ComparisonTable(rows, paired(episodes, baseline, learned[0] if learned else None), episodes, trained,
-                           seeds)
+            built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=_fossils_of(finished[source]))
+        done = finished.setdefault(name, [])
+
+        def on_episode(e, done=done):
+            done.append(e)
+            say(f"compare: {e.arm} seed {e.seed}: accuracy {e.accuracy:.2f}% ({e.wall_s:.1f} s)")
+
+        finished[name] = run_arm(built[name], seeds, on_episode=on_episode)
 
 
 def _is_static_final(arm: Any) -> bool:
@@ -265,7 +296,8 @@ def _build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], tr
 
 
 def training_seeds(config: TrainingConfig) -> set[int]:
-    """Every env seed a training run of `config` uses: seed + 10000·b + 1000·i (hosts.env.pool)."""
+    """Every env seed a training run of `config` uses: seed + 10000·b + 1000·i (hosts.env.pool). Enumerates
+    them: for small runs only (`check_disjoint` compares ranges instead)."""
     from hosts.env.pool import BATCH_SEED_STRIDE, ENV_SEED_STRIDE
 
     n_batches = -(-config.n_episodes // config.n_envs)
@@ -273,12 +305,58 @@ def training_seeds(config: TrainingConfig) -> set[int]:
             for b in range(n_batches) for i in range(config.n_envs)}
 
 
-def check_disjoint(config: TrainingConfig, seeds: Sequence[int]) -> None:
-    """ValueError naming the seeds that a training run of `config` also uses."""
-    overlap = sorted(set(int(s) for s in seeds) & training_seeds(config))
+def training_seeds_between(config: TrainingConfig, low: int, high: int, limit: int = 8) -> list[int]:
+    """Up to `limit` training env seeds of `config` in [low, high], smallest first, found arithmetically:
+    env i's seeds are the progression seed + 1000·i + 10000·b for b in [0, n_batches), so each env takes
+    O(1) whatever the number of batches or the width of the range (at most n_envs ≤ 1024 steps)."""
+    from hosts.env.pool import BATCH_SEED_STRIDE, ENV_SEED_STRIDE
+
+    n_batches = -(-config.n_episodes // config.n_envs)
+    found: set[int] = set()
+    for i in range(config.n_envs):
+        base = config.seed + ENV_SEED_STRIDE * i
+        first = max(0, -((base - low) // BATCH_SEED_STRIDE))  # ceil((low - base) / stride), at least 0
+        last = min(n_batches - 1, (high - base) // BATCH_SEED_STRIDE)
+        found.update(base + BATCH_SEED_STRIDE * b for b in range(first, min(last, first + limit - 1) + 1))
+    return sorted(found)[:limit]
+
+
+def seed_ranges(seeds: Sequence[int] | range) -> list[tuple[int, int]]:
+    """The seeds as inclusive (low, high) ranges of consecutive integers: one for a contiguous `range` (never
+    enumerated), else the sorted seeds' runs."""
+    if isinstance(seeds, range) and seeds.step == 1:
+        return [(seeds.start, seeds.stop - 1)] if len(seeds) else []
+    out: list[tuple[int, int]] = []
+    for s in sorted(int(s) for s in seeds):
+        if out and s <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], s))
+        else:
+            out.append((s, s))
+    return out
+
+
+def check_seeds(seeds: Sequence[int] | range) -> list[int]:
+    """The evaluation seeds as a list: at most MAX_EVAL_SEEDS, distinct, each a signed 64-bit seed (else a
+    ValueError naming the problem), checked before any is enumerated."""
+    if len(seeds) > MAX_EVAL_SEEDS:
+        raise ValueError(f"{len(seeds)} evaluation seeds: at most {MAX_EVAL_SEEDS} (one episode per arm and seed)")
+    out = [int(s) for s in seeds]
+    outside = [s for s in out if not SEED_MIN <= s <= SEED_MAX]
+    if outside:
+        raise ValueError(f"evaluation seed {outside[0]} is not a signed 64-bit seed (from {SEED_MIN} to {SEED_MAX})")
+    if not out or len(set(out)) != len(out):
+        raise ValueError(f"compare needs distinct evaluation seeds (got {out[:20]}{' ...' if len(out) > 20 else ''})")
+    return out
+
+
+def check_disjoint(config: TrainingConfig, seeds: Sequence[int] | range) -> None:
+    """ValueError naming (some of) the seeds that a training run of `config` also uses. Bounded in time and
+    memory whatever the sizes: ranges are compared arithmetically (`training_seeds_between`)."""
+    overlap = sorted({s for low, high in seed_ranges(seeds) for s in training_seeds_between(config, low, high)})
     if overlap:
-        raise ValueError(f"evaluation seeds {overlap} are also training seeds of this run (training uses "
-                         f"seed + 10000·batch + 1000·env from seed {config.seed}); choose other evaluation seeds")
+        raise ValueError(f"evaluation seeds {overlap[:8]}{' ...' if len(overlap) > 8 else ''} are also training "
+                         f"seeds of this run (training uses seed + 10000·batch + 1000·env from seed {config.seed}); "
+                         f"choose other evaluation seeds")
 
 
 def summarize_arm(name: str, episodes: Sequence[Any]) -> dict[str, Any]:
@@ -294,7 +372,8 @@ def summarize_arm(name: str, episodes: Sequence[Any]) -> dict[str, Any]:
 
 
 def paired(episodes: Mapping[str, Sequence[Any]], baseline: str | None, learned: str | None) -> list[dict[str, Any]]:
-    """Every arm against the baseline, then the learned arm against every other arm."""
+    """Every arm against the baseline, then the learned arm against every other arm; each pair over the
+    seeds both arms ran (every seed, unless the comparison was stopped early)."""
     wanted = []
     if baseline in episodes:
         wanted += [(a, baseline) for a in episodes if a != baseline]
@@ -302,7 +381,11 @@ def paired(episodes: Mapping[str, Sequence[Any]], baseline: str | None, learned:
         wanted += [(learned, b) for b in episodes if b not in (learned, baseline)]
     out = []
     for a, b in wanted:
-        d = stats.paired_difference([e.accuracy for e in episodes[a]], [e.accuracy for e in episodes[b]])
+        acc_b = {e.seed: e.accuracy for e in episodes[b]}
+        common = [(e.accuracy, acc_b[e.seed]) for e in episodes[a] if e.seed in acc_b]
+        if not common:
+            continue
+        d = stats.paired_difference([x for x, _ in common], [y for _, y in common])
         out.append({"a": a, "b": b, "n": d.n, "mean": d.mean, "low": d.low, "high": d.high,
                     "confidence": d.confidence, "verdict": d.verdict})
     return out

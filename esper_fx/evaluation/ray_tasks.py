@@ -10,6 +10,7 @@ the worker uses the driver's torch thread count, so every per-seed number equals
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Sequence
 
 import torch
@@ -17,12 +18,19 @@ import torch
 from esper_fx.evaluation.episodes import Arm, Episode
 from esper_fx.distributed.pool import get_or_explain, uses_cuda
 from esper_fx.distributed.runtime import require_ray
+from esper_fx.distributed.worker import one_gpu_config
 
 
-def run_episode(arm: Arm, seed: int, torch_threads: int) -> Episode:
-    """The task body: one evaluation episode, with the driver's torch thread count."""
+def run_episode(arm: Arm, seed: int, torch_threads: int, gpu: bool = False) -> Episode:
+    """The task body: one evaluation episode, with the driver's torch thread count. A task given a GPU
+    sees it as cuda:0 whatever the config names (cuda:1 on the driver), so its devices are renamed."""
     torch.set_num_threads(torch_threads)
-    return arm.run(seed)
+    return task_arm(arm, gpu).run(seed)
+
+
+def task_arm(arm: Arm, gpu: bool) -> Arm:
+    """The arm with its devices as a task with one GPU (`gpu`) or none sees them."""
+    return dataclasses.replace(arm, config=one_gpu_config(arm.config, gpu))
 
 
 def remote_run_arm(arm: Arm, seeds: Sequence[int], on_episode: Callable[[Episode], None] | None = None, *,
@@ -31,13 +39,14 @@ def remote_run_arm(arm: Arm, seeds: Sequence[int], on_episode: Callable[[Episode
     be initialised (`distributed.runtime.RaySession`)."""
     ray = require_ray()
     seeds = [int(s) for s in seeds]
-    task = ray.remote(run_episode).options(num_cpus=1, num_gpus=1 if uses_cuda(arm.config) else 0, max_retries=0)
+    gpu = uses_cuda(arm.config)
+    task = ray.remote(run_episode).options(num_cpus=1, num_gpus=1 if gpu else 0, max_retries=0)
     arm_ref, threads = ray.put(arm), torch.get_num_threads()
     todo, pending, done, reported = list(seeds), {}, {}, 0
     while todo or pending:
         while todo and len(pending) < max(1, workers):
             seed = todo.pop(0)
-            pending[task.remote(arm_ref, seed, threads)] = seed
+            pending[task.remote(arm_ref, seed, threads, gpu)] = seed
         ready, _ = ray.wait(list(pending), num_returns=1)
         for ref in ready:
             seed = pending.pop(ref)

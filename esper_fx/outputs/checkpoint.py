@@ -42,8 +42,12 @@ MANIFEST = "manifest.json"
 STATE = "state"
 KEEP_LAST = 2
 LINKS = ("latest", "final")
-FREE_SPACE_FACTOR = 1.0  # a checkpoint's state takes at most about its arrays' bytes on disk
-FREE_SPACE_MARGIN = 1 << 20
+# Free space asked for before a checkpoint is written: 1.25x the size on disk of the run's previous checkpoint
+# (the manifest grows by one history row per batch, and how well orbax compresses the state changes as the
+# optimiser's moments fill in), or for a run's first checkpoint its arrays' raw bytes (an upper bound: orbax
+# stores them at most uncompressed), plus 64 KiB for the manifest and the directory entries.
+FREE_SPACE_GROWTH = 1.25
+FREE_SPACE_MARGIN = 64 << 10
 # Every manifest holds these, with these types.
 REQUIRED = {"config": dict, "next_batch_idx": int, "episodes_completed": int, "best_avg_acc": (int, float),
             "recent_avg_acc": list, "history": list}
@@ -171,12 +175,22 @@ def _tree_bytes(trees: Mapping[str, Any]) -> int:
 
 def _check_free_space(directory: Path, trees: Mapping[str, Any]) -> None:
     """Refuse to start a state write the disk cannot hold (a full disk found mid-write leaves orbax's
-    background threads failing noisily)."""
-    needed = int(_tree_bytes(trees) * FREE_SPACE_FACTOR) + FREE_SPACE_MARGIN
+    background threads failing noisily). `directory` is the checkpoint being built, in checkpoints/."""
+    previous = _previous_size(directory.parent)
+    expected = FREE_SPACE_GROWTH * previous if previous else _tree_bytes(trees)
+    needed = int(expected) + FREE_SPACE_MARGIN
     free = shutil.disk_usage(directory).free
     if free < needed:
         raise OSError(errno.ENOSPC, f"No space left on device (a checkpoint needs about {needed / 2**20:.1f} "
                                     f"MiB, {free / 2**20:.1f} MiB free)")
+
+
+def _previous_size(root: Path) -> int:
+    """The bytes of the newest installed checkpoint under `root` (0 if none)."""
+    installed = sorted(p for p in root.glob("batch-*") if p.is_dir() and not p.is_symlink())
+    if not installed:
+        return 0
+    return sum(f.stat().st_size for f in installed[-1].rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def _disk_full(exc: BaseException) -> bool:
@@ -260,7 +274,7 @@ def _prune(root: Path) -> None:
     """Keep the newest KEEP_LAST installed checkpoints and whatever a link names; drop leftovers."""
     installed = sorted(p for p in root.glob("batch-*") if p.is_dir() and _looks_complete(p))
     keep = {p.resolve() for p in installed[-KEEP_LAST:]}
-    keep |= {(root / link).resolve() for link in LINKS if (root / link).exists()}
+    keep |= {target for link in LINKS if (target := _link_target(root, root / link)[0]) is not None}
     for p in installed:
         if p.resolve() not in keep:
             shutil.rmtree(p, ignore_errors=True)
@@ -300,7 +314,9 @@ def _manifest_problem(manifest: Any) -> str | None:
         if not isinstance(manifest[key], kind) or isinstance(manifest[key], bool):
             return f"its manifest's {key!r} is not a {getattr(kind, '__name__', 'number')}"
     recorded = manifest.get("manifest_checksum")
-    if recorded is not None and recorded != _manifest_digest(manifest):
+    if recorded is None:
+        return "its manifest has no checksum of its own (it cannot be verified)"
+    if recorded != _manifest_digest(manifest):
         return "its manifest does not match its checksum"
     return None
 
@@ -308,8 +324,8 @@ def _manifest_problem(manifest: Any) -> str | None:
 def _state_problem(ckpt: Path, checksums: Any) -> str | None:
     if not (ckpt / STATE).is_dir():
         return f"its {STATE}/ directory is missing"
-    if checksums is None:  # written before checksums existed
-        return None
+    if checksums is None:
+        return "its manifest has no checksums (its state cannot be verified)"
     if not isinstance(checksums, dict):
         return "its manifest's checksums are not a JSON object"
     for rel, digest in checksums.items():
@@ -359,7 +375,9 @@ class Found:
 
 
 def find_checkpoint(path: str | Path) -> Found:
-    """A run directory, its checkpoints/ directory, or one checkpoint -> an intact checkpoint."""
+    """A run directory, its checkpoints/ directory, or one checkpoint -> an intact checkpoint. The `latest`
+    link is followed only to a checkpoint inside the same checkpoints/ directory: one that leads anywhere
+    else (another run), or loops, is passed over like a damaged checkpoint."""
     p = Path(path)
     if not str(path):
         raise CheckpointError("no checkpoint found: the path is empty")
@@ -371,17 +389,19 @@ def find_checkpoint(path: str | Path) -> Found:
             raise CheckpointError(f"checkpoint {p} is damaged: {reason} (resume from its run directory to "
                                   f"fall back to an older intact checkpoint)")
         return Found(p.resolve())
+    if _lexists(p / "checkpoints") and not (p / "checkpoints").is_dir():
+        raise CheckpointError(f"{p / 'checkpoints'} is not a directory: the run's checkpoints are gone or "
+                              f"replaced (nothing was changed)")
     root = p / "checkpoints" if (p / "checkpoints").is_dir() else p
     skipped = []
-    latest = root / "latest"
-    if latest.is_symlink() or latest.exists():
-        target = latest.resolve()
-        reason = _intact_reason(target) if target.exists() else "it is missing"
+    latest, followed = root / "latest", None
+    if _lexists(latest):
+        followed, reason = _link_target(root, latest)
         if reason is None:
-            return Found(target)
-        skipped.append(f"{target.name} ({reason})")
+            return Found(followed)
+        skipped.append(f"{followed.name if followed is not None else 'latest'} ({reason})")
     for candidate in _candidates(root):
-        if candidate.resolve() == latest.resolve():
+        if followed is not None and candidate.resolve() == followed:
             continue
         reason = _intact_reason(candidate)
         if reason is None:
@@ -391,6 +411,25 @@ def find_checkpoint(path: str | Path) -> Found:
     if not skipped:
         raise NoCheckpoint(f"no checkpoint under {root} (the run wrote none)")
     raise CheckpointError(f"no intact checkpoint under {root}: {'; '.join(skipped)}")
+
+
+def _lexists(path: Path) -> bool:
+    return os.path.lexists(path)
+
+
+def _link_target(root: Path, link: Path) -> tuple[Path | None, str | None]:
+    """(the checkpoint `link` leads to, None) when it is intact and inside `root`; else (it, or None when it
+    leads outside `root` or nowhere, and why not)."""
+    missing = False
+    try:
+        target = link.resolve(strict=True)
+    except FileNotFoundError:
+        target, missing = link.resolve(), True
+    except (OSError, RuntimeError):  # a loop of links
+        return None, "it is a loop of links"
+    if target.parent != root.resolve():
+        return None, f"it points outside {root} (to {target}), which is never read as this run's checkpoint"
+    return target, "it is missing" if missing else _intact_reason(target)
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
@@ -411,6 +450,14 @@ def has_checkpoint(run_dir: str | Path) -> bool:
     return True
 
 
+def restore_args(template: Mapping[str, Any]) -> Any:
+    """Where each array is restored: on the device (sharding) of the template's array, never on the device
+    recorded at save time (a checkpoint written on a GPU then loads on a CPU-only machine)."""
+    import orbax.checkpoint as ocp
+
+    return ocp.checkpoint_utils.construct_restore_args(dict(template))
+
+
 def _restore_trees(path: Path, template: Mapping[str, Any]) -> dict[str, Any]:
     import orbax.checkpoint as ocp
 
@@ -418,13 +465,15 @@ def _restore_trees(path: Path, template: Mapping[str, Any]) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return checkpointer.restore(os.path.abspath(path), item=dict(template))
+            return checkpointer.restore(os.path.abspath(path), item=dict(template),
+                                        restore_args=restore_args(template))
         except Exception as exc:  # a structure that does not match the template, unreadable data
             raise CheckpointError(f"cannot load the state of checkpoint {path.parent}: "
                                   f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc!r}") from exc
 
 
 def load_trees(manifest: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
+    """The checkpoint's pytrees, shaped like `template` and placed on its arrays' devices."""
     return _restore_trees(Path(manifest["_path"]) / STATE, template)
 
 

@@ -64,13 +64,15 @@ class RunRecord:
 
 
 def load_run(run_dir: str | Path) -> RunRecord:
-    """Read a run directory (finished or not). Raises FileNotFoundError when it holds no run at all."""
+    """Read a run directory (finished or not). Raises FileNotFoundError when it holds no run at all. What is
+    damaged (a line that is not UTF-8 or not JSON, a row with a non-numeric batch, a config.json of the
+    wrong shape) is left out with a note in `notes`, never an exception."""
     path = Path(run_dir).absolute()
     if not (path / "config.json").exists() and not (path / "metrics.csv").exists():
         raise FileNotFoundError(f"{path} is not a run directory (no config.json, no metrics.csv)")
     notes: list[str] = []
     config = _read_json(path / "config.json", notes) or {}
-    events = load_events(path / "events.jsonl")
+    events = load_events(path / "events.jsonl", notes)
     history = load_history(path, config, events, notes)
     saved = _read_json(path / "summary.json", notes)
     finished = bool(saved) and saved.get("batches") == len(history)
@@ -80,28 +82,56 @@ def load_run(run_dir: str | Path) -> RunRecord:
 
 
 def _read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
+    """A JSON object file, or None (missing; unreadable, not UTF-8, not JSON or not an object: noted)."""
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        notes.append(f"{path.name} could not be read ({exc})")
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: UnicodeDecodeError and JSONDecodeError
+        notes.append(f"{path.name} could not be read ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})")
         return None
+    if not isinstance(value, dict):
+        notes.append(f"{path.name} left out: it holds a JSON {type(value).__name__}, not an object")
+        return None
+    return value
 
 
-def load_events(path: Path) -> list[dict[str, Any]]:
-    """events.jsonl without the debug-level REWARD_COMPUTED lines; a torn last line is skipped."""
+def _text_lines(path: Path, notes: list[str] | None) -> list[str]:
+    """The file's lines decoded as UTF-8; a line that is not (a torn write, a damaged disk) is left out,
+    with a note."""
+    with open(path, "rb") as fh:
+        raw = fh.read().splitlines(keepends=True)
+    lines, bad = [], []
+    for number, line in enumerate(raw, 1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad.append(number)
+    if bad and notes is not None:
+        notes.append(f"{path.name}: {len(bad)} line(s) that are not UTF-8 left out (line {bad[0]}"
+                     f"{' ...' if len(bad) > 1 else ''})")
+    return lines
+
+
+def load_events(path: Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """events.jsonl without the debug-level REWARD_COMPUTED lines; a torn or damaged line is skipped."""
     if not path.exists():
         return []
-    events = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip() or any(kind in line for kind in SKIPPED_EVENT_TYPES):
-                continue
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    events, bad = [], 0
+    for line in _text_lines(path, notes):
+        if not line.strip() or any(kind in line for kind in SKIPPED_EVENT_TYPES):
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+        else:
+            bad += 1
+    if bad > 1 and notes is not None:  # (one torn last line is what an interrupted run leaves: no note)
+        notes.append(f"events.jsonl: {bad} line(s) that are not JSON events left out")
     return events
 
 
@@ -113,7 +143,7 @@ def load_history(path: Path, config: Mapping[str, Any], events: Sequence[Mapping
         rows.update((h.batch, h) for h in as_summaries(read_manifest(path)["history"]))
     except (CheckpointError, OSError, ValueError, KeyError, TypeError):
         pass  # no checkpoint yet: metrics.csv alone
-    menu, slot_ids = _menu_and_slots(config)
+    menu, slot_ids = _menu_and_slots(config, notes)
     ppo = {e.get("batch"): e.get("data") for e in events if e.get("event_type") == "PPO_UPDATE_COMPLETED"}
     for row in _metrics_rows(path / "metrics.csv", notes):
         batch = int(float(row["batch"]))
@@ -123,14 +153,35 @@ def load_history(path: Path, config: Mapping[str, Any], events: Sequence[Mapping
 
 
 def _metrics_rows(path: Path, notes: list[str]) -> list[dict[str, str]]:
+    """metrics.csv's complete rows whose batch is a whole number; the rest are left out with a note (a
+    non-numeric cell elsewhere reads as a missing value)."""
     if not path.exists():
         return []
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    complete = [r for r in rows if r.get("batch") not in (None, "") and None not in r.values()]
+    rows = list(csv.DictReader(_text_lines(path, notes)))
+    complete = [r for r in rows if None not in r.values() and _batch_number(r.get("batch")) is not None]
     if len(complete) < len(rows):
-        notes.append(f"metrics.csv: {len(rows) - len(complete)} incomplete row(s) left out")
+        notes.append(f"metrics.csv: {len(rows) - len(complete)} incomplete or damaged row(s) left out")
+    unreadable = sum(1 for r in complete for k, v in r.items() if v not in ("", None, "True", "False")
+                     and k is not None and not _is_number(v) and not v.startswith("["))
+    if unreadable:
+        notes.append(f"metrics.csv: {unreadable} non-numeric cell(s) read as missing values")
     return complete
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _batch_number(text: str | None) -> int | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return int(value) if math.isfinite(value) and value >= 0 and value == int(value) else None
 
 
 def _csv_number(text: str | None) -> float:
@@ -175,17 +226,24 @@ def _training_config(config: Mapping[str, Any]) -> TrainingConfig | None:
         return None
 
 
-def _menu_and_slots(config: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def _menu_and_slots(config: Mapping[str, Any], notes: list[str] | None = None) -> tuple[list[str], list[str]]:
     parsed = _training_config(config)
-    if parsed is None:
-        return list(config.get("blueprint_menu") or []), list(config.get("slots") or [])
-    return list(parsed.menu), list(parsed.slot_ids)
+    if parsed is not None:
+        return list(parsed.menu), list(parsed.slot_ids)
+    if config and notes is not None:
+        notes.append("config.json is not a valid configuration: the blueprint and slot names are taken as "
+                     "they are where they are lists of names")
+    return _names(config.get("blueprint_menu")), _names(config.get("slots"))
+
+
+def _names(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) and all(isinstance(v, str) for v in value) else []
 
 
 def _planned_batches(config: Mapping[str, Any]) -> int | None:
     try:
         return math.ceil(int(config["n_episodes"]) / int(config["n_envs"]))
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
         return None
 
 
@@ -223,7 +281,7 @@ def plot_specs(record: RunRecord) -> list[tuple[str, str, Callable[[], Any]]]:
     ]
     if history:
         last = history[-1].batch
-        slots = list(config.get("slots") or [])
+        slots = _names(config.get("slots"))
         specs.append(("lifecycle", f"Seed lifecycle of the last batch ({last})",
                       lambda: plots.plot_lifecycle(record.events, last, n_envs=config.get("n_envs"),
                                                    slot_ids=_lifecycle_slots(slots),

@@ -3,7 +3,9 @@
 `batch_scalars` turns a batch's `BatchSummary` (and the reward components the loop summed) into named
 scalars; `Board` writes them with `torch.utils.tensorboard` (the `tensorboard` package's own event format)
 and flushes after every batch, so TensorBoard shows a run while it trains. The step is the batch index, as
-in `metrics.csv`; values are written as float64, so they read back exactly as `metrics.csv` holds them.
+in `metrics.csv`. Values are written as plain float32 scalars (`simple_value`), the form every TensorBoard
+loader reads, its default fast loader included (that loader skips double-precision tensor summaries); they
+read back as `metrics.csv`'s values rounded to float32, and `metrics.csv` keeps the exact numbers.
 
 Tags (the step is the batch):
 
@@ -94,8 +96,8 @@ def batch_scalars(summary: BatchSummary, reward_components: Mapping[str, float] 
 
 def truncate_board(log_dir: Path, first_batch: int) -> None:
     """Drop every event of step >= first_batch from the event files in log_dir (on a resume those batches
-    run again, as metrics.csv's rows are truncated). The kept events move to one new file. TensorBoard's
-    own `purge_step` is not enough: its readers purge old-style scalars but not tensor summaries."""
+    run again, as metrics.csv's rows are truncated). The kept events move to one new file, so every reader
+    (not only those that honour TensorBoard's own `purge_step` marker) sees each batch once."""
     files = sorted(log_dir.glob("events.out.tfevents.*"))
     if not files:
         return
@@ -143,7 +145,7 @@ class Board:
             return
         first_action_s = first_action_s if opening else None  # once per process, at its first batch
         for tag, value in batch_scalars(summary, reward_components, first_action_s).items():
-            writer.add_scalar(tag, value, global_step=summary.batch, new_style=True, double_precision=True)
+            writer.add_scalar(tag, value, global_step=summary.batch)  # float32 simple_value
         writer.flush()
 
     def _open(self, first_batch: int):

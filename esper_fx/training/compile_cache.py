@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,17 +85,17 @@ def enable(directory: str | os.PathLike | None = None, *, enabled: bool | None =
            environ: Mapping[str, str] | None = None) -> Path | None:
     """Point JAX's persistent compilation cache at the resolved directory and return it (None: off).
 
-    A directory that cannot be created warns and leaves the cache off: a cache never stops a run."""
+    A directory that cannot be created or written warns once and leaves the cache off (JAX would otherwise
+    warn once per program it fails to save): a cache never stops a run."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
     environ = os.environ if environ is None else environ
     path = resolve_dir(directory, enabled, environ)
     if path is not None:
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            warnings.warn(f"compilation cache off: cannot create {path} ({exc.strerror or exc})", stacklevel=2)
+        problem = _unwritable(path)
+        if problem is not None:
+            warnings.warn(f"compilation cache off: {problem}", stacklevel=2)
             path = None
     if path is None:
         jax.config.update("jax_enable_compilation_cache", False)
@@ -106,6 +107,18 @@ def enable(directory: str | os.PathLike | None = None, *, enabled: bool | None =
             jax.config.update(option, value)
     compilation_cache.reset_cache()  # the next compilation opens the cache at `path`
     return path
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the cache directory cannot be created or written (None: it can), probed by creating (and at once
+    removing) a file in it: a read-only mount refuses even the root user, whom permissions do not stop."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".probe-")
+        probe.close()
+    except OSError as exc:
+        return f"cannot write to {path} ({exc.strerror or exc})"
+    return None
 
 
 @dataclass

@@ -52,6 +52,7 @@ from esper_fx.outputs.events import nonfinite_warning, reward_events, update_war
 from esper_fx.outputs.tensorboard_log import open_board  # noqa: E402
 from hosts.data.external import DatasetUnavailableError  # noqa: E402
 from hosts.env import EnvPool  # noqa: E402
+from hosts.env.pool import resolve_device  # noqa: E402
 from rl import rewards  # noqa: E402
 from rl import rollout as rollout_lib  # noqa: E402
 
@@ -156,7 +157,8 @@ def start(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSp
     """A fresh learner, or the one of `config.resume_path`; metrics.csv's header, config.json (on a resume,
     metrics.csv, events.jsonl and the TensorBoard scalars truncated to the restored batches); the opening
     events. A checkpoint that cannot be used is reported before anything is written."""
-    learner, progress, manifest = fresh_learner(bundle, spec, config.seed), Progress(), None
+    learner, progress, manifest = fresh_learner(bundle, spec, config.seed, resolve_policy_device(config.device)), \
+        Progress(), None
     restart = config.resume_path is not None and preflight.restartable_run(config.resume_path) is not None
     if config.resume_path and not restart:
         learner, progress, manifest = restore(config, bundle, learner)
@@ -461,14 +463,11 @@ def resolve_reward_fn(config: TrainingConfig, reward_fn: Callable | str | None) 
 
 
 def resolve_policy_device(name: str) -> jax.Device:
-    """The JAX device for `device` ("auto" = the first GPU if JAX has one, else the CPU)."""
+    """The JAX device for `device`. "auto" follows torch's choice (`hosts.env.pool.resolve_device`: cuda:0
+    when torch sees CUDA, else the CPU), so both halves agree; `preflight.check_devices` refuses an "auto"
+    for which JAX has no GPU while torch has one."""
     if name == "auto":
-        for platform in ("gpu", "cuda"):
-            try:
-                return jax.devices(platform)[0]
-            except RuntimeError:
-                continue
-        return jax.devices("cpu")[0]
+        name = str(resolve_device("auto"))
     kind, _, index = name.partition(":")
     platform = "gpu" if kind == "cuda" else kind
     try:

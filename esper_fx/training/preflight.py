@@ -1,4 +1,5 @@
-"""What can be checked before a run writes its first file: the run directory, the devices, the data root.
+"""What can be checked before a run writes its first file: the run directory, a resume's checkpoint, the Ray
+cluster to join, the devices, the data root.
 
 Each check raises a `SetupError` naming the path, device or field; none writes anything (a lock held by a
 live run is probed with a read-only open). `esper_fx.training.loop.run` calls `check_before_writing` first, then
@@ -12,9 +13,10 @@ import fcntl
 import os
 from pathlib import Path
 
-from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint
 from esper_fx.config import TrainingConfig
-from esper_fx.errors import DataError, DeviceUnavailableError, RunDirectoryError
+from esper_fx.distributed.runtime import check_ray_address
+from esper_fx.errors import DataError, DeviceUnavailableError, ResumeMismatchError, RunDirectoryError
+from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint, read_manifest
 from esper_fx.outputs.events import CONFIG_NAME, LOCK_NAME, refusal, run_dir_entries
 
 # Room left in a path for what a run writes inside its directory (checkpoints/.tmp-batch-.../state/...).
@@ -26,6 +28,9 @@ def check_before_writing(config: TrainingConfig) -> None:
     """Every check that needs no data loaded: the run directory, the devices, the data root."""
     if config.run_dir:
         check_run_dir(Path(os.path.abspath(config.run_dir)), resumed_run_dir(config.resume_path))
+    check_resume_episodes(config)
+    if config.env_workers > 0:
+        check_ray_address(config.ray_address)
     check_devices(config)
     check_data_root(config)
 
@@ -42,6 +47,18 @@ def resumed_run_dir(resume_path: str | None) -> Path | None:
         if restart is None:
             raise
         return restart
+
+
+def check_resume_episodes(config: TrainingConfig) -> None:
+    """A resume may extend a run but not cut it short: n_episodes must cover what its checkpoint has done
+    (else config.json would disagree with summary.json)."""
+    if not config.resume_path or restartable_run(config.resume_path) is not None:
+        return
+    manifest = read_manifest(config.resume_path)
+    done = manifest["episodes_completed"]
+    if config.n_episodes < done:
+        raise ResumeMismatchError(f"--episodes / n_episodes {config.n_episodes} is below the {done} episodes the "
+                                  f"run has already done (checkpoint {manifest['_path']}): pass {done} or more")
 
 
 def restartable_run(path: str | Path) -> Path | None:
@@ -140,9 +157,12 @@ def is_locked(path: Path) -> bool:
 
 
 def check_devices(config: TrainingConfig) -> None:
-    """Every CUDA device the config names exists for torch (the envs) and, for the policy, for JAX."""
+    """Every CUDA device the config names exists for torch (the envs) and, for the policy, for JAX; an
+    "auto" policy device resolves to the same device for both (torch's cuda:0 needs a JAX GPU)."""
     named = [config.device, *(config.env_devices or ())]
     cuda = sorted({d for d in named if d.startswith("cuda:")})
+    if "auto" in named:
+        _check_auto_agrees()
     if not cuda:
         return
     import torch
@@ -156,7 +176,18 @@ def check_devices(config: TrainingConfig) -> None:
         jax_count = _jax_gpu_count()
         if int(config.device.split(":")[1]) >= jax_count:
             raise DeviceUnavailableError(f"device {config.device!r} is not available to JAX ({jax_count} GPU(s); "
-                                         f"install the cuda12 extra: pip install -e '.[cuda12]')")
+                                         f"install JAX's CUDA plugin: pip install -e '.[cuda12]' or '.[cuda13]')")
+
+
+def _check_auto_agrees() -> None:
+    """torch would put an "auto" policy on cuda:0; JAX must then have a GPU too (not fall back to the CPU)."""
+    import torch
+
+    if torch.cuda.is_available() and _jax_gpu_count() == 0:
+        raise DeviceUnavailableError(
+            "device 'auto': torch sees a CUDA device but JAX has no GPU backend, so the two halves would "
+            "run on different devices; install JAX's CUDA plugin (pip install -e '.[cuda12]' or '.[cuda13]') "
+            "or pass --device cpu")
 
 
 def _jax_gpu_count() -> int:

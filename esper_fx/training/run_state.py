@@ -65,10 +65,18 @@ class Interrupted(Exception):
         return exit_code(self.signum)
 
 
-def fresh_learner(controller: Any, spec: Any, seed: int) -> LearnerState:
+def fresh_learner(controller: Any, spec: Any, seed: int, device: jax.Device | None = None) -> LearnerState:
     """A new run's learner state, built by one jitted call: the controller's init (pure, by the protocol)
-    and the normalisers compile (or load from the persistent compilation cache) as one function."""
-    return jax.jit(lambda root_key: _fresh_learner(controller, spec, root_key))(jax.random.PRNGKey(seed))
+    and the normalisers compile (or load from the persistent compilation cache) as one function.
+
+    device: where it is built and lives (the policy device); None: JAX's default device. The key is
+    committed there, so the computation runs there too, not on the default device."""
+    key = jax.random.PRNGKey(seed)
+    if device is None:
+        return jax.jit(lambda root_key: _fresh_learner(controller, spec, root_key))(key)
+    placed = jax.sharding.SingleDeviceSharding(device)
+    build = jax.jit(lambda root_key: _fresh_learner(controller, spec, root_key), out_shardings=placed)
+    return build(jax.device_put(key, device))
 
 
 def _fresh_learner(controller: Any, spec: Any, root_key: jax.Array) -> LearnerState:

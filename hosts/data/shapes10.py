@@ -19,10 +19,11 @@ flip, and object centres stay in the inner half of the frame under a shift of an
 shift equivariance). `Knobs.size` and `Knobs.periods` render the same classes at another size
 (`SHAPES16_KNOBS`: the 16x16 data of the `shapes16` task).
 
-The data is a pure function of (data_seed, sizes, device type): latents are drawn in fixed-size
-chunks from a torch.Generator on the target device seeded by `mix_seed(data_seed, split)`, so the
-test split is independent of the training split and of its size, and the global RNG is never
-touched. Images are normalised per channel with the training split's statistics (accumulated
+The data is a pure function of (data_seed, sizes): `generate` draws and renders on the CPU and then
+moves the result to the target device, so every device (and both data paths of a GPU machine) trains
+on the same images. Latents are drawn in fixed-size chunks from a CPU torch.Generator seeded by
+`mix_seed(data_seed, split)`, so the test split is independent of the training split and of its size,
+and the global RNG is never touched. Images are normalised per channel with the training split's statistics (accumulated
 in float64 and rounded to 1e-4, so they are bit-stable).
 
 `python -m hosts.data.difficulty shapes10 ...` reproduces the difficulty numbers of BEHAVIOUR §6.6.
@@ -350,12 +351,14 @@ def generate(
     device: torch.device | str = "cpu",
     knobs: Knobs = DEFAULT_KNOBS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(x_train, y_train, x_test, y_test): normalised float32 images and int64 labels on `device`."""
-    x_train, y_train = raw_split(n_train, data_seed, TRAIN_STREAM, device, knobs)
-    x_test, y_test = raw_split(n_test, data_seed, TEST_STREAM, device, knobs)
+    """(x_train, y_train, x_test, y_test): normalised float32 images and int64 labels on `device`, drawn
+    and rendered on the CPU (a CUDA generator draws other numbers), so they are the same on every device."""
+    device = torch.device(device)
+    x_train, y_train = raw_split(n_train, data_seed, TRAIN_STREAM, "cpu", knobs)
+    x_test, y_test = raw_split(n_test, data_seed, TEST_STREAM, "cpu", knobs)
     mean, std = channel_stats(x_train)
     mean = mean.float().view(1, 3, 1, 1)
     std = std.float().view(1, 3, 1, 1)
     x_train.sub_(mean).div_(std)
     x_test.sub_(mean).div_(std)
-    return x_train, y_train, x_test, y_test
+    return tuple(t.to(device) for t in (x_train, y_train, x_test, y_test))

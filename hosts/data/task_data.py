@@ -5,7 +5,7 @@
   as a view of their pixel table (`hosts.data.batching.pixel_table`, one extra padding pixel), which the
   augmentation gathers from; LM data are int32 token blocks [N, T+1] (x = block[:, :T], y = block[:, 1:],
   with no separate label tensor).
-- `load_task_data(task, device, ...)` builds it (shapes10 and shapes16 are generated on the device itself).
+- `load_task_data(task, device, ...)` builds it (shapes10 and shapes16 are generated on the CPU, then moved).
 - `train_batch(data, plan, env, step)` -> (x, y) of one env's training step under an epoch plan
   (hosts.data.batching), augmented on the device; `val_batches(...)` iterates the fixed validation set.
   Targets are always int64 (labels, or LM next tokens); LM inputs stay int32.

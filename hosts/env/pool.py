@@ -1,7 +1,8 @@
 """`EnvPool`: E environments advancing in lock-step, one RL step per host epoch (BEHAVIOUR §7.2–§7.5).
 
-Per episode every env gets a fresh model, host optimizer, governor, tracker, counters, RNG stream, and
-on CUDA its own stream (and, for fp16 AMP, its own GradScaler).
+Per episode every env gets a fresh model, host optimizer, governor, tracker, counters, RNG stream and,
+for fp16 AMP, its own GradScaler; on CUDA each env index keeps one stream for the pool's life
+(`hosts.env.streams`: which stream waits for which, and why freeing memory is safe).
 
 The pool's interface to the loop is two calls (ARCHITECTURE §2):
 
@@ -50,6 +51,7 @@ from hosts.env.epoch_compute import (
     validate_batch,
 )
 from hosts.env.pool_data import PoolData, build_pool_data
+from hosts.env.streams import EnvStreams, caller_streams, epoch_barrier, hand_to_caller, record_on, wait_for_caller
 from hosts.env.state import ApplyResult, EnvRng, EnvState, EpisodeResult, EpochMetrics
 from hosts.models.morphogenetic import MorphogeneticModel
 from hosts.seeds.governor import GOVERNOR_SNAPSHOT_EVERY, Governor
@@ -133,6 +135,7 @@ class EnvPool:
                                    _germinate_until(cfg, self.task))
         self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
         self.use_streams = bool(use_streams)
+        self.streams = EnvStreams(self.use_streams)
         self.env_ids: tuple[int, ...] = _check_env_ids(env_ids, cfg.n_envs)
         self.n_running = 0  # envs running this episode batch across the whole pool (all slices)
         self.envs: list[EnvState] = []
@@ -187,15 +190,17 @@ class EnvPool:
             model.slot(slot_id).isolate_gradients = True
         rng = EnvRng(device)
         self._plant_static_seeds(model, rng, i)
-        host_opt = torch.optim.SGD(model.host_parameters(), lr=self.task.host_lr, momentum=HOST_MOMENTUM,
-                                   weight_decay=HOST_WEIGHT_DECAY)
         amp = self._amp[device]
+        # fp16: a fused SGD takes the scaler's found-inf flag on the device; any other optimizer makes
+        # GradScaler.step read it back to the host (a synchronisation per step).
+        host_opt = torch.optim.SGD(model.host_parameters(), lr=self.task.host_lr, momentum=HOST_MOMENTUM,
+                                   weight_decay=HOST_WEIGHT_DECAY, fused=True if amp.use_scaler else None)
         return EnvState(
             index=i, device=device, model=model, host_optimizer=host_opt,
             governor=Governor(model, random_guess_loss=self.task.random_guess_loss),
             tracker=SignalTracker(), rng=rng, seed_lr=self.task.seed_lr,
             scaler=torch.amp.GradScaler("cuda") if amp.use_scaler else None,
-            stream=torch.cuda.Stream(device) if device.type == "cuda" and self.use_streams else None,
+            stream=self.streams.for_env(i, device),
         )
 
     def _plant_static_seeds(self, model: MorphogeneticModel, rng: EnvRng, i: int) -> None:
@@ -223,15 +228,17 @@ class EnvPool:
         t = self.epoch
         self.data.begin_epoch(self.batch_index, t, self.n_running)
         steps = self.data.steps_per_epoch
+        callers = self._caller_streams()
         for env in self.envs:
-            _wait_for_default_stream(env)
+            wait_for_caller(env.stream, callers.get(env.device))
+            record_on(env.stream, self.data.plan_tensors(env.device))
             with env.stream_context():
                 env.epoch_work = EpochWork.start(env.device)
         for k in range(steps):
             self.data.fetch_step(k)
             for env in self.envs:
                 with env.stream_context():
-                    x, y = self._consume(env, self.data.train_batch(env.index, k))
+                    x, y = self._consume(env, self.data.train_batch(env.index, k), callers)
                     with env.rng.activate():  # outside it the data path may draw (the loader's base seed)
                         train_step(env, x, y, slot_ids=self.enabled, amp=self._amp[env.device],
                                    measure=k == steps - 1, epoch=t)
@@ -241,12 +248,16 @@ class EnvPool:
                     _poison_host(env)
         self._phase = _TRAINED
 
-    def _consume(self, env: EnvState, batch):
-        """Loader-path batches come from the default stream: the env stream waits and records them."""
+    def _caller_streams(self) -> dict:
+        """Each CUDA env device's stream outside every env's context (see hosts.env.streams)."""
+        return caller_streams(env.device for env in self.envs if env.stream is not None)
+
+    def _consume(self, env: EnvState, batch, callers: dict):
+        """Loader-path batches were copied on the caller's stream (`callers`, looked up outside the env's
+        context): the env stream waits for the copies and records the batch."""
         if env.stream is not None and self.data.on_default_stream:
-            _wait_for_default_stream(env)
-            for tensor in batch:
-                tensor.record_stream(env.stream)
+            wait_for_caller(env.stream, callers[env.device])
+            record_on(env.stream, batch)
         return batch
 
     # ---------------------------------------------------------------- BEHAVIOUR §7.3 phases 2–7
@@ -258,23 +269,27 @@ class EnvPool:
             with env.stream_context():
                 env.epoch_work.begin_validation(counterfactual_slots(env, self.enabled))
         iterators = [self.data.val_batches(env.index) for env in self.envs]
+        callers = self._caller_streams()
         for _ in range(self.data.num_val_batches):
             for env, batches in zip(self.envs, iterators):
                 with env.stream_context():
-                    x, y = self._consume(env, next(batches))
+                    x, y = self._consume(env, next(batches), callers)
                     validate_batch(env, x, y, amp=self._amp[env.device])
         for env, readback in zip(self.envs, self._readback()):
             self._after_validation(env, readback)
         self._phase = _VALIDATED
 
     def _readback(self) -> list[EpochReadback]:
-        """Every env's accumulators to the host: one copy (and one synchronisation) per device."""
+        """Every env's accumulators to the host: one copy per device after the epoch barrier, the epoch's one
+        synchronisation (hosts.env.streams: what the pool frees after it is no longer in use)."""
         by_device: dict[torch.device, list[tuple[EnvState, torch.Tensor]]] = {}
+        callers = self._caller_streams()
         for env in self.envs:
             with env.stream_context():
                 vec = env.epoch_work.readback_tensor()
-            _hand_to_default_stream(env, vec)
+            hand_to_caller(env.stream, callers.get(env.device), vec)
             by_device.setdefault(env.device, []).append((env, vec))
+        epoch_barrier(callers.values())
         out: dict[int, EpochReadback] = {}
         for items in by_device.values():
             values = torch.cat([vec for _, vec in items]).cpu().tolist()
@@ -495,20 +510,6 @@ def _fossils(env: EnvState, slot_ids: Sequence[str]) -> tuple[str, ...]:
 def _report_dict(report) -> dict:
     """A RollbackReport as plain values for the event's data."""
     return dataclasses.asdict(report) if dataclasses.is_dataclass(report) else {}
-
-
-def _wait_for_default_stream(env: EnvState) -> None:
-    """The env stream waits for work queued on the default stream (data plan, rollback, germinate)."""
-    if env.stream is not None:
-        env.stream.wait_stream(torch.cuda.current_stream(env.device))
-
-
-def _hand_to_default_stream(env: EnvState, tensor: torch.Tensor) -> None:
-    """The default stream waits for the env stream, and the tensor is marked as used there."""
-    if env.stream is not None:
-        default = torch.cuda.current_stream(env.device)
-        default.wait_stream(env.stream)
-        tensor.record_stream(default)
 
 
 @torch.no_grad()

@@ -46,6 +46,12 @@ class PoolData:
         """The running epoch's plan on `device` (device path): indices [E_run, K, Bpe], crops, flips."""
         return self._plans[torch.device(device)]
 
+    def plan_tensors(self, device: torch.device | str) -> tuple[torch.Tensor, ...]:
+        """The running epoch's plan tensors on `device` (made on the caller's stream, read on the env
+        streams, which record them); none on the loader path."""
+        plan = self._plans.get(torch.device(device))
+        return () if plan is None else tuple(t for t in plan if t is not None)
+
     def fetch_step(self, step: int) -> None:
         """Loader path: take step `step`'s batches of every env from the DataLoader. Call it outside any
         env stream, so their host-to-device copies are queued on the default stream. No-op on the

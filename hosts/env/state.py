@@ -156,8 +156,10 @@ class SeedOptimizer:
     gate_added: bool = False
 
 
-def _seed_sgd(params: list[torch.nn.Parameter], lr: float) -> torch.optim.SGD:
-    return torch.optim.SGD(params, lr=lr, momentum=SEED_MOMENTUM, weight_decay=SEED_WEIGHT_DECAY)
+def _seed_sgd(params: list[torch.nn.Parameter], lr: float, fused: bool = False) -> torch.optim.SGD:
+    """fused (with an fp16 GradScaler): the scaler's step then stays on the device (no host sync)."""
+    return torch.optim.SGD(params, lr=lr, momentum=SEED_MOMENTUM, weight_decay=SEED_WEIGHT_DECAY,
+                           fused=True if fused else None)
 
 
 # ------------------------------------------------------------------------------------------
@@ -215,13 +217,14 @@ class EnvState:
         entry = self.seed_optimizers.get(slot_id)
         if entry is None or entry.seed_id != state.seed_id:
             params = list(self.model.seed_parameters(slot_id))
-            entry = SeedOptimizer(state.seed_id, _seed_sgd(params, self.seed_lr) if params else None)
+            entry = SeedOptimizer(state.seed_id, _seed_sgd(params, self.seed_lr, self.scaler is not None)
+                                  if params else None)
             self.seed_optimizers[slot_id] = entry
         if not entry.gate_added and state.stage == SeedStage.BLENDING:
             gate = list(self.model.gate_parameters(slot_id))
             if gate:
                 if entry.optimizer is None:
-                    entry.optimizer = _seed_sgd(gate, self.seed_lr)
+                    entry.optimizer = _seed_sgd(gate, self.seed_lr, self.scaler is not None)
                 else:  # an extra group with the seed defaults; the seed momentum buffers are kept
                     entry.optimizer.add_param_group({"params": gate})
                 entry.gate_added = True

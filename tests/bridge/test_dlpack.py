@@ -404,3 +404,58 @@ def test_cuda_nested_round_trip_in_a_side_stream_is_exact(cuda_jax):
     for original, returned in zip(jax.tree_util.tree_leaves(tree), jax.tree_util.tree_leaves(back)):
         assert returned.data_ptr() == original.data_ptr()
         assert _bytes(returned) == _bytes(original)
+
+
+# ------------------------------------------------------------------------------------------
+# devices: torch exports only from the current CUDA device, so the bridge makes the tree's device current
+# ------------------------------------------------------------------------------------------
+
+
+def test_cuda_index_is_the_one_cuda_device_of_a_tree():
+    from bridge.dlpack import cuda_index
+
+    assert cuda_index([torch.device("cpu")]) is None
+    assert cuda_index([torch.device("cuda:1"), torch.device("cuda:1"), torch.device("cpu")]) == 1
+    with pytest.raises(ValueError, match="one CUDA device"):
+        cuda_index([torch.device("cuda:0"), torch.device("cuda:1")])
+
+
+@pytest.mark.parametrize("direction", ["to_jax", "to_torch"])
+def test_both_directions_convert_under_the_trees_device(monkeypatch, direction):
+    """The conversion runs inside torch.cuda.device(index of the tree's CUDA leaves) (faked here)."""
+    import bridge.dlpack as dl
+
+    entered = []
+
+    class FakeDevice:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            entered.append(self.index)
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(dl, "cuda_index", lambda devices: (list(devices), 1)[1])
+    monkeypatch.setattr(torch.cuda, "device", FakeDevice)
+    tree = {"x": _sample(torch.float32)}
+    if direction == "to_jax":
+        out = dl.to_jax(tree).tree["x"]
+    else:
+        out = dl.to_torch(dl.to_jax(tree).tree)["x"]
+    assert entered[-1] == 1 and np.array_equal(np.asarray(out), tree["x"].numpy())
+
+
+@pytest.mark.gpu
+def test_cuda_hand_off_from_a_device_that_is_not_current(cuda_jax):
+    if torch.cuda.device_count() < 2 or len(jax.devices("gpu")) < 2:
+        pytest.skip("needs two GPUs")
+    assert torch.cuda.current_device() == 0
+    tensor = _sample(torch.float32, device="cuda:1")
+    array = bridge.to_jax({"x": tensor}).tree["x"]
+    assert array.unsafe_buffer_pointer() == tensor.data_ptr()
+    assert {d.local_hardware_id for d in array.devices()} == {1}
+    back = bridge.to_torch(array)
+    assert back.device == torch.device("cuda:1") and back.data_ptr() == tensor.data_ptr()
+    assert torch.cuda.current_device() == 0

@@ -1,4 +1,5 @@
-"""A fuzz of bad inputs to `python -m esper_fx.train`: command-line flags, JSON configs, filesystem situations.
+"""A fuzz of bad inputs to `python -m esper_fx.train` (command-line flags, JSON configs, filesystem situations,
+resumes) and to `python -m esper_fx.prove` (its flags, seed sets, arms, output paths, checkpoints).
 
 Every case is a mistake a user can make. The command must reject each one with exit code 2 and one line
 on stderr, and write nothing (no file created, changed or removed under the directory it ran from).
@@ -49,6 +50,7 @@ class Case:
     namespace: str | None = None  # subprocess inside `unshare` with this shell prefix (mounts)
     late: bool = False  # fails after training started: the run directory may hold files, but stays resumable
     heavy: bool = False  # would allocate far more memory than a machine has: run only if the config rejects it
+    command: str = "train"  # the module run: esper_fx.train or esper_fx.prove
 
 
 @dataclass
@@ -200,6 +202,9 @@ FLAG_CASES = [
     _flag_case("unknown flag", "--bogus"), _flag_case("config and preset", "--preset", "quickstart"),
     Case("flag preset unknown", ["--preset", "nope"]),
     _flag_case("data-dir empty", "--data-dir", ""),
+    _flag_case("ray-address not an address", "--env-workers", "1", "--ray-address", "head node"),
+    _flag_case("ray-address port out of range", "--env-workers", "1", "--ray-address", "127.0.0.1:70000"),
+    _flag_case("ray-address unreachable", "--env-workers", "1", "--ray-address", "127.0.0.1:1"),
     _flag_case("set unknown key", "--set", "nosuch=1"), _flag_case("set without =", "--set", "lr"),
     _flag_case("set bad value", "--set", "lr=abc"), _flag_case("set unknown nested key", "--set", "oracle.nosuch=1"),
     _flag_case("set section not an object", "--set", "heuristic=[1]"),
@@ -319,6 +324,38 @@ def _remove_state(ckpt: Path) -> None:
     shutil.rmtree(ckpt / "state")
 
 
+def _latest_to(target: Callable[[Path], str]) -> Callable[[Path], None]:
+    """Point checkpoints/latest at `target(checkpoints dir)`, with no checkpoint of the run's own left."""
+
+    def edit(ckpt: Path) -> None:
+        root = ckpt.parent
+        outside = root.parent.parent / "other-run"
+        shutil.copytree(ckpt, outside / "checkpoints" / ckpt.name)
+        shutil.rmtree(ckpt)
+        for link in ("latest", "final"):
+            (root / link).unlink()
+        (root / "latest").symlink_to(target(root))
+
+    return edit
+
+
+def _loop(root: Path) -> str:
+    (root / "loop").symlink_to("latest")
+    return "loop"
+
+
+def _checkpoints_replaced_by_a_file(ckpt: Path) -> None:
+    shutil.rmtree(ckpt.parent)
+    ckpt.parent.write_text("not a directory")
+
+
+def _strip_checksums(manifest: dict) -> dict:
+    from esper_fx.outputs.checkpoint import _manifest_digest
+
+    body = {k: v for k, v in manifest.items() if k not in ("checksums", "manifest_checksum")}
+    return {**body, "manifest_checksum": _manifest_digest(body)}
+
+
 RESUME_CASES = [
     Case("resume with --preset", ["--resume", "run", "--preset", "quickstart"], setup=_checkpointed()),
     Case("resume with another task", ["--resume", "run", "--task", "pytext"], setup=_checkpointed()),
@@ -336,6 +373,15 @@ RESUME_CASES = [
          setup=_checkpointed(lambda c: (c / "manifest.json").write_bytes(b"{\"config\": \"\xff\"}"))),
     Case("resume state bit flip", ["--resume", "run", "--episodes", "4"], setup=_checkpointed(_flip_a_state_byte)),
     Case("resume state missing", ["--resume", "run", "--episodes", "4"], setup=_checkpointed(_remove_state)),
+    Case("resume latest link into another run", ["--resume", "run", "--episodes", "4"],
+         setup=_checkpointed(_latest_to(lambda root: str(root.parent.parent / "other-run" / "checkpoints" /
+                                                          "batch-000000")))),
+    Case("resume latest link loops", ["--resume", "run", "--episodes", "4"], setup=_checkpointed(_latest_to(_loop))),
+    Case("resume checkpoints/ replaced by a file", ["--resume", "run", "--episodes", "4"],
+         setup=_checkpointed(_checkpoints_replaced_by_a_file)),
+    Case("resume manifest stripped of its checksums", ["--resume", "run", "--episodes", "4"],
+         setup=_checkpointed(_edit_manifest(_strip_checksums))),
+    Case("resume episodes below those done", ["--resume", "run", "--episodes", "1"], setup=_checkpointed()),
     Case("resume into another non-empty run dir", ["--resume", "run", "--episodes", "4", "--run-dir", "other"],
          setup=lambda d: (_checkpointed()(d), _previous_run_at(d / "other"))),
 ]
@@ -359,8 +405,50 @@ def _namespace_cases() -> list[Case]:
     ]
 
 
+def _prove_case(name: str, *flags: str, setup: Callable[[Path], None] | None = None) -> Case:
+    """`prove` at the fuzz's tiny size with one thing wrong: refused before anything is trained or written."""
+    tiny = [f"{k}={json.dumps(v)}" for k, v in BASE.items() if k not in ("controller", "n_episodes", "seed")]
+    sets = [arg for item in tiny for arg in ("--set", item)]
+    return Case(f"prove {name}", ["--quiet", "--arms", "wait", "oracle", *sets, *flags], setup=setup, command="prove")
+
+
+def _prove_checkpoint_case(name: str, *flags: str) -> Case:
+    return _prove_case(name, "--checkpoint", "run", *flags, setup=_checkpointed())
+
+
+PROVE_CASES = [
+    _prove_case("seed beyond 64 bits", "--seed", str(2**64)),
+    _prove_case("eval seed beyond 64 bits", "--eval-seeds", str(2**64)),
+    _prove_case("eval seed offset past the top", "--eval-seed-offset", str(2**63 - 2), "--n-eval-seeds", "8"),
+    _prove_case("n-eval-seeds huge", "--n-eval-seeds", str(10**15)),
+    _prove_case("eval seeds overlap a huge run", "--seed", "900000", "--train-episodes", str(2**40),
+                "--arms", "ppo", "wait"),
+    _prove_case("oracle slot not enabled", "--set", "oracle.slot=r0c0", "--set", "slots=[\"r0c1\"]"),
+    _prove_case("oracle slot unknown", "--set", "oracle.slot=r9c9"),
+    _prove_case("oracle germinate after the episode", "--set", "oracle.germinate_epoch=50"),
+    _prove_case("oracle set as a number", "--set", "oracle=5"),
+    _prove_case("heuristic set as a list", "--set", "heuristic=[1]"),
+    _prove_case("set without a value", "--set", "lr"),
+    _prove_case("set an unknown field", "--set", "learning_rate=1"),
+    _prove_case("arm unknown", "--arms", "dqn"),
+    _prove_case("static_final before its source", "--arms", "static_final", "oracle"),
+    _prove_case("out is a file", "--out", "f", setup=_make_file("f")),
+    _prove_case("out inside a file", "--out", "f/out", setup=_make_file("f")),
+    _prove_case("out not empty", "--out", "o", setup=_make_file("o/x")),
+    _prove_case("json in a missing folder", "--out", "o", "--json", "missing/p.json"),
+    _prove_case("json names a folder", "--out", "o", "--json", "d", setup=lambda d: (d / "d").mkdir()),
+    _prove_case("checkpoint missing", "--checkpoint", "nowhere"),
+    _prove_case("ray-address unreachable", "--env-workers", "1", "--ray-address", "127.0.0.1:1"),
+    _prove_checkpoint_case("checkpoint with another task", "--set", "task=shapes16"),
+    _prove_checkpoint_case("checkpoint with other slots", "--set", "slots=[\"r0c0\"]"),
+    _prove_checkpoint_case("checkpoint with another lstm size", "--set", "lstm_hidden_dim=64"),
+    _prove_checkpoint_case("checkpoint with another controller", "--set", "controller=ppo_mlp"),
+]
+
+
 def all_cases() -> list[Case]:
-    return JSON_CASES + CONFIG_FILE_CASES + FLAG_CASES + FS_CASES + RESUME_CASES + _namespace_cases()
+    return (JSON_CASES + CONFIG_FILE_CASES + FLAG_CASES + FS_CASES + RESUME_CASES + PROVE_CASES
+            + _namespace_cases())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -406,9 +494,12 @@ def _changed(before: dict, after: dict) -> list[str]:
     return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
 
 
-def _call_main(argv: list[str], cwd: Path) -> tuple[int | None, str]:
-    """main(argv) in this process from `cwd`: (exit code or None after an escaping exception, stderr)."""
-    from esper_fx.cli.train import main
+def _call_main(argv: list[str], cwd: Path, command: str = "train") -> tuple[int | None, str]:
+    """`command`'s main(argv) in this process from `cwd`: (exit code or None after an escaping exception,
+    stderr)."""
+    import importlib
+
+    main = importlib.import_module(f"esper_fx.cli.{command}").main
 
     err, out = io.StringIO(), io.StringIO()
     old = os.getcwd()
@@ -443,7 +534,7 @@ def _config_accepts(argv: list[str], cwd: Path) -> bool:
 
 def _subprocess_main(case: Case, cwd: Path, code_root: Path) -> tuple[int | None, str]:
     env = dict(os.environ, PYTHONPATH=str(code_root))
-    cmd = " ".join(["exec", sys.executable, "-m", "esper_fx.train", *(_quote(a) for a in case.argv)])
+    cmd = " ".join(["exec", sys.executable, "-m", f"esper_fx.{case.command}", *(_quote(a) for a in case.argv)])
     if case.namespace is not None:
         cmd = (f"unshare --user --map-root-user --mount sh -c '{case.namespace}"
                f"{cmd.replace(chr(39), chr(39) + chr(92) + chr(39) + chr(39))}'")
@@ -477,7 +568,7 @@ def run_case(case: Case, workdir: Path, code_root: Path = REPO) -> Outcome:
         if case.subprocess:
             code, err = _subprocess_main(case, d, code_root)
         else:
-            code, err = _call_main(case.argv, d)
+            code, err = _call_main(case.argv, d, case.command)
     finally:
         release_locks()
     wrote = _changed(before, snapshot(d))

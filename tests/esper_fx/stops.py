@@ -5,22 +5,30 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Any, Collection
+from typing import Any, Callable, Collection
 
 
 def signal_at_apply(pool: Any, call: int, signum: int = signal.SIGINT) -> None:
     """Make `pool.apply` send `signum` to this process at its `call`-th call (1-based, one call per
     controller step), just before it applies that step's actions. The run then stops as it would on Ctrl-C
     (SIGINT) or a scheduler's SIGTERM."""
-    original, calls = pool.apply, {"n": 0}
+    signal_at_call(pool, "apply", call, signum)
 
-    def apply(*args, **kwargs):
+
+def signal_at_call(owner: Any, name: str, call: int, signum: int = signal.SIGINT) -> Callable[[], None]:
+    """Make `owner.name` (an object's method, or a class's: every instance) send `signum` to this process
+    at its `call`-th call (1-based), just before it runs. Returns the function that puts the original back."""
+    original, calls = getattr(owner, name), {"n": 0}
+    bound = not isinstance(owner, type)
+
+    def wrapped(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == call:
             os.kill(os.getpid(), signum)
         return original(*args, **kwargs)
 
-    pool.apply = apply
+    setattr(owner, name, wrapped)
+    return lambda: setattr(owner, name, original) if not bound else owner.__dict__.pop(name, None)
 
 
 # what differs between two runs of one configuration: wall times, timestamps and checkpoint paths

@@ -193,3 +193,14 @@ def test_non_finite_rewards_never_reach_the_reward_statistics():
     assert np.allclose(state.stats(), want.stats(), rtol=1e-6)
     later, scaled = state.update_and_normalize(jnp.asarray([5.0], jnp.float32))
     assert np.all(np.isfinite(np.asarray(scaled))) and all(np.isfinite(v) for v in later.stats())
+
+
+def test_a_nan_feature_normalizes_to_the_mean_and_infinities_to_the_clip():
+    """Issue 22: a NaN observation reached the policy as NaN (no valid action, exit 1) where +inf was clipped."""
+    state = RunningMeanStd.init(3).update(jnp.asarray(np.random.default_rng(1).normal(size=(8, 3)), jnp.float32))
+    x = jnp.asarray([[np.nan, np.inf, -np.inf], [0.5, 0.5, 0.5]], jnp.float32)
+    normalize = jax.jit(lambda s, v: s.normalize(v))
+    z = np.asarray(normalize(state, x))
+    assert z[0].tolist() == [0.0, 10.0, -10.0]
+    want = (np.asarray(x[1]) - np.asarray(state.mean)) / np.sqrt(np.asarray(state.var) + state.eps)
+    np.testing.assert_allclose(z[1], want, rtol=1e-6)  # finite rows as before

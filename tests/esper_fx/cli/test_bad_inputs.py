@@ -1,6 +1,7 @@
-"""The fuzz of bad inputs (tests/esper_fx/bad_inputs.py): every one is a clean rejection (issue 12, defect 12).
+"""The fuzz of bad inputs (tests/esper_fx/bad_inputs.py): every one is a clean rejection (issues 12 and 22).
 
-Each of the ~180 cases (command-line flags, JSON configs, filesystem situations) must end with exit code 2,
+Each of the ~210 cases (train: flags, JSON configs, filesystem situations, resumes; prove: flags, seed sets,
+arms, output paths, checkpoints) must end with exit code 2,
 one line on stderr naming the problem, no traceback, and nothing written. Most run in-process; the few
 that need a full disk or a read-only mount run in a subprocess inside a private mount namespace.
 """

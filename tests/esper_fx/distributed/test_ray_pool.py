@@ -305,3 +305,31 @@ def _forget_cluster(port: int) -> None:
             record.unlink()
     except OSError:
         pass
+
+
+@pytest.mark.parametrize("address, needle", [
+    ("head node", "is not a Ray address"), ("10.0.0.1", "is not a Ray address"), ("10.0.0.1:0", "is not a Ray"),
+    ("ray://:6379", "is not a Ray address"), ("127.0.0.1:1", "no Ray cluster reachable"),
+    ("ray://127.0.0.1:1", "no Ray cluster reachable"), ("no-such-host.invalid:6379", "no Ray cluster reachable"),
+])
+def test_a_bad_ray_address_fails_fast_with_one_line_before_ray_is_asked(address, needle):
+    """Issue 22: a bad --ray-address took 24 s and 20 lines of Ray logging before its one line."""
+    import time
+
+    from esper_fx.distributed.runtime import RayAddressError, check_ray_address
+
+    started = time.perf_counter()
+    with pytest.raises(RayAddressError, match=needle) as info:
+        check_ray_address(address, timeout_s=1.0)
+    assert time.perf_counter() - started < 5 and "\n" not in str(info.value)
+    check_ray_address(None)
+    check_ray_address("auto")
+
+
+def test_prove_refuses_an_unreachable_ray_address_with_one_line(tmp_path, capsys, monkeypatch):
+    from esper_fx import prove
+
+    monkeypatch.chdir(tmp_path)
+    assert prove.main(["--env-workers", "1", "--ray-address", "127.0.0.1:1", "--set", "n_envs=2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "127.0.0.1:1" in err[0] and list(tmp_path.iterdir()) == []

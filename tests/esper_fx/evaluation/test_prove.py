@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,210 @@ def test_the_comparison_module_does_not_shadow_esper_fx_compare():
     from esper_fx.evaluation.comparison import Trained  # noqa: F401 - importing the engine first
 
     assert callable(esper_fx.compare) and esper_fx.compare.__name__ == "compare"
+
+
+# ----------------------------------------------------------------------------------------------
+# bad inputs: one line, exit 2, nothing written, before anything runs (issue 22)
+# ----------------------------------------------------------------------------------------------
+
+BIG = str(2**64)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seed", BIG], "seed"),
+    (["--eval-seeds", BIG], "--eval-seeds"),
+    (["--eval-seeds", str(-(2**63) - 1)], "--eval-seeds"),
+    (["--eval-seed-offset", str(2**63 - 4)], "--eval-seed-offset"),
+    (["--n-eval-seeds", str(10**12)], "--n-eval-seeds"),
+    (["--set", "oracle.slot=r9c9"], "oracle.slot"),  # the oracle arm, whatever the trained controller
+    (["--set", "slots=[\"r0c0\"]", "--set", "oracle.slot=r0c1"], "oracle.slot"),
+    (["--set", "oracle.germinate_epoch=99"], "germinate_epoch"),
+    (["--set", "oracle=5"], "oracle.FIELD"),
+    (["--set", "heuristic=\"x\""], "heuristic.FIELD"),
+    (["--set", "bogus_field=1"], "bogus_field"),
+    (["--arms", "wait", "static_final", "oracle"], "static_final"),
+    (["--arms", "wait", "wait"], "twice"),
+    # huge numbers: the seed-overlap check is arithmetic, so these are refused at once
+    (["--seed", "900000", "--train-episodes", str(2**40)], "also training seeds"),
+    (["--seed", "0", "--eval-seed-offset", "0", "--n-eval-seeds", "100000", "--train-episodes", str(2**40)],
+     "also training seeds"),
+    (["--train-episodes", str(2**41)], "n_episodes"),
+])
+def test_bad_values_exit_2_naming_the_field_before_anything_runs(args, needle, tmp_path, capsys, monkeypatch):
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    started = time.perf_counter()
+    assert prove.main(args) == 2
+    assert time.perf_counter() - started < 10  # bounded whatever the numbers
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def _tree(path: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(path)): (p.lstat().st_size if p.is_file() else 0, p.lstat().st_mtime_ns)
+            for p in sorted(path.rglob("*"))}
+
+
+@pytest.mark.parametrize("args, setup, needle", [
+    (["--out", "afile"], lambda d: (d / "afile").write_text("x"), "not a directory"),
+    (["--out", "afile/sub"], lambda d: (d / "afile").write_text("x"), "cannot be created"),
+    (["--out", "full"], lambda d: ((d / "full").mkdir(), (d / "full" / "x").write_text("x")), "not empty"),
+    (["--json", "missing/p.json"], None, "does not exist"),
+    (["--json", "adir"], lambda d: (d / "adir").mkdir(), "is a directory"),
+    (["--json", "afile/p.json"], lambda d: (d / "afile").write_text("x"), "does not exist"),
+])
+def test_bad_output_paths_exit_2_and_create_nothing(args, setup, needle, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if setup is not None:
+        setup(tmp_path)
+    before = _tree(tmp_path)
+    out = [] if "--out" in args else ["--out", "o"]
+    assert prove.main(args + out + ["--arms", "wait", "--n-eval-seeds", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert _tree(tmp_path) == before
+
+
+def test_the_seed_overlap_check_agrees_with_enumerating_every_training_seed():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    @given(st.integers(-30_000, 30_000), st.integers(1, 40), st.integers(1, 12), st.integers(-40_000, 60_000),
+           st.integers(0, 30_000))
+    def check(seed, n_episodes, n_envs, low, width):
+        config = TrainingConfig.preset("quickstart", seed=seed, n_episodes=n_episodes, n_envs=n_envs,
+                                       num_minibatches=1)
+        expected = sorted(s for s in cmp.training_seeds(config) if low <= s <= low + width)
+        assert cmp.training_seeds_between(config, low, low + width, limit=10**6) == expected
+        assert cmp.training_seeds_between(config, low, low + width, limit=3) == expected[:3]
+
+    check()
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A finished tiny ppo_lstm run to evaluate with --checkpoint."""
+    import esper_fx
+
+    config = TrainingConfig(task="shapes10", n_envs=2, max_epochs=4, n_episodes=2, synthetic_train_samples=256,
+                            synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3,
+                            num_minibatches=1, lstm_hidden_dim=32, tensorboard=False, report=False)
+    return esper_fx.run(config, run_dir=tmp_path_factory.mktemp("trained") / "run").run_dir
+
+
+@pytest.mark.parametrize("sets, field", [
+    (["task=shapes16"], "task"), (["slots=[\"r0c0\"]"], "slots"), (["lstm_hidden_dim=64"], "lstm_hidden_dim"),
+    (["controller=ppo_mlp"], "controller"), (["max_epochs=5"], "max_epochs"),
+    (["telemetry_level=off"], "use_telemetry"),
+])
+def test_a_checkpoint_is_not_evaluated_with_other_shape_fields(trained_run, sets, field, tmp_path, capsys,
+                                                                monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["--checkpoint", trained_run, "--arms", "ppo", "wait", "--n-eval-seeds", "1"]
+    for item in sets:
+        args += ["--set", item]
+    assert prove.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--set {field}" in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# stops: prove.json of the finished episodes, marked partial; 130 / 143; one message
+# ----------------------------------------------------------------------------------------------
+
+
+def test_sigterm_during_evaluation_writes_the_finished_episodes_as_partial(tmp_path, capsys):
+    from esper_fx.evaluation import episodes as evaluate
+    from tests.esper_fx.stops import signal_at_call
+
+    restore = signal_at_call(evaluate.Arm, "run", 4, signal.SIGTERM)  # the second arm's first seed
+    try:
+        out = tmp_path / "p"
+        code = prove.main(["--arms", "wait", "random", "--n-eval-seeds", "3", "--out", str(out), "--quiet",
+                           *TINY_SETS])
+    finally:
+        restore()
+    assert code == 143
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted (SIGTERM)" in err[0] and "3 evaluation episode(s) of 6" in err[0], err
+    report = json.loads((out / "prove.json").read_text())
+    assert report["partial"] is True and report["stopped"]["signal"] == "SIGTERM"
+    assert [e["seed"] for e in report["episodes"]["wait"]] == [900_000, 900_001, 900_002]
+    assert "random" not in report["episodes"] and [r["arm"] for r in report["rows"]] == ["wait"]
+    assert not (out / "prove.png").exists()
+
+
+def test_ctrl_c_during_training_keeps_its_checkpoint_and_writes_a_partial_prove_json(tmp_path, capsys,
+                                                                                      monkeypatch):
+    from esper_fx.training import loop
+    from tests.esper_fx.stops import signal_at_apply
+
+    original = loop.build_pool
+
+    def build_pool(config):
+        pool = original(config)
+        signal_at_apply(pool, 5)  # the first epoch of the second batch
+        return pool
+
+    monkeypatch.setattr(loop, "build_pool", build_pool)
+    out = tmp_path / "p"
+    code = prove.main(["--arms", "ppo", "wait", "--train-episodes", "6", "--n-eval-seeds", "2", "--out", str(out),
+                       "--quiet", *TINY_SETS, "--set", "checkpoint_every=1"])
+    assert code == 130
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("esper_fx.prove")]
+    assert len(err) == 1 and "interrupted (SIGINT)" in err[0] and "--resume" in err[0], err
+    report = json.loads((out / "prove.json").read_text())
+    assert report["partial"] is True and report["episodes"] == {}
+    assert report["stopped"]["training_run_dir"] == str(out / "train" / "ppo")
+    assert Path(report["stopped"]["training_checkpoint"]).is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_real_signal_during_evaluation_ends_prove_without_a_traceback(signum, tmp_path):
+    import time
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "esper_fx.prove", "--arms", "wait", "--n-eval-seeds", "50",
+                             "--out", str(tmp_path / "p"), *TINY_SETS], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        for line in proc.stdout:  # the first finished evaluation episode
+            if line.startswith("compare: wait seed") or time.monotonic() > deadline:
+                break
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum
+    assert "Traceback" not in err and err.strip().count("esper_fx.prove: interrupted") == 1, err
+    report = json.loads((tmp_path / "p" / "prove.json").read_text())
+    assert report["partial"] is True and 1 <= len(report["episodes"]["wait"]) < 50
+
+
+@pytest.mark.parametrize("seeds, needle", [
+    (range(0, 10**12), "at most"), ([2**63], "signed 64-bit"), ([5, 5], "distinct"), ([], "distinct"),
+])
+def test_compare_refuses_bad_seed_sets_at_once(seeds, needle):
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=needle):
+        cmp.compare({"wait": "wait"}, TrainingConfig.preset("quickstart"), seeds)
+    assert time.perf_counter() - started < 5
+
+
+def test_the_overlap_check_of_many_listed_seeds_is_bounded():
+    import time
+
+    config = TrainingConfig.preset("quickstart", seed=0, n_episodes=2**40, n_envs=1024, num_minibatches=1)
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="also training seeds"):
+        cmp.check_disjoint(config, list(range(0, 100_000)))
+    cmp.check_disjoint(config.replace(n_episodes=1024), [-5, *range(-100_000, -10)])  # below every training seed
+    assert time.perf_counter() - started < 5
+    assert cmp.seed_ranges([5, 3, 4, 9, 10, 1]) == [(1, 1), (3, 5), (9, 10)]

@@ -150,13 +150,71 @@ def test_a_checkpoint_named_directly_must_be_intact(tmp_path):
         ckpt.find_checkpoint(path)
 
 
-def test_older_checkpoints_without_checksums_still_load(tmp_path):
+@pytest.mark.parametrize("stripped", [("checksums",), ("manifest_checksum",), ("checksums", "manifest_checksum")])
+def test_a_manifest_stripped_of_its_checksums_is_refused_not_loaded_unverified(tmp_path, stripped):
     path = _save(tmp_path, 0)
     manifest = json.loads((path / "manifest.json").read_text())
-    for key in ("checksums", "manifest_checksum"):
+    for key in stripped:
         del manifest[key]
+    if "manifest_checksum" not in stripped:  # stripped with care: the manifest's own checksum recomputed
+        manifest["manifest_checksum"] = ckpt._manifest_digest(manifest)
     (path / "manifest.json").write_text(json.dumps(manifest))
-    assert ckpt.find_checkpoint(tmp_path).path == path.resolve()
+    with pytest.raises(ckpt.CheckpointError, match="cannot be verified"):
+        ckpt.find_checkpoint(path)
+    with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint.*cannot be verified"):
+        ckpt.find_checkpoint(tmp_path)
+
+
+def test_a_latest_link_leading_outside_the_run_is_never_followed(tmp_path):
+    """Issue 22: a `latest` pointing into another run made a resume continue (and write into) that run."""
+    other = _save(tmp_path / "other" / "checkpoints", 5, value=9.0)
+    mine = _save(tmp_path / "mine" / "checkpoints", 1)
+    latest = tmp_path / "mine" / "checkpoints" / "latest"
+    latest.unlink()
+    latest.symlink_to(other)
+    found = ckpt.find_checkpoint(tmp_path / "mine")
+    assert found.path == mine.resolve() and "points outside" in found.warning()
+    shutil.rmtree(mine)
+    with pytest.raises(ckpt.CheckpointError, match="points outside"):
+        ckpt.find_checkpoint(tmp_path / "mine")
+    assert other.is_dir()  # pruning never touches what a link outside names
+
+
+def test_a_latest_link_that_loops_falls_back_to_the_newest_intact_checkpoint(tmp_path):
+    older = _save(tmp_path, 0)
+    _save(tmp_path, 1)
+    latest = tmp_path / "latest"
+    latest.unlink()
+    latest.symlink_to("loop")
+    (tmp_path / "loop").symlink_to("latest")
+    found = ckpt.find_checkpoint(tmp_path)
+    assert found.path.name == "batch-000001" and "loop of links" in found.warning()
+    _save(tmp_path, 2)  # writing replaces the link and prunes without following the loop
+    assert ckpt.find_checkpoint(tmp_path).path.name == "batch-000002" and not older.exists()
+
+
+def test_checkpoints_replaced_by_a_file_is_an_error_not_a_run_without_checkpoints(tmp_path):
+    _save(tmp_path / "run" / "checkpoints", 0)
+    shutil.rmtree(tmp_path / "run" / "checkpoints")
+    (tmp_path / "run" / "checkpoints").write_text("x")
+    with pytest.raises(ckpt.CheckpointError, match="not a directory") as info:
+        ckpt.find_checkpoint(tmp_path / "run")
+    assert not isinstance(info.value, ckpt.NoCheckpoint)
+
+
+def test_the_free_space_asked_for_follows_the_previous_checkpoint(tmp_path, monkeypatch):
+    """The first checkpoint asks for its arrays' raw bytes; later ones for 1.25x the previous one on disk."""
+    no_room = lambda p: shutil._ntuple_diskusage(10**9, 10**9, 0)  # noqa: E731
+    monkeypatch.setattr(ckpt.shutil, "disk_usage", no_room)
+    raw = int(ckpt._tree_bytes(_trees(1.0))) + ckpt.FREE_SPACE_MARGIN
+    with pytest.raises(OSError, match=f"needs about {raw / 2**20:.1f} MiB"):
+        _save(tmp_path, 0)
+    monkeypatch.undo()
+    first = _save(tmp_path, 0)
+    size = sum(f.stat().st_size for f in first.rglob("*") if f.is_file())
+    monkeypatch.setattr(ckpt.shutil, "disk_usage", no_room)
+    with pytest.raises(OSError, match=f"needs about {(int(1.25 * size) + ckpt.FREE_SPACE_MARGIN) / 2**20:.1f} MiB"):
+        _save(tmp_path, 1)
 
 
 def test_a_state_write_the_disk_cannot_hold_is_refused_before_it_starts(tmp_path, monkeypatch):
@@ -203,3 +261,43 @@ def test_an_unfinished_first_write_is_no_checkpoint_at_all(tmp_path):
         ckpt.find_checkpoint(tmp_path)
     _save(tmp_path / "checkpoints", 0)
     assert ckpt.find_checkpoint(tmp_path).skipped == ()
+
+
+# ------------------------------------------------------------------------------------------
+# placement: a checkpoint is restored onto the template's devices, not the ones it was saved from
+# ------------------------------------------------------------------------------------------
+
+
+def _jax_trees(value: float) -> dict:
+    import jax.numpy as jnp
+
+    return {"a": jnp.full((64,), value, jnp.float32), "b": {"c": jnp.arange(8, dtype=jnp.int32)}}
+
+
+def _as_saved_on(path: Path, device: str) -> None:
+    """Rewrite the recorded placement as a checkpoint written on `device` would hold it."""
+    sharding = path / "state" / "_sharding"
+    entries = json.loads(sharding.read_text())
+    sharding.write_text(json.dumps({k: v.replace("cpu:0", device) for k, v in entries.items()}))
+
+
+def test_a_checkpoint_saved_on_a_gpu_restores_onto_the_templates_cpu(tmp_path):
+    import jax
+
+    path = ckpt.save_checkpoint(tmp_path, 0, _jax_trees(2.0), _manifest(1))
+    _as_saved_on(path, "cuda:0")  # this machine has no cuda:0: only the template can say where to go
+    cpu = jax.devices("cpu")[0]
+    template = jax.device_put(_jax_trees(0.0), cpu)
+    trees = ckpt.load_trees({"_path": str(path)}, template)
+    assert float(trees["a"][0]) == 2.0 and trees["b"]["c"].tolist() == list(range(8))
+    assert all(leaf.devices() == {cpu} for leaf in jax.tree_util.tree_leaves(trees))
+
+
+def test_restore_args_name_the_templates_sharding(tmp_path):
+    import jax
+    import orbax.checkpoint as ocp
+
+    cpu = jax.devices("cpu")[0]
+    args = ckpt.restore_args(jax.device_put(_jax_trees(0.0), cpu))
+    leaves = jax.tree_util.tree_leaves(args, is_leaf=lambda x: isinstance(x, ocp.RestoreArgs))
+    assert leaves and all(isinstance(a, ocp.ArrayRestoreArgs) and a.sharding.device_set == {cpu} for a in leaves)

@@ -242,3 +242,43 @@ def test_resuming_a_run_stopped_before_its_first_checkpoint_restarts_it_in_place
     drop = lambda rows: [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]  # noqa: E731
     assert drop(_metrics(tmp_path / "r")) == drop(reference)
     assert (tmp_path / "r" / "checkpoints" / "final").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 22: nothing outside the run directory is read as the run's own; nothing is lost before a resume can go on
+# ----------------------------------------------------------------------------------------------
+
+
+def test_a_latest_link_into_another_run_falls_back_to_the_runs_own_checkpoint(tmp_path, capsys):
+    config = tiny(controller="random", n_episodes=6, checkpoint_every=1, report=False, tensorboard=False)
+    esper_fx.run(config, run_dir=tmp_path / "other")
+    esper_fx.run(config.replace(n_episodes=4), run_dir=tmp_path / "mine")
+    latest = tmp_path / "mine" / "checkpoints" / "latest"
+    latest.unlink()
+    latest.symlink_to(tmp_path / "other" / "checkpoints" / "batch-000002")
+    other_before = snapshot(tmp_path / "other")
+    capsys.readouterr()
+    assert main(["--resume", str(tmp_path / "mine"), "--episodes", "6", "--quiet"]) == 0
+    assert "points outside" in capsys.readouterr().err
+    assert snapshot(tmp_path / "other") == other_before
+    assert [int(r["batch"]) for r in _metrics(tmp_path / "mine")] == [0, 1, 2]
+    summary = json.loads((tmp_path / "mine" / "summary.json").read_text())
+    assert summary["episodes"] == 6
+
+
+def test_a_resume_that_cannot_go_on_leaves_metrics_events_and_config_untouched(tmp_path, capsys):
+    import shutil
+
+    esper_fx.run(tiny(controller="wait", n_episodes=4, report=False), run_dir=tmp_path / "r")
+    before = snapshot(tmp_path / "r")
+    assert main(["--resume", str(tmp_path / "r"), "--episodes", "2"]) == EXIT_SETUP_ERROR  # below the 4 done
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "n_episodes 2 is below the 4 episodes" in err[0]
+    assert snapshot(tmp_path / "r") == before
+    shutil.rmtree(tmp_path / "r" / "checkpoints")
+    (tmp_path / "r" / "checkpoints").write_text("x")
+    before = snapshot(tmp_path / "r")
+    assert main(["--resume", str(tmp_path / "r"), "--episodes", "6"]) == EXIT_SETUP_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoints is not a directory" in err[0]
+    assert snapshot(tmp_path / "r") == before and len(_metrics(tmp_path / "r")) == 2

@@ -20,6 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -64,27 +65,21 @@ def metrics_rows(run_dir: Path) -> list[dict[str, str]]:
 
 def read_board(run_dir: Path) -> dict[str, dict[int, float]]:
     """tag -> {step: value}, read back with the tensorboard package's own reader."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.util import tensor_util
-
-    acc = EventAccumulator(str(run_dir / TB_SUBDIR), size_guidance={"tensors": 0})
-    acc.Reload()
-    board = {}
-    for tag in acc.Tags()["tensors"]:
-        if tag.startswith("config"):
-            continue
-        board[tag] = {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)}
-    return board
+    return {tag: dict(events) for tag, events in _board_scalars(run_dir).items()}
 
 
 def board_events(run_dir: Path, tag: str) -> list[tuple[int, float]]:
     """Every (step, value) TensorBoard keeps for one tag, duplicates included, in file order."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.util import tensor_util
+    return _board_scalars(run_dir)[tag]
 
-    acc = EventAccumulator(str(run_dir / TB_SUBDIR), size_guidance={"tensors": 0})
+
+def _board_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / TB_SUBDIR), size_guidance={"scalars": 0})
     acc.Reload()
-    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+    assert acc.Tags()["tensors"] == [] or all(t.startswith("config") for t in acc.Tags()["tensors"])
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 # metrics.csv column -> TensorBoard tag (env{i}_accuracy, action counts and ppo_* follow a pattern)
@@ -131,7 +126,7 @@ def test_tensorboard_scalars_read_back_as_metrics_csv_holds_them(finished):
                 continue
             tag = tag_of(column)
             assert tag in board, f"{column} has no TensorBoard tag {tag}"
-            assert board[tag][step] == value, (column, step)  # float64 both ways: exactly equal
+            assert board[tag][step] == float(np.float32(value)), (column, step)  # float32 simple_value
             compared += 1
     assert compared > 2 * 40
 
@@ -164,8 +159,67 @@ def test_a_resume_from_an_earlier_checkpoint_replaces_the_later_scalars(tmp_path
     assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1, 2]
     assert [int(r["batch"]) for r in rows] == [0, 1, 2]
     for row in rows:
-        assert board["timing/batch_s"][int(row["batch"])] == float(row["wall_time_s"])
-    assert board["timing/batch_s"][2] != first.history[2].wall_time_s  # the second process's batch 2
+        assert board["timing/batch_s"][int(row["batch"])] == float(np.float32(row["wall_time_s"]))
+    assert board["timing/batch_s"][2] != float(np.float32(first.history[2].wall_time_s))  # the second process's batch 2
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get_json(url: str):
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read().decode("utf-8"))
+
+
+def _served_scalars(base: str, run: str, want: set[str], deadline: float) -> dict[str, list]:
+    """tag -> [[wall_time, step, value], ...] as the server serves them, once it lists every wanted tag."""
+    import time
+    import urllib.error
+    import urllib.parse
+
+    tags: set[str] = set()
+    while time.monotonic() < deadline:
+        try:
+            tags = set(_get_json(f"{base}/data/plugin/scalars/tags").get(run, {}))
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            tags = set()
+        if want <= tags:
+            break
+        time.sleep(0.5)
+    assert want <= tags, f"TensorBoard lists {len(tags)} of {len(want)} tags: missing {sorted(want - tags)[:5]}"
+    quote = urllib.parse.quote
+    return {tag: _get_json(f"{base}/data/plugin/scalars/scalars?run={quote(run)}&tag={quote(tag)}") for tag in want}
+
+
+@pytest.mark.slow
+def test_a_real_tensorboard_server_in_its_default_mode_serves_every_scalar(finished, tmp_path):
+    """As a user sees it: `tensorboard --logdir runs/` in its default (fast) loading mode, asked over HTTP."""
+    import time
+
+    _, run_dir, _ = finished
+    board = read_board(run_dir)
+    assert len(board) > 40
+    logdir = tmp_path / "runs"
+    logdir.mkdir()
+    (logdir / "run").symlink_to(run_dir / TB_SUBDIR, target_is_directory=True)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host",
+                             "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        served = _served_scalars(f"http://127.0.0.1:{port}", "run", set(board), time.monotonic() + 90)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    for tag, events in board.items():
+        assert {int(step): value for _, step, value in served[tag]} == pytest.approx(events, rel=1e-6), tag
 
 
 def test_batch_scalars_skip_missing_values_and_mark_skipped_updates():
@@ -356,6 +410,69 @@ def test_a_failing_plot_is_reported_in_the_page_and_the_rest_is_written(finished
     assert messages and "python -m esper_fx.report" in messages[0]
 
 
+def _insert_line(path: Path, index: int, line: bytes) -> None:
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:index] + [line] + lines[index:]))
+
+
+def _replace_cell(path: Path, column: str, row: int, text: str) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split(",")
+    cells = lines[row + 1].rstrip("\n").split(",")
+    cells[header.index(column)] = text
+    lines[row + 1] = ",".join(cells) + "\n"
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+DAMAGES = {  # name -> (damage, a word of the note the page shows)
+    "events.jsonl not UTF-8": (lambda d: _insert_line(d / "events.jsonl", 3, b'{"event_type": "\xff\xfe"}\n'),
+                               "events.jsonl"),
+    "events.jsonl torn non-UTF-8 tail": (lambda d: (d / "events.jsonl").open("ab").write(b'{"event\xc3'),
+                                         "events.jsonl"),
+    "metrics.csv not UTF-8": (lambda d: _insert_line(d / "metrics.csv", 2, b"1,\xff\xfe,3\n"), "metrics.csv"),
+    "metrics.csv non-numeric cell": (lambda d: _replace_cell(d / "metrics.csv", "avg_accuracy", 0, "abc"),
+                                     "non-numeric"),
+    "metrics.csv non-numeric batch": (lambda d: _replace_cell(d / "metrics.csv", "batch", 1, "x"), "metrics.csv"),
+    "config.json wrong types": (lambda d: (d / "config.json").write_text(json.dumps(
+        {"slots": 5, "n_envs": "x", "blueprint_menu": 3, "n_episodes": [1], "max_epochs": {}, "task": 7})),
+        "config.json"),
+    "config.json infinite sizes": (lambda d: (d / "config.json").write_text(
+        '{"n_episodes": Infinity, "n_envs": 2}'), "config.json"),
+    "config.json a list": (lambda d: (d / "config.json").write_text("[1, 2]"), "config.json"),
+    "config.json not UTF-8": (lambda d: (d / "config.json").write_bytes(b'{"task": "\xff"}'), "config.json"),
+    "summary.json wrong types": (lambda d: (d / "summary.json").write_text('["batches"]'), "summary.json"),
+}
+
+
+def _damaged_copy(run_dir: Path, target: Path, damages: list[str], without_checkpoints: bool) -> Path:
+    shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns(
+        "plots", "report.html", *(["checkpoints", "summary.json"] if without_checkpoints else [])))
+    for damage in damages:
+        DAMAGES[damage][0](target)
+    return target
+
+
+@pytest.mark.parametrize("without_checkpoints", [False, True])
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_report_skips_damaged_lines_and_rows_with_a_note(finished, tmp_path, damage, without_checkpoints):
+    """A torn or damaged file costs its bad line or row (named in the page), never the report."""
+    copy = _damaged_copy(finished[1], tmp_path / "copy", [damage], without_checkpoints)
+    record = report.load_run(copy)
+    assert [h.batch for h in record.history] == ([0] if "batch" in damage and without_checkpoints else [0, 1])
+    word = DAMAGES[damage][1]
+    assert any(word in note for note in record.notes), record.notes
+    assert word in report.render_html(record, [])
+
+
+def test_the_report_command_builds_the_page_of_a_run_with_every_damage_at_once(finished, tmp_path, capsys):
+    damages = [d for d in sorted(DAMAGES) if not d.startswith(("config.json a", "config.json not", "summary"))]
+    copy = _damaged_copy(finished[1], tmp_path / "copy", damages, without_checkpoints=True)
+    assert report.main([str(copy)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    page = " ".join(parse_page(copy / report.REPORT_NAME).text)
+    for word in ("events.jsonl", "metrics.csv", "non-numeric", "config.json"):
+        assert word in page
+
 def test_report_command_fails_cleanly_on_a_directory_without_a_run(tmp_path):
     assert report.main([str(tmp_path)]) == 1
 
@@ -389,7 +506,7 @@ def test_a_stop_inside_the_scalars_of_a_batch_keeps_tensorboard_with_the_checkpo
     esper_fx.run(config.replace(resume_path=str(tmp_path / "r")), run_dir=tmp_path / "r")
     board, rows = read_board(tmp_path / "r"), metrics_rows(tmp_path / "r")
     assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1, 2]
-    assert [board["timing/batch_s"][int(r["batch"])] for r in rows] == [float(r["wall_time_s"]) for r in rows]
+    assert [board["timing/batch_s"][int(r["batch"])] for r in rows] == [float(np.float32(r["wall_time_s"])) for r in rows]
 
 
 def test_a_resume_stopped_before_its_first_batch_leaves_tensorboard_as_metrics_csv(tmp_path):

@@ -114,3 +114,16 @@ def test_a_second_identical_run_loads_every_program_from_the_cache(tmp_path):
     assert entry_count(cache) == entries  # nothing new compiled
     assert "warm start" in second.stdout and "First action after" in second.stdout
 
+
+
+def test_a_directory_that_cannot_be_written_warns_once_and_leaves_the_cache_off(tmp_path, jax_cache_settings,
+                                                                                 monkeypatch):
+    """Issue 22: a read-only cache directory gave one warning per program JAX failed to save (132 lines)."""
+    def refuse(*args, **kwargs):
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(cc.tempfile, "NamedTemporaryFile", refuse)
+    with pytest.warns(UserWarning, match="compilation cache off: cannot write to .*Read-only") as caught:
+        assert cc.enable(tmp_path / "cache", environ={}) is None
+    assert len(caught) == 1 and not jax.config.jax_enable_compilation_cache
+    assert list((tmp_path / "cache").iterdir()) == []

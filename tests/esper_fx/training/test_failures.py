@@ -167,3 +167,26 @@ def test_resume_errors_print_plain_values_not_enum_reprs(tmp_path, monkeypatch, 
     assert len(err) == 2 and all("<" not in line for line in err)
     assert "task cannot change on resume (the checkpoint has 'shapes10', the command line 'pytext')" in err[0]
     assert "'shared'" in err[1] and "'full'" in err[1]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_nan_or_inf_observation_is_left_out_of_the_normaliser_with_a_warning(tmp_path, capsys, bad):
+    """Issue 22: a NaN in the observation stopped the run (exit 1) where +inf was left out with a warning."""
+    config = tiny(n_episodes=2)
+    pool = loop.build_pool(config)
+    original, calls = pool.signals, {"n": 0}
+
+    def signals():
+        out = original()
+        calls["n"] += 1
+        if calls["n"] == 2:  # epoch 2 of the first batch, env 0
+            out["obs"][0, 0] = bad
+        return out
+
+    pool.signals = signals
+    result = esper_fx.run(config, run_dir=tmp_path / "r", pool=pool)
+    assert result.summary["episodes"] == 2
+    skipped = [e for e in result.events if e["event_type"] == "NONFINITE_SKIPPED"]
+    assert [(e["batch"], e["data"]) for e in skipped] == [(0, {"observation_rows": 1})]
+    assert "1 observation rows with NaN/inf" in capsys.readouterr().err
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in (result.obs_rms.mean, result.obs_rms.var))

@@ -223,18 +223,43 @@ def test_default_sizes_generate_within_60_seconds_on_the_cpu():
     assert torch.all(mean.abs() < 0.1) and torch.all((std > 0.8) & (std < 1.2))
 
 
+def test_generation_draws_on_the_cpu_whatever_the_target_device(monkeypatch):
+    """The images are drawn and rendered on the CPU and moved (meta here): a CUDA generator would draw
+    other numbers, so a GPU run would train on other data than a CPU run."""
+    made = []
+    real = shapes10.make_generator
+    monkeypatch.setattr(shapes10, "make_generator", lambda device, *v: made.append(torch.device(device)) or real(device, *v))
+    out = shapes10.generate(40, 20, 3, device="meta", knobs=shapes10.SHAPES16_KNOBS)
+    assert made and all(d.type == "cpu" for d in made)
+    assert all(t.device.type == "meta" for t in out)
+    assert out[0].shape == (40, 3, 16, 16) and out[1].dtype == torch.int64
+
+
 @pytest.mark.gpu
-def test_cuda_generation_is_deterministic_fast_and_normalised():
+def test_cuda_data_are_the_cpu_data_and_deterministic():
     torch.cuda.synchronize()
     start = time.perf_counter()
     first = shapes10.generate(device="cuda:0")
     torch.cuda.synchronize()
-    assert time.perf_counter() - start <= 10.0 + 5.0  # the first call includes CUDA start-up
+    assert time.perf_counter() - start <= 60.0  # rendered on the CPU (see the 60 s CPU bound above)
     second = shapes10.generate(device="cuda:0")
     assert all(torch.equal(a, b) for a, b in zip(first, second))
     assert first[0].device.type == "cuda"
+    cpu = shapes10.generate(4096, 1024, 0, "cpu")
+    small = shapes10.generate(4096, 1024, 0, "cuda:0")
+    assert all(torch.equal(a, b.cpu()) for a, b in zip(cpu, small))
     std = first[0].std(dim=(0, 2, 3))
     assert torch.all(first[0].mean(dim=(0, 2, 3)).abs() < 0.1) and torch.all((std > 0.8) & (std < 1.2))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("task", ["shapes10", "shapes16"])
+def test_task_data_on_cuda_equal_the_cpu_task_data(task):
+    cpu = load_task_data(get_task(task), "cpu", synthetic_train_samples=512, synthetic_test_samples=128)
+    gpu = load_task_data(get_task(task), "cuda:0", synthetic_train_samples=512, synthetic_test_samples=128)
+    assert gpu.device.type == "cuda"
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        assert torch.equal(getattr(cpu, name), getattr(gpu, name).cpu()), name
 
 
 # ------------------------------------------------------------------------------------------

@@ -107,3 +107,54 @@ def test_training_epoch_does_not_synchronise_with_the_host(gpu_data):
         torch.cuda.set_sync_debug_mode("default")
     pool.validate()
     assert torch.isfinite(pool.signals()["train_loss"]).all()
+
+
+@pytest.mark.parametrize("amp_dtype", ["float16", "bfloat16"])
+def test_amp_training_epoch_does_not_synchronise_with_the_host(gpu_data, amp_dtype):
+    """fp16 needs fused optimizers (GradScaler.step otherwise reads found_inf back); bf16 has no scaler."""
+    pool = make_pool(gpu_data, amp=True, amp_dtype=amp_dtype)
+    pool.run_epoch()
+    pool.apply(torch.tensor([(1, 1, 1, GERMINATE)] * pool.n_active, dtype=torch.int32))
+    pool.run_epoch()  # the seed optimizer exists from here on
+    pool.apply(torch.tensor([(1, 1, 1, WAIT)] * pool.n_active, dtype=torch.int32))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pool.train_epoch()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    pool.validate()
+    assert torch.isfinite(pool.signals()["train_loss"]).all()
+
+
+def test_the_loader_path_trains_on_the_device_paths_batches(gpu_data, deterministic_cudnn):
+    """Both paths draw the same plan; the loader's copies are ordered before the env streams read them."""
+    device_path = script(make_pool(gpu_data))
+    loader_path = script(make_pool(gpu_data, data_path="loader", num_workers=0))
+    for a, b in zip(device_path, loader_path):
+        assert torch.allclose(a["train_loss"], b["train_loss"], rtol=1e-3, atol=1e-3)
+        assert torch.allclose(a["val_loss"], b["val_loss"], rtol=1e-3, atol=1e-3)
+
+
+def test_env_streams_are_reused_and_memory_stays_flat_over_episodes(gpu_data):
+    pool = make_pool(gpu_data)
+    streams = [env.stream for env in pool.envs]
+    reserved = []
+    for b in range(6):
+        pool.reset(b)
+        assert [env.stream for env in pool.envs] == streams
+        script(pool, epochs=3)
+        torch.cuda.synchronize()
+        reserved.append(torch.cuda.memory_reserved(DEVICE))
+    assert len(pool.streams) == pool.n_envs
+    assert max(reserved[2:]) <= reserved[1] * 1.05, reserved
+
+
+def test_signals_live_on_a_policy_device_other_than_the_envs():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    data = load_task_data(get_task("shapes10"), "cuda:0", synthetic_train_samples=4096, synthetic_test_samples=1024)
+    pool = make_pool(data, device="cuda:1", env_devices=("cuda:0",))
+    assert all(env.device == torch.device("cuda:0") for env in pool.envs)
+    signals = pool.run_epoch()
+    assert all(t.device == torch.device("cuda:1") for t in signals.values())

@@ -1,0 +1,106 @@
+"""`python -m esper_fx.doctor`: on the CPU it runs what it can, lists every CUDA check as not run (never as
+passed), exits 0 when nothing failed, writes its JSON; a bad command line is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from esper_fx import doctor
+
+REPO = Path(__file__).resolve().parents[2]
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+
+
+@pytest.fixture(scope="module")
+def cpu_report(tmp_path_factory):
+    path = tmp_path_factory.mktemp("doctor") / "report.json"
+    code = doctor.main(["--device", "cpu", "--json", str(path)])
+    return code, json.loads(path.read_text())
+
+
+def test_on_the_cpu_it_passes_what_it_runs_and_runs_no_cuda_check(cpu_report):
+    code, report = cpu_report
+    assert code == 0 and report["ok"] is True and report["device"] == "cpu"
+    status = {c["name"]: c["status"] for c in report["checks"]}
+    assert list(status) == [name for name, _, _ in doctor.CHECKS]
+    assert doctor.CUDA_CHECKS and all(status[name] == doctor.NOT_RUN for name in doctor.CUDA_CHECKS)
+    ran = [name for name in status if name not in doctor.CUDA_CHECKS]
+    assert {"versions", "devices", "handoff_cpu", "cli_run", "checkpoint", "jax_memory"} <= set(ran)
+    assert all(status[name] == doctor.PASSED for name in ran), status
+    details = {c["name"]: c["detail"] for c in report["checks"]}
+    assert "torch " in details["versions"] and "jax " in details["versions"]
+    assert "exit 0" in details["cli_run"] and "cpu" in details["checkpoint"]
+
+
+@NO_CUDA
+def test_auto_is_the_cpu_without_cuda():
+    torch_device, jax_device = doctor.resolve_devices("auto")
+    assert torch_device == torch.device("cpu") and jax_device.platform == "cpu"
+
+
+def test_auto_with_a_torch_gpu_and_no_jax_gpu_runs_on_the_cpu_and_fails_devices(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Fake GPU")
+    monkeypatch.setattr(doctor, "_jax_gpus", lambda: [])
+    torch_device, _ = doctor.resolve_devices("auto")
+    assert torch_device == torch.device("cpu")
+    monkeypatch.setattr(doctor, "CHECKS", doctor.CHECKS[:2])  # versions, devices
+    checks = doctor.run_checks(doctor.Context(torch_device, None, Path(".")))
+    assert [c.status for c in checks] == [doctor.PASSED, doctor.FAILED]
+    assert "JAX has no GPU" in checks[1].detail
+
+
+def test_a_failing_check_is_reported_with_its_reason_and_exit_1(monkeypatch, tmp_path, capsys):
+    def broken(ctx):
+        raise ValueError("the reason\nsecond line")
+
+    def skipped(ctx):
+        raise doctor.NotRun("why not")
+
+    monkeypatch.setattr(doctor, "CHECKS", (("versions", False, doctor.check_versions), ("broken", False, broken),
+                                           ("skipped", False, skipped), ("cuda_only", True, broken)))
+    path = tmp_path / "r.json"
+    assert doctor.main(["--device", "cpu", "--json", str(path)]) == doctor.EXIT_FAILED
+    checks = {c["name"]: c for c in json.loads(path.read_text())["checks"]}
+    assert checks["broken"]["status"] == doctor.FAILED and checks["broken"]["detail"] == "ValueError: the reason second line"
+    assert checks["skipped"]["status"] == doctor.NOT_RUN and checks["skipped"]["detail"] == "why not"
+    assert checks["cuda_only"]["status"] == doctor.NOT_RUN
+    assert "failed: broken" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--device", "gpu7"], "--device"),
+    (["--device", "cuda:x"], "--device"),
+    (["--bogus"], "--bogus"),
+    (["--json", "/no/such/dir/r.json"], "--json"),
+])
+def test_a_bad_command_line_is_one_line_and_exit_2(argv, names, capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "run_checks", lambda *a: pytest.fail("checks ran after a bad command line"))
+    assert doctor.main(argv) == doctor.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and names in err[0] and err[0].startswith("esper_fx.doctor: error:")
+
+
+@NO_CUDA
+def test_a_cuda_device_on_a_machine_without_one_is_exit_2_and_writes_nothing(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    assert doctor.main(["--device", "cuda:0", "--json", str(path)]) == doctor.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cuda:0 is not available" in err[0]
+    assert not path.exists()
+
+
+def test_the_module_runs_as_a_command():
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "esper_fx.doctor", "--device", "nonsense"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().count("\n") == 0 and "--device" in proc.stderr
