@@ -2,10 +2,13 @@
 
 The run's own settings (task, envs, episodes, devices, data, outputs) are fields here. The controller
 side's settings live with the controller code and are nested: `config.ppo` (`rl.config.PPOConfig`),
-`config.reward` (`rl.config.RewardSettings`) and `config.heuristic` (`rl.config.HeuristicConfig`), each
-default written once, there. The PPO and reward fields keep their flat names everywhere a user sees
-them: `TrainingConfig(lr=1e-4)`, `config.replace(gamma=0.99)`, `config.lr`, the JSON of `to_dict` /
-`from_dict` (so every earlier config file and checkpoint manifest still loads) and the command line.
+`config.reward` (`rl.config.RewardConfig`) and `config.heuristic` (`rl.config.HeuristicConfig`), each
+default written once, there. The PPO fields and the reward's settings keep their flat names everywhere a
+user sees them: `TrainingConfig(lr=1e-4)`, `config.replace(gamma=0.99)`, `config.lr`, the JSON of
+`to_dict` / `from_dict` and the command line. `config.reward` also carries the values a run gives the
+reward (its gamma, its min_cull_age, its task's loss scale), filled in here so each keeps one home.
+Fields of earlier versions that changed nothing are refused in a config file (`RETIRED_FIELDS`) and
+dropped from a saved one (`from_saved`), so every earlier checkpoint manifest still loads.
 
 Imports neither torch nor jax, so the CLI can reject a bad configuration instantly.
 """
@@ -21,7 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Mapping
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from esper_fx.controllers.registry import REGISTRY
 from rl import validate as check
 from rl.config import (
@@ -29,19 +32,20 @@ from rl.config import (
     OracleConfig,
     PPOConfig,
     RewardFamily,
+    REWARD_SETTINGS,
+    RewardConfig,
     RewardMode,
-    RewardSettings,
     check_rotation,
     entropy_coefficient,
     field_names,
 )
 
 __all__ = [
-    "TrainingConfig", "HeuristicConfig", "OracleConfig", "PPOConfig", "RewardSettings", "Task", "DataSplit", "DataPath",
+    "TrainingConfig", "HeuristicConfig", "OracleConfig", "PPOConfig", "RewardConfig", "Task", "DataSplit", "DataPath",
     "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "PRESET_NAMES",
 ]
 
-Task = StrEnum("Task", {name.upper(): name for name in C.TASK_NAMES})
+Task = StrEnum("Task", {name.upper(): name for name in contracts.TASK_NAMES})
 
 
 class DataSplit(StrEnum):
@@ -60,10 +64,26 @@ class AmpDtype(StrEnum):
 
 
 class TelemetryLevel(StrEnum):
-    OFF = "off"
-    MINIMAL = "minimal"
+    """What the run writes to events.jsonl: `debug` adds every reward component of every epoch."""
+
     NORMAL = "normal"
     DEBUG = "debug"
+
+
+# Fields of earlier versions that changed nothing a run did. A config file that names one is refused with
+# this reason; a saved config (a checkpoint's manifest, a run's config.json) drops them (`upgrade_saved`).
+RETIRED_FIELDS: Mapping[str, str] = {
+    "plateau_threshold": "nothing read it",
+    "improvement_threshold": "nothing read it",
+    "chunk_length": "it always equalled max_epochs",
+}
+# Telemetry levels of earlier versions: "minimal" did what "normal" does; "off" also set use_telemetry to
+# false, which changes the observation size. A config file naming one is refused with this line.
+RETIRED_TELEMETRY_LEVELS: Mapping[str, str] = {
+    "minimal": "telemetry_level 'minimal' was removed: it did what 'normal' does (use 'normal')",
+    "off": "telemetry_level 'off' was removed: set use_telemetry to false to drop the gradient features "
+           "from the observation (this changes the observation size: a checkpoint records it)",
+}
 
 
 # Seeds seed torch (which takes 64-bit integers) and jax (signed 64-bit) with seed + small offsets.
@@ -75,9 +95,11 @@ DATA_SIZE_LIMITS = {"synthetic_train_samples": 1_000_000, "synthetic_test_sample
 POLICY_DEVICE = re.compile(r"auto|cpu|cuda:\d+")
 ENV_DEVICE = re.compile(r"cpu|cuda:\d+")
 
-# The nested groups whose fields are flat keys of the run: group field -> its dataclass.
-FLAT_GROUPS: Mapping[str, type] = {"ppo": PPOConfig, "reward": RewardSettings}
-GROUP_OF_KEY: Mapping[str, str] = {key: group for group, cls in FLAT_GROUPS.items() for key in field_names(cls)}
+# The nested groups whose fields are flat keys of the run: group field -> its dataclass, and the keys (every
+# PPO field; of the reward's, the settings: its other fields are constants or taken from the run).
+FLAT_GROUPS: Mapping[str, type] = {"ppo": PPOConfig, "reward": RewardConfig}
+FLAT_KEYS: Mapping[str, tuple[str, ...]] = {"ppo": field_names(PPOConfig), "reward": REWARD_SETTINGS}
+GROUP_OF_KEY: Mapping[str, str] = {key: group for group, keys in FLAT_KEYS.items() for key in keys}
 
 
 def option(default: Any, help: str | None = None, *, flag: str | None = None, metavar: str | None = None,
@@ -142,17 +164,17 @@ class TrainingConfig:
     amp: bool = option(False, "mixed precision on CUDA envs", resume=True)
     amp_dtype: AmpDtype = option(AmpDtype.FLOAT16, "autocast dtype", resume=True)
     # policy
-    chunk_length: int | None = None  # -> max_epochs
     blueprint_menu: tuple[str, ...] | None = None  # topology default
     # the controller side (flat keys: lr, gamma, ..., reward_family, ...)
     ppo: PPOConfig = field(default_factory=PPOConfig)
-    reward: RewardSettings = field(default_factory=RewardSettings)
+    reward: RewardConfig = field(default_factory=RewardConfig)  # gamma, min_cull_age, task scale: from the run
     discard_rolled_back_envs: bool = False
     # telemetry
+    # The gradient features of each slot in the observation: false drops them and shrinks the observation
+    # by 10 per slot (so a checkpoint trained with one value cannot resume with the other; resume checks it).
     use_telemetry: bool = True
-    telemetry_level: TelemetryLevel = option(TelemetryLevel.NORMAL, "`off` also drops the telemetry features")
-    plateau_threshold: float = 0.5  # batch-level logging threshold (the tracker's is its own, BEHAVIOUR §8.5)
-    improvement_threshold: float = 2.0
+    telemetry_level: TelemetryLevel = option(TelemetryLevel.NORMAL, "what goes into `events.jsonl`: `debug` adds "
+                                             "every reward component of every epoch")
     # outputs
     run_dir: str | None = option(None, "run directory, new or empty (default "
                                  "`runs/<preset>-<UTC timestamp>-<random suffix>`)", metavar="DIR", resume=True)
@@ -175,11 +197,11 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         self._coerce()
         self._validate_counts()
-        self._validate_thresholds()
         self._validate_slots()
         self._validate_data()
         self._validate_workers()
         self._validate_menu_and_rotation()
+        self._set("reward", self.reward.for_run(self.task, self.ppo.gamma, self.min_cull_age))
 
     def __getattr__(self, name: str) -> Any:
         """The flat keys of the nested groups read through: `config.lr` is `config.ppo.lr`."""
@@ -194,6 +216,8 @@ class TrainingConfig:
     def _coerce(self) -> None:
         enums = {"task": Task, "data_split": DataSplit, "data_path": DataPath, "amp_dtype": AmpDtype,
                  "telemetry_level": TelemetryLevel}
+        if isinstance(self.telemetry_level, str) and self.telemetry_level in RETIRED_TELEMETRY_LEVELS:
+            raise ValueError(RETIRED_TELEMETRY_LEVELS[self.telemetry_level])
         for name, cls in enums.items():
             self._set(name, check.enum(name, cls, getattr(self, name)))
         REGISTRY.canonical(check.text("controller", self.controller))
@@ -213,17 +237,12 @@ class TrainingConfig:
         for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "one_seed_at_a_time",
                      "germination_deadline", "tensorboard", "report"):
             check.boolean(name, getattr(self, name))
-        if self.telemetry_level == TelemetryLevel.OFF:
-            self._set("use_telemetry", False)
-        if self.chunk_length is None:
-            self._set("chunk_length", self.max_epochs)
 
     def _validate_counts(self) -> None:
         for name in ("n_episodes", "n_envs", "max_epochs", "checkpoint_every"):
             self._set(name, check.at_least_one(name, getattr(self, name)))
         for name in ("seed", "data_seed"):
             self._set(name, check.int_between(name, getattr(self, name), SEED_MIN, SEED_MAX))
-        self._set("chunk_length", check.integer("chunk_length", self.chunk_length))
         self._set("max_seeds", check.optional_at_least("max_seeds", self.max_seeds, 1))
         for name, limit in SIZE_LIMITS.items():
             check.at_most(name, getattr(self, name), limit)
@@ -232,29 +251,20 @@ class TrainingConfig:
                 f"num_minibatches must be <= n_envs (got num_minibatches={self.ppo.num_minibatches}, "
                 f"n_envs={self.n_envs})"
             )
-        if self.chunk_length != self.max_epochs:
-            raise ValueError(
-                f"chunk_length must match max_epochs (got chunk_length={self.chunk_length}, "
-                f"max_epochs={self.max_epochs})"
-            )
         self._set("min_cull_age", check.at_least_one("min_cull_age", self.min_cull_age))
-
-    def _validate_thresholds(self) -> None:
-        check.number("plateau_threshold", self.plateau_threshold)
-        check.number("improvement_threshold", self.improvement_threshold)
 
     def _validate_slots(self) -> None:
         if not self.slots:
             raise ValueError("slots cannot be empty")
         for slot in self.slots:
             try:
-                C.parse_slot_id(slot)
+                contracts.parse_slot_id(slot)
             except ValueError as exc:
                 raise ValueError(f"Invalid slot configuration: slots: {exc}") from None
         duplicates = sorted({s for s in self.slots if self.slots.count(s) > 1})
         if duplicates:
             raise ValueError(f"Invalid slot configuration: slots contains duplicates {duplicates}")
-        available = C.task_slot_ids(self.task)
+        available = contracts.task_slot_ids(self.task)
         missing = [s for s in self.slots if s not in available]
         if missing:
             raise ValueError(
@@ -299,7 +309,7 @@ class TrainingConfig:
         topology = self.topology
         if self.blueprint_menu is not None:
             menu = self.blueprint_menu
-            registered = C.BLUEPRINT_NAMES[topology]
+            registered = contracts.BLUEPRINT_NAMES[topology]
             if len(menu) < 2 or menu[0] != "noop" or len(set(menu)) != len(menu):
                 raise ValueError(
                     f"blueprint_menu must hold >= 2 unique names with 'noop' first (got {list(menu)})"
@@ -331,12 +341,12 @@ class TrainingConfig:
     # ---------------------------------------------------------------- derived values
     @property
     def topology(self) -> str:
-        return C.TASK_TOPOLOGY[self.task]
+        return contracts.task_facts(self.task).topology
 
     @property
     def menu(self) -> tuple[str, ...]:
         """The effective blueprint menu (blueprint-head index -> name)."""
-        return self.blueprint_menu or C.BLUEPRINT_MENUS[self.topology]
+        return self.blueprint_menu or contracts.BLUEPRINT_MENUS[self.topology]
 
     @property
     def num_blueprints(self) -> int:
@@ -345,7 +355,7 @@ class TrainingConfig:
     @property
     def slot_ids(self) -> tuple[str, ...]:
         """Every host injection point in canonical order (the slot head)."""
-        return C.task_slot_ids(self.task)
+        return contracts.task_slot_ids(self.task)
 
     @property
     def num_slots(self) -> int:
@@ -353,11 +363,11 @@ class TrainingConfig:
 
     @property
     def enabled_slots(self) -> tuple[str, ...]:
-        return tuple(C.sort_slot_ids(self.slots))
+        return tuple(contracts.sort_slot_ids(self.slots))
 
     @property
     def state_dim(self) -> int:
-        return C.obs_dim(self.num_slots, self.use_telemetry, self.num_blueprints)
+        return contracts.obs_dim(self.num_slots, self.use_telemetry, self.num_blueprints)
 
     @property
     def controller_name(self) -> str:
@@ -369,9 +379,7 @@ class TrainingConfig:
         return entropy_coefficient(self.ppo, self.n_envs, train_steps)
 
     def replace(self, **changes: Any) -> "TrainingConfig":
-        """A validated copy with some fields (or flat keys) changed; chunk_length follows max_epochs."""
-        if "max_epochs" in changes and "chunk_length" not in changes:
-            changes["chunk_length"] = None
+        """A validated copy with some fields (or flat keys) changed."""
         return TrainingConfig(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
 
     # ---------------------------------------------------------------- (de)serialisation
@@ -381,7 +389,7 @@ class TrainingConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in FLAT_GROUPS:
-                out.update({k: _plain(v) for k, v in dataclasses.asdict(value).items()})
+                out.update({k: _plain(getattr(value, k)) for k in FLAT_KEYS[f.name]})
             elif isinstance(value, (HeuristicConfig, OracleConfig)):
                 out[f.name] = value.to_dict()
             else:
@@ -392,6 +400,9 @@ class TrainingConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainingConfig":
         if not isinstance(d, Mapping):
             raise ValueError(f"a config must be a JSON object (got {type(d).__name__})")
+        retired = sorted(k for k in d if k in RETIRED_FIELDS)
+        if retired:
+            raise ValueError(f"config key {retired[0]!r} was removed ({RETIRED_FIELDS[retired[0]]}): delete it")
         known = set(field_names(cls)) - set(FLAT_GROUPS) | set(GROUP_OF_KEY)
         unknown = sorted(k for k in d if k not in known)
         for name, section in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
@@ -402,7 +413,13 @@ class TrainingConfig:
         return cls(**dict(d))
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "TrainingConfig":
+    def from_saved(cls, d: Mapping[str, Any]) -> "TrainingConfig":
+        """A config this project wrote (a checkpoint's manifest, a run's config.json), from any version."""
+        return cls.from_dict(upgrade_saved(d))
+
+    @classmethod
+    def from_json(cls, path: str | Path, saved: bool = False) -> "TrainingConfig":
+        """A config file; `saved`: one this project wrote (retired fields are dropped, not refused)."""
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -419,7 +436,7 @@ class TrainingConfig:
                              f"column {exc.colno}") from None
         if not isinstance(data, dict):
             raise ValueError(f"config file {path} must hold a JSON object at the top level")
-        return cls.from_dict(data)
+        return cls.from_saved(data) if saved else cls.from_dict(data)
 
     # ---------------------------------------------------------------- presets (BEHAVIOUR §14.3)
     @classmethod
@@ -443,10 +460,24 @@ def absolute_paths(config: TrainingConfig) -> TrainingConfig:
     return config.replace(**changes) if changes else config
 
 
+def upgrade_saved(d: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved config of an earlier version in today's keys: retired fields dropped, a retired telemetry
+    level read as "normal" ("off" had already set use_telemetry to false in the saved config)."""
+    if not isinstance(d, Mapping):
+        return d
+    out = {k: v for k, v in d.items() if k not in RETIRED_FIELDS}
+    if out.get("telemetry_level") in RETIRED_TELEMETRY_LEVELS:
+        out["telemetry_level"] = TelemetryLevel.NORMAL.value
+    return out
+
+
 def _nest(values: dict[str, Any]) -> dict[str, Any]:
     """Every field's value: given, or its default; flat group keys applied on top of their group."""
     known = set(field_names(TrainingConfig))
     unknown = sorted(k for k in values if k not in known and k not in GROUP_OF_KEY)
+    retired = [k for k in unknown if k in RETIRED_FIELDS]
+    if retired:
+        raise ValueError(f"config key {retired[0]!r} was removed ({RETIRED_FIELDS[retired[0]]}): delete it")
     if unknown:
         raise TypeError(f"TrainingConfig got unexpected keyword argument(s) {unknown}")
     out: dict[str, Any] = {}
@@ -478,11 +509,10 @@ PRESET_NAMES: tuple[str, ...] = (
     "fashion_mnist",
 )
 
-_CIFAR = {"task": "cifar10", "entropy_coef": 0.1, "plateau_threshold": 0.4}
+_CIFAR = {"task": "cifar10", "entropy_coef": 0.1}
 _TINY = {
     "task": "tinystories", "entropy_coef": 0.05, "entropy_coef_start": 0.05, "entropy_coef_end": 0.01,
-    "entropy_anneal_episodes": 10, "plateau_threshold": 0.3, "improvement_threshold": 1.5,
-    "sparse_reward_scale": 0.5,
+    "entropy_anneal_episodes": 10, "sparse_reward_scale": 0.5,
 }
 
 # quickstart: the shapes16 task (16x16 shapes10 images, a host that cannot see space; docs/LEARNING.md),
@@ -512,7 +542,7 @@ FASHION_MNIST = {
 
 _PRESETS: dict[str, dict[str, Any]] = {
     "cifar10": dict(_CIFAR),
-    "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08, "plateau_threshold": 0.35},
+    "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
     "tinystories": dict(_TINY),
     "shapes10": {**_CIFAR, "task": "shapes10"},
     "pytext": {**_TINY, "task": "pytext"},

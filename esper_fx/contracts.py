@@ -1,9 +1,10 @@
 """What crosses between the PyTorch side (`hosts`) and the JAX side (`rl`), and nothing else.
 
 This module imports neither torch nor jax. It holds the seed stages and their transitions, slot ids,
-the action heads, ops, blends and blueprint menus, the tasks' slot-head sizes, the observation layout,
-the signals field list, the event types, and the few lifecycle numbers that both the host lifecycle and
-the reward read. A constant only one side reads lives on that side (`hosts/...`, `rl/...`).
+the action heads, ops, blends and blueprint menus, the table of task facts (both sides and the config
+read it), the observation layout, the signals field list, the env pool's interface (`EpisodePool`), the
+event types, and the few lifecycle numbers that both the host lifecycle and the reward read. A constant
+only one side reads lives on that side (`hosts/...`, `rl/...`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from enum import IntEnum, StrEnum
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple, Protocol, runtime_checkable
 
 # --------------------------------------------------------------------------------------
 # BEHAVIOUR §1.1 Seed stages
@@ -37,7 +38,6 @@ class SeedStage(IntEnum):
 ACTIVE_STAGES = frozenset(
     {SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY, SeedStage.FOSSILIZED}
 )
-TERMINAL_STAGES = frozenset({SeedStage.FOSSILIZED})
 FAILURE_STAGES = frozenset({SeedStage.CULLED, SeedStage.EMBARGOED, SeedStage.RESETTING})
 FOSSILIZABLE_STAGES = frozenset({SeedStage.PROBATIONARY})
 CULLABLE_STAGES = frozenset(
@@ -170,42 +170,55 @@ BLUEPRINT_MENUS: Mapping[str, tuple[str, ...]] = {
     "transformer": ("noop", "lora", "attention", "norm", "mlp_small"),
 }
 
-def _check_topology(topology: str) -> str:
-    if topology not in TOPOLOGIES:
-        raise ValueError(f"unknown topology {topology!r}; expected one of {list(TOPOLOGIES)}")
-    return topology
-
-
-def blueprint_actions(topology: str) -> tuple[str, ...]:
-    """The default blueprint menu of a topology (blueprint-head index -> name)."""
-    return BLUEPRINT_MENUS[_check_topology(topology)]
-
-
 # --------------------------------------------------------------------------------------
-# Tasks: the slot-head size and topology of each (host details live in hosts.tasks; they must agree)
+# Tasks: every fact of every task, one table (hosts.tasks adds the host builders; the reward reads the
+# loss scale; the config reads the topology and the slot-head size)
 # --------------------------------------------------------------------------------------
 
-TASK_NAMES: tuple[str, ...] = (
-    "cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext", "shapes16", "fashion_mnist",
-)
-TASK_TOPOLOGY: Mapping[str, str] = {
-    "cifar10": "cnn",
-    "cifar10_deep": "cnn",
-    "tinystories": "transformer",
-    "shapes10": "cnn",
-    "pytext": "transformer",
-    "shapes16": "cnn",
-    "fashion_mnist": "cnn",
-}
-# Number of host injection points S (the slot-head size), BEHAVIOUR §1.4.
-TASK_NUM_SLOTS: Mapping[str, int] = {
-    "cifar10": 3,
-    "cifar10_deep": 5,
-    "tinystories": 3,
-    "shapes10": 3,
-    "pytext": 3,
-    "shapes16": 3,
-    "fashion_mnist": 3,
+
+class TaskFacts(NamedTuple):
+    """One task. The host's output is `num_classes` wide (classification) or `vocab_size` (a language model)."""
+
+    topology: str  # "cnn" | "transformer": which blueprints fit its slots
+    kind: str  # "classification" | "lm"
+    num_slots: int  # S: the host's injection points (the slot head's size)
+    batch_size: int  # the per-env training batch (batch_size_per_env overrides it)
+    lifecycle_horizon: int  # scales the seed clocks: dwell max(1, int(0.1·h)), probation timeout max(5, int(0.1·h))
+    max_train_batches: int | None  # default training steps per epoch (None: the whole split)
+    num_classes: int | None = None  # classification
+    vocab_size: int | None = None  # lm
+    block_size: int | None = None  # lm: tokens per item (x and y)
+    host_lr: float = 0.01  # SGD learning rate of the host
+    seed_lr: float = 0.01  # SGD learning rate of each seed
+    # the LOSS reward family's scale: the typical per-epoch loss change, the loss of an untrained and of a
+    # well-trained host (the terminal score maps the first to 0 and the second to 1), the compute rent weight
+    typical_loss_delta_std: float = 0.05
+    baseline_loss: float = 2.3
+    target_loss: float = 0.3
+    compute_rent_weight: float = 0.05
+
+
+_CNN_TASK = dict(topology="cnn", kind="classification", num_slots=3, lifecycle_horizon=25, max_train_batches=None,
+                 num_classes=10)
+# shapes16 (the quickstart): 16x16 shapes10 images and a host that cannot see space, learning with SGD at
+# 0.05 in the few steps of a 12-epoch episode (docs/LEARNING.md). pytext's host keeps the reference's
+# 0.01: `python -m hosts.data.difficulty pytext --seeds 0` shows it learns (val loss 3.08 nats/byte after
+# one epoch, 2.30 after 25).
+TASKS: Mapping[str, TaskFacts] = {
+    "cifar10": TaskFacts(batch_size=512, **_CNN_TASK),
+    "cifar10_deep": TaskFacts(batch_size=128, **{**_CNN_TASK, "num_slots": 5}),
+    "tinystories": TaskFacts(topology="transformer", kind="lm", num_slots=3, batch_size=32, lifecycle_horizon=50,
+                             max_train_batches=None, vocab_size=50257, block_size=256,
+                             typical_loss_delta_std=0.15, baseline_loss=10.8, target_loss=3.5,
+                             compute_rent_weight=0.01),
+    "shapes10": TaskFacts(batch_size=512, **_CNN_TASK),
+    "pytext": TaskFacts(topology="transformer", kind="lm", num_slots=3, batch_size=16, lifecycle_horizon=25,
+                        max_train_batches=32, vocab_size=256, block_size=128, typical_loss_delta_std=0.15,
+                        baseline_loss=5.5, target_loss=1.5, compute_rent_weight=0.01),
+    "shapes16": TaskFacts(batch_size=128, host_lr=0.05, seed_lr=0.05, **_CNN_TASK),
+    # fashion_mnist: the real Fashion-MNIST files and a small 3x3 host (1 grey channel) at SGD 0.02, whose
+    # 12-epoch accuracy is steadier than at 0.05 (`python -m hosts.data.difficulty fashion_mnist`)
+    "fashion_mnist": TaskFacts(batch_size=128, host_lr=0.02, seed_lr=0.02, **_CNN_TASK),
 }
 # Host learning-rate schedules within an episode (hosts.env.lr_schedule): "constant" keeps the task's lr;
 # "cosine" decays it to zero over the episode's training steps (or over lr_schedule_steps).
@@ -217,11 +230,20 @@ LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
 DEFAULT_DATA_ROOT = "./data"
 FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
 FASHION_MNIST_DATA_ROOT = "/usr/share/datasets/fashion-mnist"
+TASK_NAMES: tuple[str, ...] = tuple(TASKS)
+
+
+def task_facts(task: str) -> TaskFacts:
+    """The facts of a task (case-insensitive; a config's Task enum works); ValueError listing the tasks."""
+    key = str(getattr(task, "value", task)).lower()
+    if key not in TASKS:
+        raise ValueError(f"unknown task {task!r}; available tasks: {list(TASK_NAMES)}")
+    return TASKS[key]
 
 
 def task_slot_ids(task: str) -> tuple[str, ...]:
     """Canonical slot ids of a task's host injection points (all hosts use row 0)."""
-    return tuple(format_slot_id(0, i) for i in range(TASK_NUM_SLOTS[task]))
+    return tuple(format_slot_id(0, i) for i in range(task_facts(task).num_slots))
 
 
 # --------------------------------------------------------------------------------------
@@ -379,11 +401,6 @@ def signal_columns(num_slots: int, num_blueprints: int, obs_dim: int) -> dict[st
     return columns
 
 
-def packed_widths(columns: Mapping[str, SignalColumn]) -> dict[str, int]:
-    """W per dtype: the number of columns of each packed buffer."""
-    return {dtype: max((c.stop for c in columns.values() if c.dtype == dtype), default=0) for dtype in PACKED_DTYPES}
-
-
 def unpack_signals(packed: Mapping[str, Any], columns: Mapping[str, SignalColumn]) -> dict[str, Any]:
     """The SIGNAL_FIELDS dict viewed out of the packed buffers {dtype: [E, W]} (views, no copies)."""
     out = {}
@@ -397,6 +414,31 @@ def unpack_signals(packed: Mapping[str, Any], columns: Mapping[str, SignalColumn
 
 def head_sizes(num_slots: int, num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> tuple[int, int, int, int]:
     return (num_slots, num_blueprints, NUM_BLENDS, NUM_OPS)
+
+
+# --------------------------------------------------------------------------------------
+# The env pool as the loop drives it
+# --------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class EpisodePool(Protocol):
+    """E envs in lock-step, one batch of episodes at a time, one step per host epoch. Three pools have these
+    members: `hosts.env.EnvPool` (in this process; torch signals, `(ApplyResult, next signals)` per step),
+    `esper_fx.distributed.pool.RayEnvPool` (the same envs in Ray actors, the same results) and
+    `esper_fx.training.bridged_pool.BridgedPool` (wraps either; packed jax signals out, an `EpochResult` per step)."""
+
+    steps_per_epoch: int  # training steps per env per epoch
+
+    def begin(self, batch_index: int, n_active: int | None = None) -> Any:
+        """Start episode batch `batch_index` with its first `n_active` envs (all by default): fresh envs,
+        then the first epoch; returns its signals."""
+
+    def step(self, actions: Any, bootstrap: bool = ...) -> Any:
+        """Execute the epoch's actions [E, 4], then run the next epoch (none after the last)."""
+
+    def episode_results(self) -> list:
+        """Per-env totals of the episode batch so far."""
 
 
 # --------------------------------------------------------------------------------------
@@ -427,5 +469,4 @@ class EventType(StrEnum):
 
 MIN_FOSSILIZE_CONTRIBUTION = 1.0  # pp: G5, the contributing-fossil count, fossilize shaping
 MIN_PROBATION_EPOCHS = 5  # epochs: probation timeout floor, fossilize legitimacy l = min(1, eis / 5)
-MIN_CULL_AGE = 1  # epochs: the cull mask, the young-cull penalty
 GOVERNOR_DEATH_PENALTY = 10.0  # reward units: a governor panic (the `panic` signal) pays -10

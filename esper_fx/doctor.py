@@ -305,7 +305,7 @@ def _pool(ctx: Context, **overrides):
     use_streams = overrides.pop("use_streams", True)
     config = TrainingConfig(**{**SMALL_POOL, "device": str(ctx.torch_device), **overrides})
     pool = EnvPool(config=config, use_streams=use_streams)
-    pool.reset(0)
+    pool.build_envs(0)
     return pool
 
 
@@ -369,7 +369,7 @@ def check_memory_flat(ctx: Context) -> str:
     pool = _pool(ctx)
     reserved = []
     for b in range(MEMORY_EPISODES):
-        pool.reset(b)
+        pool.build_envs(b)
         _epochs(pool, 3)
         torch.cuda.synchronize(ctx.torch_device)
         reserved.append(torch.cuda.memory_reserved(ctx.torch_device))

@@ -1,11 +1,10 @@
-"""The task table of BEHAVIOUR §6.1: one frozen `TaskSpec` per task.
+"""The tasks (BEHAVIOUR §6.1) as the host side uses them: one frozen `TaskSpec` per task.
 
-A TaskSpec names the topology, the host preset (`build_host()` returns a fresh host), the loop's
-per-env batch, the task's own max_epochs (which sets dwell and the probation timeout; the spec
-itself is the `task_config` handed to SeedSlot / MorphogeneticModel, so it carries `max_epochs`
-and `blending_steps`), the learning rates, the default `max_train_batches` and the governor's
-random-guess loss. The SGD settings of hosts and seeds live here too. (The LOSS-family reward constants
-of BEHAVIOUR §6.1 are the reward's: `rl.rewards.LOSS_TASK_VALUES`.)
+A TaskSpec is a task's facts (`esper_fx.contracts.TASKS`: topology, batch, lifecycle horizon, learning
+rates, sizes; the one table of them) plus what only the host side can do with them: build the host
+(`build_host()` returns a fresh one) and the governor's random-guess loss. The spec is also the
+`task_config` handed to SeedSlot / MorphogeneticModel: it carries `lifecycle_horizon` (dwell and the
+probation timeout) and `blending_steps`. The SGD settings of hosts and seeds live here too.
 
     >>> get_task("CIFAR10").batch_size
     512
@@ -15,98 +14,67 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from torch import nn
 
-from esper_fx import contracts as C
+from esper_fx.contracts import TASKS, TaskFacts, task_facts
 from hosts.models.cnn import CNNHost
 from hosts.models.transformer import TransformerHost
 from hosts.seeds.blending import DEFAULT_BLENDING_TOTAL_STEPS
 
-# BEHAVIOUR §1.6 host and seed training: SGD, one optimizer for the host and one per seed
-HOST_LR = 0.01
+# BEHAVIOUR §1.6 host and seed training: SGD, one optimizer for the host and one per seed (rates: task facts)
 HOST_MOMENTUM = 0.9
 HOST_WEIGHT_DECAY = 5e-4
-SEED_LR = 0.01
 SEED_MOMENTUM = 0.9
 SEED_WEIGHT_DECAY = 0.0
 
 
 @dataclass(frozen=True)
 class TaskSpec:
+    """A task: `name`, its `facts` (every field of `contracts.TaskFacts` reads through: `spec.batch_size`)
+    and the builder of its host."""
+
     name: str
-    topology: str  # "cnn" | "transformer"
-    kind: str  # "classification" | "lm"
+    facts: TaskFacts
     host_factory: Callable[[], nn.Module]
-    batch_size: int  # per-env batch in the loop (batch_size_per_env overrides it)
-    max_epochs: int  # the task's own: dwell = max(1, int(0.1·max_epochs)), timeout = max(5, ...)
-    max_train_batches: int | None  # default training steps per epoch (None = all)
-    random_guess_loss: float  # governor R, nats
-    num_classes: int | None = None  # classification
-    vocab_size: int | None = None  # lm
-    block_size: int | None = None  # lm: tokens per item (x and y)
-    host_lr: float = HOST_LR
-    seed_lr: float = SEED_LR
     blending_steps: int = DEFAULT_BLENDING_TOTAL_STEPS
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "facts":  # (copy and pickle probe before the fields exist)
+            raise AttributeError(name)
+        return getattr(self.facts, name)
 
     def build_host(self) -> nn.Module:
         """A freshly initialised host (uses the global torch RNG, which the loop seeds per env)."""
         return self.host_factory()
 
     @property
-    def num_slots(self) -> int:
-        return C.TASK_NUM_SLOTS[self.name]
-
-    @property
     def output_size(self) -> int:
         """Width of the host's output: classes or vocabulary."""
         return self.num_classes if self.kind == "classification" else self.vocab_size
+
+    @property
+    def random_guess_loss(self) -> float:
+        """The governor's R: the loss (nats) of a uniform guess over the outputs."""
+        return math.log(self.output_size)
 
 
 def _tinystories_host() -> nn.Module:
     return TransformerHost()  # the class defaults are the TinyStories host
 
 
-_CNN_COMMON = dict(topology="cnn", kind="classification", max_epochs=25, max_train_batches=None,
-                   random_guess_loss=math.log(10), num_classes=10)
-
-# pytext's host lr stays at the reference 0.01: the host alone reaches val loss 3.08 nats/byte after one
-# epoch and 2.30 after 25 (target <= 3.5, BEHAVIOUR §6.7): `python -m hosts.data.difficulty pytext --seeds 0`.
-PYTEXT_LR = 0.01
-FASHION_LR = 0.02  # Fashion-MNIST: the host's 12-epoch accuracy is steadier than at 0.05 (hosts.data.difficulty)
-SHAPES16_LR = 0.05  # the tiny host on 16x16 images learns in the few steps of a 12-epoch episode
-
-_TASKS: dict[str, TaskSpec] = {
-    "cifar10": TaskSpec(name="cifar10", host_factory=CNNHost.cifar10, batch_size=512, **_CNN_COMMON),
-    "cifar10_deep": TaskSpec(name="cifar10_deep", host_factory=CNNHost.cifar10_deep, batch_size=128, **_CNN_COMMON),
-    "shapes10": TaskSpec(name="shapes10", host_factory=CNNHost.cifar10, batch_size=512, **_CNN_COMMON),
-    # shapes16 (the quickstart): 16x16 shapes10 images, a host that cannot see space, SGD at 0.05 (see
-    # docs/LEARNING.md for why growth pays here and the measured gains)
-    "shapes16": TaskSpec(name="shapes16", host_factory=CNNHost.pointwise, batch_size=128, host_lr=SHAPES16_LR,
-                         seed_lr=SHAPES16_LR, **_CNN_COMMON),
-    "fashion_mnist": TaskSpec(name="fashion_mnist", host_factory=CNNHost.fashion, batch_size=128,
-                              host_lr=FASHION_LR, seed_lr=FASHION_LR, **_CNN_COMMON),
-    "tinystories": TaskSpec(
-        name="tinystories", topology="transformer", kind="lm", host_factory=_tinystories_host,
-        batch_size=32, max_epochs=50, max_train_batches=None, random_guess_loss=math.log(50257),
-        vocab_size=50257, block_size=256,
-    ),
-    "pytext": TaskSpec(
-        name="pytext", topology="transformer", kind="lm", host_factory=TransformerHost.pytext,
-        batch_size=16, max_epochs=25, max_train_batches=32, random_guess_loss=math.log(256),
-        vocab_size=256, block_size=128, host_lr=PYTEXT_LR, seed_lr=PYTEXT_LR,
-    ),
+HOST_FACTORIES: dict[str, Callable[[], nn.Module]] = {
+    "cifar10": CNNHost.cifar10, "cifar10_deep": CNNHost.cifar10_deep, "shapes10": CNNHost.cifar10,
+    "shapes16": CNNHost.pointwise, "tinystories": _tinystories_host, "pytext": TransformerHost.pytext,
+    "fashion_mnist": CNNHost.fashion,
 }
 
 
-def task_names() -> tuple[str, ...]:
-    return tuple(_TASKS)
+_SPECS: dict[str, TaskSpec] = {name: TaskSpec(name, facts, HOST_FACTORIES[name]) for name, facts in TASKS.items()}
 
 
 def get_task(name: str) -> TaskSpec:
     """The task of that name (case-insensitive); ValueError listing the known tasks otherwise."""
-    key = str(getattr(name, "value", name)).lower()
-    if key not in _TASKS:
-        raise ValueError(f"unknown task {name!r}; available tasks: {list(task_names())}")
-    return _TASKS[key]
+    task_facts(name)  # the one error message for an unknown task
+    return _SPECS[str(getattr(name, "value", name)).lower()]

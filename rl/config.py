@@ -1,17 +1,18 @@
 """The controller side's settings, each default written once: PPO, the reward, the heuristic.
 
-Three frozen dataclasses with no jax in sight, so a configuration is checked before jax loads:
+Frozen dataclasses with no jax in sight, so a configuration is checked before jax loads:
 
 - `PPOConfig` (BEHAVIOUR §11.1): the PPO/LSTM controller's hyperparameters, and `entropy_coefficient`, the one
   entropy schedule (BEHAVIOUR §11.8) that both the jitted update and the run's history use; with them the
   network's fixed sizes (BEHAVIOUR §10.1);
-- `RewardSettings` (BEHAVIOUR §12.1, §12.6): which reward family and mode, and the sparse reward's constants;
-  `reward_fn_name` is the one place that maps a family and a mode to a reward function;
+- `RewardConfig` (BEHAVIOUR §12): which reward family and mode, and every constant of the rewards (the one
+  reward settings class; `REWARD_SETTINGS` names the fields a run sets); `reward_fn_name` is the one place
+  that maps a family and a mode to a reward function;
 - `HeuristicConfig` (BEHAVIOUR §13.1): the rule-based controller's thresholds, and the blueprint rotation check.
 - `OracleConfig`: the fixed growth schedule of the `oracle` control.
 
 `esper_fx.config.TrainingConfig` nests them as `config.ppo`, `config.reward` and `config.heuristic`; the
-field names of the first two are the run's flat JSON keys and command-line fields.
+PPO fields and the reward's settings are the run's flat JSON keys and command-line fields.
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, Callable, Mapping, Sequence
 
-from esper_fx.contracts import BLEND_NAMES, BLUEPRINT_MENUS
+from esper_fx.contracts import (
+    BLEND_NAMES,
+    BLUEPRINT_MENUS,
+    GOVERNOR_DEATH_PENALTY,
+    MIN_FOSSILIZE_CONTRIBUTION,
+    MIN_PROBATION_EPOCHS,
+    TASKS,
+    SeedStage,
+    task_facts,
+)
 from rl import validate as check
 
 # ------------------------------------------------------------------------------------------
@@ -178,19 +188,122 @@ def reward_fn_name(family: Any, mode: Any = RewardMode.SHAPED) -> str:
     return mode.value
 
 
+# Φ_stage of the shaped reward's potential, indexed by the SeedStage integer value (every other stage: 0).
+_STAGE_POTENTIAL_BY_STAGE = {SeedStage.GERMINATED: 1.0, SeedStage.TRAINING: 2.0, SeedStage.BLENDING: 3.5,
+                             SeedStage.PROBATIONARY: 5.5, SeedStage.FOSSILIZED: 6.0}
+STAGE_POTENTIALS: tuple[float, ...] = tuple(_STAGE_POTENTIAL_BY_STAGE.get(v, 0.0)
+                                            for v in range(max(int(s) for s in SeedStage) + 1))
+_DEFAULT_TASK = TASKS["cifar10"]
+
+# The reward fields a run sets (its flat keys: JSON, command line); every other field is a constant, or is
+# taken from the run (`RewardConfig.for_run`).
+REWARD_SETTINGS: tuple[str, ...] = ("reward_family", "reward_mode", "param_budget", "param_penalty_weight",
+                                    "sparse_reward_scale")
+
+
 @dataclass(frozen=True)
-class RewardSettings:
-    """Which reward a run pays, and the settable constants of the sparse reward (BEHAVIOUR §12.6)."""
+class RewardConfig:
+    """The reward a run pays and every constant of it, each default written once (defaults: cifar10, the
+    reference's cull age of 1 epoch).
+
+    Three kinds of field: the settings of `REWARD_SETTINGS` (which family and mode, the sparse reward's
+    constants), set by a run; `gamma`, `min_cull_age` and the task's loss scale, taken from the run
+    (`for_run`: the run's `TrainingConfig` fills them in, so they have one home each: its `gamma`, its
+    `min_cull_age`, the task table); and the reward's fixed constants. Frozen and hashable; importing
+    `rl.rewards` makes it a jax pytree (family and mode static, every number a leaf).
+    """
 
     reward_family: RewardFamily = RewardFamily.CONTRIBUTION
     reward_mode: RewardMode = RewardMode.SHAPED
     param_budget: int = 500000
     param_penalty_weight: float = 0.1
     sparse_reward_scale: float = 1.0
+    # taken from the run (for_run)
+    gamma: float = PPOConfig.gamma
+    min_cull_age: float = 1.0  # epochs: a CULL of a younger seed pays the young-cull penalty (a run: its own)
+    typical_loss_delta_std: float = _DEFAULT_TASK.typical_loss_delta_std
+    compute_rent_weight: float = _DEFAULT_TASK.compute_rent_weight
+    baseline_loss: float = _DEFAULT_TASK.baseline_loss
+    target_loss: float = _DEFAULT_TASK.target_loss
+    # the shaped contribution reward
+    contribution_weight: float = 1.0
+    proxy_weight: float = 0.3
+    pbrs_weight: float = 0.3
+    rent_weight: float = 0.5
+    max_rent: float = 8.0
+    invalid_fossilize_penalty: float = -1.0
+    cull_fossilized_penalty: float = -1.0
+    germinate_with_seed_penalty: float = -0.3
+    germinate_cost: float = -0.02
+    fossilize_cost: float = -0.01
+    cull_cost: float = -0.005
+    fossilize_base_bonus: float = 0.5
+    fossilize_contribution_scale: float = 0.1
+    fossilize_noncontributing_penalty: float = -0.2
+    cull_hurting_bonus: float = 0.3
+    cull_acceptable_bonus: float = 0.1
+    cull_good_seed_penalty: float = -0.3
+    cull_hurting_threshold: float = -0.5
+    improvement_safe_threshold: float = 0.1
+    hacking_ratio_threshold: float = 5.0
+    attribution_sigmoid_steepness: float = 10.0
+    terminal_acc_weight: float = 0.05
+    fossilize_terminal_scale: float = 3.0
+    # (1) attribution details: ρ applies when c > 1.0; ρ ≤ 0.3 in size; P unknown -> a = 0.5·c
+    ratio_penalty_min_contribution: float = 1.0
+    ratio_penalty_max: float = 0.3
+    ratio_penalty_slope: float = 0.1
+    ratio_penalty_contribution_scale: float = 10.0
+    unknown_progress_factor: float = 0.5
+    # (2) blending warning: −0.1 − min(0.05·eis, 0.3)
+    blending_warning_base: float = -0.1
+    blending_warning_per_epoch: float = 0.05
+    blending_warning_max: float = 0.3
+    # (3) probation indecision: max(−3^(eis−2), −10) from eis 2
+    probation_base: float = 3.0
+    probation_grace_epochs: float = 2.0
+    probation_max_penalty: float = 10.0
+    # potentials: φ = Φ_stage + min(0.3·eis, 2.0)
+    stage_potentials: tuple[float, ...] = STAGE_POTENTIALS
+    eis_potential_scale: float = 0.3
+    eis_potential_max: float = 2.0
+    # fossilize shaping (I < 0 branch) and legitimacy
+    fossilize_regression_base: float = -0.5
+    fossilize_regression_scale: float = 0.2
+    fossilize_regression_max: float = 1.0
+    fossilize_ransomware_contribution: float = 0.1
+    fossilize_ransomware_improvement: float = -0.2
+    fossilize_ransomware_penalty: float = -0.3
+    min_fossilize_contribution: float = MIN_FOSSILIZE_CONTRIBUTION
+    legitimacy_epochs: float = float(MIN_PROBATION_EPOCHS)
+    # cull shaping
+    cull_empty_penalty: float = -0.2
+    cull_young_penalty: float = -0.3
+    cull_good_seed_scale: float = 0.05
+    cull_max_penalty: float = -0.9
+    # sparse and minimal
+    early_cull_penalty: float = -0.1
+    early_cull_age: float = 5.0
+    # the loss family
+    loss_delta_weight: float = 5.0
+    max_loss_delta: float = 5.0
+    regression_penalty_scale: float = 0.5
+    max_rent_penalty: float = 5.0
+    grace_epochs: float = 3.0
+    stage_potential_weight: float = 0.1
+    terminal_loss_weight: float = 1.0
+    # loop-level terms
+    governor_punishment: float = -GOVERNOR_DEATH_PENALTY
+    # the growth reward (LEARNING.md): reward per pp of committed accuracy, the share of an unfossilized
+    # seed's contribution held back until it is fossilized, the parameter rent, the rollback penalty
+    growth_accuracy_weight: float = 0.1
+    growth_commit_weight: float = 0.5
+    growth_rent_weight: float = 0.01
+    growth_rollback_penalty: float = -1.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "reward_family", check.enum("reward_family", RewardFamily, self.reward_family))
-        object.__setattr__(self, "reward_mode", check.enum("reward_mode", RewardMode, self.reward_mode))
+        _store(self, "reward_family", check.enum("reward_family", RewardFamily, self.reward_family))
+        _store(self, "reward_mode", check.enum("reward_mode", RewardMode, self.reward_mode))
         _store(self, "param_budget", check.at_least_one("param_budget", self.param_budget))
         check.positive("sparse_reward_scale", self.sparse_reward_scale)
         check.non_negative("param_penalty_weight", self.param_penalty_weight)
@@ -199,6 +312,15 @@ class RewardSettings:
     @property
     def reward_fn_name(self) -> str:
         return reward_fn_name(self.reward_family, self.reward_mode)
+
+    def for_run(self, task: str, gamma: float, min_cull_age: int) -> "RewardConfig":
+        """These settings with the values a run gives the reward: its γ, its cull age and its task's loss
+        scale (`esper_fx.contracts.TASKS`)."""
+        facts = task_facts(task)
+        return dataclasses.replace(
+            self, gamma=float(gamma), min_cull_age=float(min_cull_age),
+            typical_loss_delta_std=facts.typical_loss_delta_std, compute_rent_weight=facts.compute_rent_weight,
+            baseline_loss=facts.baseline_loss, target_loss=facts.target_loss)
 
 
 # ------------------------------------------------------------------------------------------

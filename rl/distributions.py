@@ -5,10 +5,10 @@ Every function here is a pure jnp function over logits `[..., n]` and bool masks
 independent per head (deterministic mode: argmax); log-probs are kept per head; the entropy is
 normalised by ln(n_valid) (BEHAVIOUR §9.3); the causal relevance masks m_h come from the taken op (§9.4).
 
-Validation is split in three: `assert_head` / `assert_heads` (chex shape and dtype assertions, at
-trace time) open every function here; `row_is_valid` is a jittable bool per row; and the `check_*`
-helpers run outside jit on concrete arrays and raise (BEHAVIOUR §9.2). Sampling inside jit can never pick a masked
-index while the row has a valid one; a row with none is reported by `row_is_valid`.
+Validation is split in two: `assert_head` / `assert_heads` (chex shape and dtype assertions, at
+trace time) open every function here; `row_is_valid` is a jittable bool per row (BEHAVIOUR §9.2).
+Sampling inside jit can never pick a masked index while the row has a valid one; a row with none is
+reported by `row_is_valid`.
 """
 
 from __future__ import annotations
@@ -18,15 +18,10 @@ from typing import NamedTuple, Sequence
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from rl.config import ENTROPY_LOG_FLOOR, MASKED_LOGIT
 
-
-
-class InvalidStateError(ValueError):
-    """A mask row with no valid action: the controller was asked to act in an impossible state."""
 
 
 class Masks(NamedTuple):
@@ -40,7 +35,7 @@ class Masks(NamedTuple):
     @classmethod
     def from_signals(cls, signals) -> "Masks":
         """The four `mask_*` fields of a signals pytree."""
-        return cls(*(signals[f"mask_{head}"] for head in C.ACTION_HEADS))
+        return cls(*(signals[f"mask_{head}"] for head in contracts.ACTION_HEADS))
 
 
 # ------------------------------------------------------------------------------------------
@@ -171,10 +166,10 @@ def sample_heads_op_first(
     """
     key_op, key_rest = jax.random.split(key)
     first, _ = sample_heads(key_op, logits, masks, deterministic)
-    op = first[..., C.HEAD_OP]
+    op = first[..., contracts.HEAD_OP]
     used = condition_slot(masks, slot_by_op, op)
     actions, _ = sample_heads(key_rest, logits, used, deterministic)
-    actions = actions.at[..., C.HEAD_OP].set(op)
+    actions = actions.at[..., contracts.HEAD_OP].set(op)
     return actions, heads_log_prob(logits, used, actions), used
 
 
@@ -206,8 +201,8 @@ def causal_masks(op: jax.Array) -> jax.Array:
     """m_h from the taken op, bool `[..., 4]`: slot unless WAIT; blueprint, blend on GERMINATE; op always."""
     op = jnp.asarray(op)
     chex.assert_type(op, int)
-    slot = op != C.LifecycleOp.WAIT
-    germinate = op == C.LifecycleOp.GERMINATE
+    slot = op != contracts.LifecycleOp.WAIT
+    germinate = op == contracts.LifecycleOp.GERMINATE
     return jnp.stack([slot, germinate, germinate, jnp.ones_like(slot)], axis=-1)
 
 
@@ -216,54 +211,3 @@ def causal_advantages(advantages: jax.Array, op: jax.Array) -> jax.Array:
     chex.assert_type(advantages, float)
     chex.assert_equal_shape([advantages, op])
     return jnp.where(causal_masks(op), advantages[..., None], jnp.zeros_like(advantages)[..., None])
-
-
-# ------------------------------------------------------------------------------------------
-# checks on concrete arrays (outside jit)
-# ------------------------------------------------------------------------------------------
-
-
-def check_mask(mask, head: str = "head") -> None:
-    """Raise InvalidStateError if any row of a concrete mask has no allowed entry."""
-    m = np.asarray(mask, dtype=bool)
-    empty = ~m.any(axis=-1)
-    if empty.any():
-        rows = np.argwhere(np.atleast_1d(empty)).tolist()
-        raise InvalidStateError(
-            f"{head} mask has {int(empty.sum())} row(s) with no valid action (rows {rows[:8]}); "
-            "every head must allow at least one action"
-        )
-
-
-def check_logits(logits, head: str = "head") -> None:
-    """Raise ValueError with min/max/NaN/inf statistics if concrete logits hold NaN or ±inf."""
-    x = np.asarray(logits, dtype=np.float64)
-    finite = np.isfinite(x)
-    if finite.all():
-        return
-    n_nan, n_pinf, n_ninf = int(np.isnan(x).sum()), int(np.isposinf(x).sum()), int(np.isneginf(x).sum())
-    lo = float(x[finite].min()) if finite.any() else float("nan")
-    hi = float(x[finite].max()) if finite.any() else float("nan")
-    raise ValueError(
-        f"{head} logits are not finite: {n_nan} NaN, {n_pinf} +inf, {n_ninf} -inf of {x.size}; "
-        f"finite min {lo:.6g}, finite max {hi:.6g}"
-    )
-
-
-def check_heads(logits: Sequence, masks: Sequence) -> None:
-    """Run `check_mask` and `check_logits` on every head (concrete arrays)."""
-    for name, lg, m in zip(C.ACTION_HEADS, logits, masks):
-        check_mask(m, name)
-        check_logits(lg, name)
-
-
-def check_actions(actions, masks: Sequence) -> None:
-    """Raise InvalidStateError if a concrete action `[..., 4]` is out of range or masked."""
-    a = np.asarray(actions)
-    for h, (name, m) in enumerate(zip(C.ACTION_HEADS, masks)):
-        m = np.asarray(m, dtype=bool)
-        idx = a[..., h]
-        if (idx < 0).any() or (idx >= m.shape[-1]).any():
-            raise InvalidStateError(f"{name} action out of range [0, {m.shape[-1]})")
-        if not np.take_along_axis(m, idx[..., None], axis=-1).all():
-            raise InvalidStateError(f"{name} action selects a masked entry")

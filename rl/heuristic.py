@@ -14,8 +14,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts as C
-from rl.config import check_rotation, default_rotation
+from esper_fx import contracts
+from rl.config import HeuristicConfig, check_rotation
 from rl.signals import assert_signals
 
 Signals = Mapping[str, jax.Array]
@@ -28,57 +28,34 @@ INITIAL_LAST_DECAY_EPOCH = -1
 # Blueprint head value emitted when the op does not use it (BEHAVIOUR §13.2).
 UNUSED_BLUEPRINT = 1
 
-_WAIT = int(C.LifecycleOp.WAIT)
-_GERMINATE = int(C.LifecycleOp.GERMINATE)
-_CULL = int(C.LifecycleOp.CULL)
-_FOSSILIZE = int(C.LifecycleOp.FOSSILIZE)
-_GERMINATED = int(C.SeedStage.GERMINATED)
-_TRAINING = int(C.SeedStage.TRAINING)
-_BLENDING = int(C.SeedStage.BLENDING)
-_PROBATIONARY = int(C.SeedStage.PROBATIONARY)
-_FOSSILIZED = int(C.SeedStage.FOSSILIZED)
+_WAIT = int(contracts.LifecycleOp.WAIT)
+_GERMINATE = int(contracts.LifecycleOp.GERMINATE)
+_CULL = int(contracts.LifecycleOp.CULL)
+_FOSSILIZE = int(contracts.LifecycleOp.FOSSILIZE)
+_GERMINATED = int(contracts.SeedStage.GERMINATED)
+_TRAINING = int(contracts.SeedStage.TRAINING)
+_BLENDING = int(contracts.SeedStage.BLENDING)
+_PROBATIONARY = int(contracts.SeedStage.PROBATIONARY)
+_FOSSILIZED = int(contracts.SeedStage.FOSSILIZED)
 
 
 class HeuristicParams(NamedTuple):
-    """Static heuristic settings: a `HeuristicConfig` resolved against the blueprint menu."""
+    """Static heuristic settings: the `HeuristicConfig` (its thresholds, read as `params.rules.<name>`)
+    resolved against the blueprint menu."""
 
+    rules: HeuristicConfig  # the thresholds, as configured (frozen, hashable)
     rotation: tuple[int, ...]  # blueprint-menu indices, in rotation order
-    blend_index: int  # index of heuristic.blend in ("linear", "sigmoid", "gated")
+    blend_index: int  # index of rules.blend in ("linear", "sigmoid", "gated")
     num_blueprints: int  # B = len(menu)
-    plateau_epochs_to_germinate: int
-    min_epochs_before_germinate: int
-    cull_after_epochs_without_improvement: int
-    cull_if_accuracy_drops_by: float
-    min_improvement_to_fossilize: float
-    embargo_epochs_after_cull: int
-    blueprint_penalty_on_cull: float
-    blueprint_penalty_decay: float
-    blueprint_penalty_threshold: float
-    ransomware_contribution_threshold: float
-    ransomware_improvement_threshold: float
 
     @classmethod
-    def from_config(cls, heuristic: Any, menu: Sequence[str], topology: str) -> "HeuristicParams":
+    def from_config(cls, heuristic: HeuristicConfig, menu: Sequence[str], topology: str) -> "HeuristicParams":
         """Resolve a `HeuristicConfig` against a blueprint menu; the rotation must lie in the menu."""
         menu = tuple(menu)
-        rotation = heuristic.blueprint_rotation or default_rotation(topology)
+        rotation = heuristic.rotation(topology)
         check_rotation(rotation, menu)
-        return cls(
-            rotation=tuple(menu.index(name) for name in rotation),
-            blend_index=C.BLEND_NAMES.index(heuristic.blend),
-            num_blueprints=len(menu),
-            plateau_epochs_to_germinate=int(heuristic.plateau_epochs_to_germinate),
-            min_epochs_before_germinate=int(heuristic.min_epochs_before_germinate),
-            cull_after_epochs_without_improvement=int(heuristic.cull_after_epochs_without_improvement),
-            cull_if_accuracy_drops_by=float(heuristic.cull_if_accuracy_drops_by),
-            min_improvement_to_fossilize=float(heuristic.min_improvement_to_fossilize),
-            embargo_epochs_after_cull=int(heuristic.embargo_epochs_after_cull),
-            blueprint_penalty_on_cull=float(heuristic.blueprint_penalty_on_cull),
-            blueprint_penalty_decay=float(heuristic.blueprint_penalty_decay),
-            blueprint_penalty_threshold=float(heuristic.blueprint_penalty_threshold),
-            ransomware_contribution_threshold=float(heuristic.ransomware_contribution_threshold),
-            ransomware_improvement_threshold=float(heuristic.ransomware_improvement_threshold),
-        )
+        return cls(rules=heuristic, rotation=tuple(menu.index(name) for name in rotation),
+                   blend_index=contracts.BLEND_NAMES.index(heuristic.blend), num_blueprints=len(menu))
 
     @classmethod
     def from_training_config(cls, config: Any) -> "HeuristicParams":
@@ -128,7 +105,7 @@ def decay_penalties(state: HeuristicState, epoch: jax.Array, params: HeuristicPa
     assert_state(state)
     chex.assert_shape(epoch, state.rotation_index.shape)
     due = epoch > state.last_decay_epoch
-    decayed = state.penalties * params.blueprint_penalty_decay
+    decayed = state.penalties * params.rules.blueprint_penalty_decay
     decayed = jnp.where(decayed < PENALTY_DELETE_BELOW, 0.0, decayed)
     return state._replace(
         penalties=jnp.where(due[:, None], decayed, state.penalties),
@@ -144,7 +121,7 @@ def next_blueprint(penalties: jax.Array, rotation_index: jax.Array, params: Heur
     n = rotation.shape[0]
     positions = (rotation_index[:, None] + jnp.arange(n)[None, :]) % n  # attempt order
     candidates = rotation[positions]  # [E, n]
-    usable = jnp.take_along_axis(penalties, candidates, axis=1) < params.blueprint_penalty_threshold
+    usable = jnp.take_along_axis(penalties, candidates, axis=1) < params.rules.blueprint_penalty_threshold
     first = jnp.argmax(usable, axis=1)
     found = usable.any(axis=1)
     chosen = jnp.take_along_axis(candidates, first[:, None], axis=1)[:, 0]
@@ -165,10 +142,10 @@ def germination(state: HeuristicState, signals: Signals, params: HeuristicParams
     enabled = jnp.asarray(signals["slot_enabled"], bool)
     empty = enabled & ~jnp.asarray(signals["slot_occupied"], bool)
     target, has_empty = _first(empty)
-    go = ((epoch - state.last_cull_epoch >= params.embargo_epochs_after_cull)
+    go = ((epoch - state.last_cull_epoch >= params.rules.embargo_epochs_after_cull)
           & (jnp.asarray(signals["host_stabilized"]) != 0)
-          & (epoch >= params.min_epochs_before_germinate)
-          & (jnp.asarray(signals["plateau_epochs"]) >= params.plateau_epochs_to_germinate)
+          & (epoch >= params.rules.min_epochs_before_germinate)
+          & (jnp.asarray(signals["plateau_epochs"]) >= params.rules.plateau_epochs_to_germinate)
           & has_empty)
     blueprint, advanced = next_blueprint(state.penalties, state.rotation_index, params)
     decision = Decision(
@@ -191,10 +168,10 @@ def _probation_op(signals: Signals, params: HeuristicParams) -> jax.Array:
     c = jnp.asarray(signals["slot_contribution"], jnp.float32)
     c_valid = jnp.asarray(signals["slot_contribution_valid"], bool)
     improvement = jnp.asarray(signals["slot_total_improvement"], jnp.float32)
-    ransomware = (c_valid & (c > params.ransomware_contribution_threshold)
-                  & (improvement < params.ransomware_improvement_threshold))
+    ransomware = (c_valid & (c > params.rules.ransomware_contribution_threshold)
+                  & (improvement < params.rules.ransomware_improvement_threshold))
     imp = jnp.where(c_valid, c, improvement)
-    keep = ~ransomware & (imp > params.min_improvement_to_fossilize)
+    keep = ~ransomware & (imp > params.rules.min_improvement_to_fossilize)
     return jnp.where(keep, _FOSSILIZE, _CULL)
 
 
@@ -207,8 +184,8 @@ def management(signals: Signals, params: HeuristicParams) -> Decision:
     drop = jnp.asarray(signals["slot_stage_improvement"], jnp.float32)
     germinated = live & (stage == _GERMINATED)
     failing = (live & ((stage == _TRAINING) | (stage == _BLENDING))
-               & (eis >= params.cull_after_epochs_without_improvement)
-               & (drop < -params.cull_if_accuracy_drops_by))
+               & (eis >= params.rules.cull_after_epochs_without_improvement)
+               & (drop < -params.rules.cull_if_accuracy_drops_by))
     probation = live & (stage == _PROBATIONARY)
     per_slot_op = jnp.where(germinated, _WAIT, jnp.where(failing, _CULL, _probation_op(signals, params)))
     target, matched = _first(germinated | failing | probation)
@@ -227,7 +204,7 @@ def record_culls(state: HeuristicState, decision: Decision, signals: Signals,
     blueprint = jnp.take_along_axis(jnp.asarray(signals["slot_blueprint"], jnp.int32),
                                     decision.slot[:, None], axis=1)[:, 0]
     hit = jax.nn.one_hot(blueprint, state.penalties.shape[1], dtype=bool)  # all False for -1
-    add = jnp.where(cull[:, None] & hit, params.blueprint_penalty_on_cull, 0.0)
+    add = jnp.where(cull[:, None] & hit, params.rules.blueprint_penalty_on_cull, 0.0)
     return state._replace(
         penalties=(state.penalties + add).astype(jnp.float32),
         last_cull_epoch=jnp.where(cull, epoch, state.last_cull_epoch),

@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from rl import distributions as dist
 from rl.config import (
     FEATURE_DIM,
@@ -113,7 +113,7 @@ class ActorCritic(nn.Module):
     """Factored recurrent (or MLP) actor-critic of BEHAVIOUR §10. Call with obs `[E, L, D]` and a carry."""
 
     num_slots: int
-    num_blueprints: int = C.DEFAULT_NUM_BLUEPRINTS
+    num_blueprints: int = contracts.DEFAULT_NUM_BLUEPRINTS
     recurrent: bool = True
     hidden_dim: int = PPOConfig.lstm_hidden_dim
     feature_dim: int = FEATURE_DIM
@@ -128,7 +128,7 @@ class ActorCritic(nn.Module):
         else:
             self.mlp = nn.Dense(self.hidden_dim, kernel_init=_orthogonal(SQRT2), bias_init=zeros)
         self.core_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPS)
-        sizes = C.head_sizes(self.num_slots, self.num_blueprints)
+        sizes = contracts.head_sizes(self.num_slots, self.num_blueprints)
         self.slot_head = Head(sizes[0], self.head_hidden, POLICY_OUT_GAIN)
         self.blueprint_head = Head(sizes[1], self.head_hidden, POLICY_OUT_GAIN)
         self.blend_head = Head(sizes[2], self.head_hidden, POLICY_OUT_GAIN)

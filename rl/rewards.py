@@ -17,171 +17,45 @@ reward. Every family includes the loop-level terms of BEHAVIOUR §12.8 (`governo
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Mapping, NamedTuple
 
 import chex
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from rl.signals import assert_signals
-from rl.config import PPOConfig, RewardSettings, reward_fn_name
+from rl.config import STAGE_POTENTIALS, RewardConfig, reward_fn_name
 
 Signals = Mapping[str, jax.Array]
 RewardFn = Callable[..., tuple[jax.Array, dict[str, jax.Array], "RewardState"]]
 
-_OP_WAIT = int(C.LifecycleOp.WAIT)
-_OP_GERMINATE = int(C.LifecycleOp.GERMINATE)
-_OP_CULL = int(C.LifecycleOp.CULL)
-_OP_FOSSILIZE = int(C.LifecycleOp.FOSSILIZE)
-_GERMINATED = int(C.SeedStage.GERMINATED)
-_BLENDING = int(C.SeedStage.BLENDING)
-_PROBATIONARY = int(C.SeedStage.PROBATIONARY)
-_FOSSILIZED = int(C.SeedStage.FOSSILIZED)
-_MAX_STAGE = max(int(s) for s in C.SeedStage)
+_OP_WAIT = int(contracts.LifecycleOp.WAIT)
+_OP_GERMINATE = int(contracts.LifecycleOp.GERMINATE)
+_OP_CULL = int(contracts.LifecycleOp.CULL)
+_OP_FOSSILIZE = int(contracts.LifecycleOp.FOSSILIZE)
+_GERMINATED = int(contracts.SeedStage.GERMINATED)
+_BLENDING = int(contracts.SeedStage.BLENDING)
+_PROBATIONARY = int(contracts.SeedStage.PROBATIONARY)
+_FOSSILIZED = int(contracts.SeedStage.FOSSILIZED)
 
-# BEHAVIOUR §12.4 Φ_stage indexed by the SeedStage integer value (every stage not listed is 0).
-_STAGE_POTENTIAL_BY_NAME = {
-    C.SeedStage.GERMINATED: 1.0,
-    C.SeedStage.TRAINING: 2.0,
-    C.SeedStage.BLENDING: 3.5,
-    C.SeedStage.PROBATIONARY: 5.5,
-    C.SeedStage.FOSSILIZED: 6.0,
-}
-STAGE_POTENTIALS: tuple[float, ...] = tuple(_STAGE_POTENTIAL_BY_NAME.get(v, 0.0) for v in range(_MAX_STAGE + 1))
+def _flatten(config: RewardConfig):
+    children = tuple(getattr(config, name) for name in _REWARD_LEAVES)
+    return children, (config.reward_family, config.reward_mode)
 
 
-class LossTaskValues(NamedTuple):
-    """The task-specific constants of the LOSS family (BEHAVIOUR §12.7)."""
-
-    typical_loss_delta_std: float
-    baseline_loss: float
-    target_loss: float
-    compute_rent_weight: float
-
-
-_CIFAR_LOSS = LossTaskValues(0.05, 2.3, 0.3, 0.05)
-LOSS_TASK_VALUES: Mapping[str, LossTaskValues] = {
-    "cifar10": _CIFAR_LOSS,
-    "cifar10_deep": _CIFAR_LOSS,
-    "shapes10": _CIFAR_LOSS,
-    "shapes16": _CIFAR_LOSS,
-    "fashion_mnist": _CIFAR_LOSS,
-    "tinystories": LossTaskValues(0.15, 10.8, 3.5, 0.01),
-    "pytext": LossTaskValues(0.15, 5.5, 1.5, 0.01),
-}
+def _unflatten(static, children) -> RewardConfig:
+    """Rebuilt without validation: under jit the leaves are tracers."""
+    config = object.__new__(RewardConfig)
+    for name, value in zip(("reward_family", "reward_mode") + _REWARD_LEAVES, tuple(static) + tuple(children)):
+        object.__setattr__(config, name, value)
+    return config
 
 
-class RewardConfig(NamedTuple):
-    """Every reward constant of BEHAVIOUR §12.3–§12.8 (defaults: cifar10, default TrainingConfig)."""
-
-    # BEHAVIOUR §12.3 shaped contribution reward
-    contribution_weight: float = 1.0
-    proxy_weight: float = 0.3
-    pbrs_weight: float = 0.3
-    rent_weight: float = 0.5
-    max_rent: float = 8.0
-    invalid_fossilize_penalty: float = -1.0
-    cull_fossilized_penalty: float = -1.0
-    germinate_with_seed_penalty: float = -0.3
-    germinate_cost: float = -0.02
-    fossilize_cost: float = -0.01
-    cull_cost: float = -0.005
-    fossilize_base_bonus: float = 0.5
-    fossilize_contribution_scale: float = 0.1
-    fossilize_noncontributing_penalty: float = -0.2
-    cull_hurting_bonus: float = 0.3
-    cull_acceptable_bonus: float = 0.1
-    cull_good_seed_penalty: float = -0.3
-    cull_hurting_threshold: float = -0.5
-    improvement_safe_threshold: float = 0.1
-    hacking_ratio_threshold: float = 5.0
-    attribution_sigmoid_steepness: float = 10.0
-    terminal_acc_weight: float = 0.05
-    fossilize_terminal_scale: float = 3.0
-    gamma: float = PPOConfig.gamma
-    # (1) attribution details: ρ applies when c > 1.0; ρ ≤ 0.3 in size; P unknown -> a = 0.5·c
-    ratio_penalty_min_contribution: float = 1.0
-    ratio_penalty_max: float = 0.3
-    ratio_penalty_slope: float = 0.1
-    ratio_penalty_contribution_scale: float = 10.0
-    unknown_progress_factor: float = 0.5
-    # (2) blending warning: −0.1 − min(0.05·eis, 0.3)
-    blending_warning_base: float = -0.1
-    blending_warning_per_epoch: float = 0.05
-    blending_warning_max: float = 0.3
-    # (3) probation indecision: max(−3^(eis−2), −10) from eis 2
-    probation_base: float = 3.0
-    probation_grace_epochs: float = 2.0
-    probation_max_penalty: float = 10.0
-    # BEHAVIOUR §12.4 potentials: φ = Φ_stage + min(0.3·eis, 2.0)
-    stage_potentials: tuple[float, ...] = STAGE_POTENTIALS
-    eis_potential_scale: float = 0.3
-    eis_potential_max: float = 2.0
-    # BEHAVIOUR §12.5 fossilize shaping (I < 0 branch) and legitimacy
-    fossilize_regression_base: float = -0.5
-    fossilize_regression_scale: float = 0.2
-    fossilize_regression_max: float = 1.0
-    fossilize_ransomware_contribution: float = 0.1
-    fossilize_ransomware_improvement: float = -0.2
-    fossilize_ransomware_penalty: float = -0.3
-    min_fossilize_contribution: float = C.MIN_FOSSILIZE_CONTRIBUTION
-    legitimacy_epochs: float = float(C.MIN_PROBATION_EPOCHS)
-    # BEHAVIOUR §12.5 cull shaping
-    cull_empty_penalty: float = -0.2
-    cull_young_penalty: float = -0.3
-    min_cull_age: float = float(C.MIN_CULL_AGE)
-    cull_good_seed_scale: float = 0.05
-    cull_max_penalty: float = -0.9
-    # BEHAVIOUR §12.6 sparse and minimal
-    sparse_reward_scale: float = RewardSettings.sparse_reward_scale
-    param_penalty_weight: float = RewardSettings.param_penalty_weight
-    param_budget: float = float(RewardSettings.param_budget)
-    early_cull_penalty: float = -0.1
-    early_cull_age: float = 5.0
-    # BEHAVIOUR §12.7 loss family (task values: cifar10)
-    loss_delta_weight: float = 5.0
-    max_loss_delta: float = 5.0
-    regression_penalty_scale: float = 0.5
-    typical_loss_delta_std: float = _CIFAR_LOSS.typical_loss_delta_std
-    compute_rent_weight: float = _CIFAR_LOSS.compute_rent_weight
-    max_rent_penalty: float = 5.0
-    grace_epochs: float = 3.0
-    stage_potential_weight: float = 0.1
-    baseline_loss: float = _CIFAR_LOSS.baseline_loss
-    target_loss: float = _CIFAR_LOSS.target_loss
-    terminal_loss_weight: float = 1.0
-    # BEHAVIOUR §12.8 loop-level terms
-    governor_punishment: float = -C.GOVERNOR_DEATH_PENALTY
-    # the growth reward (LEARNING.md): reward per pp of committed accuracy, the share of an unfossilized
-    # seed's contribution held back until it is fossilized, the parameter rent, the rollback penalty
-    growth_accuracy_weight: float = 0.1
-    growth_commit_weight: float = 0.5
-    growth_rent_weight: float = 0.01
-    growth_rollback_penalty: float = -1.0
-
-    @classmethod
-    def from_training_config(cls, config: Any, **overrides: float) -> "RewardConfig":
-        """Constants for a `TrainingConfig`: its gamma, sparse settings and its task's LOSS values."""
-        task = str(getattr(config.task, "value", config.task))
-        values = loss_task_values(task)
-        fields = dict(
-            gamma=float(config.ppo.gamma),
-            sparse_reward_scale=float(config.reward.sparse_reward_scale),
-            param_penalty_weight=float(config.reward.param_penalty_weight),
-            param_budget=float(config.reward.param_budget),
-            **{k: float(v) for k, v in values._asdict().items()},
-        )
-        fields.update(overrides)
-        return cls(**fields)
-
-
-def loss_task_values(task: str) -> LossTaskValues:
-    """The LOSS-family constants of a task (BEHAVIOUR §12.7; ValueError listing the tasks for an unknown name)."""
-    key = str(task).lower()
-    if key not in LOSS_TASK_VALUES:
-        raise ValueError(f"unknown task {task!r} for the loss reward; available: {list(LOSS_TASK_VALUES)}")
-    return LOSS_TASK_VALUES[key]
+# RewardConfig (rl.config, no jax) as a pytree: the family and the mode static, every number a leaf.
+_REWARD_LEAVES = tuple(f.name for f in dataclasses.fields(RewardConfig) if f.name not in ("reward_family", "reward_mode"))
+jax.tree_util.register_pytree_node(RewardConfig, _flatten, _unflatten)
 
 
 class RewardState(NamedTuple):
@@ -225,7 +99,7 @@ def _at(values: jax.Array, slot: jax.Array) -> jax.Array:
 def target_view(signals: Signals, actions: jax.Array) -> Target:
     """The sampled slot's seed, gathered from the per-slot signals."""
     assert_signals(signals, actions)
-    slot = jnp.asarray(actions)[:, C.HEAD_SLOT].astype(jnp.int32)
+    slot = jnp.asarray(actions)[:, contracts.HEAD_SLOT].astype(jnp.int32)
     seed = _at(signals["slot_occupied"], slot).astype(bool)
     f32 = lambda name: _at(signals[name], slot).astype(jnp.float32)  # noqa: E731
     return Target(
@@ -244,7 +118,7 @@ def target_view(signals: Signals, actions: jax.Array) -> Target:
 
 
 def _op(actions: jax.Array) -> jax.Array:
-    return jnp.asarray(actions)[:, C.HEAD_OP].astype(jnp.int32)
+    return jnp.asarray(actions)[:, contracts.HEAD_OP].astype(jnp.int32)
 
 
 def _f32(signals: Signals, name: str) -> jax.Array:
@@ -374,14 +248,15 @@ def fossilize_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
 
 
 def cull_shaping(t: Target, cfg: RewardConfig) -> jax.Array:
-    """BEHAVIOUR §12.5 cull shaping, before the op cost (first matching rule)."""
+    """BEHAVIOUR §12.5 cull shaping, before the op cost (first matching rule). A seed younger than the run's
+    `min_cull_age` pays −0.3·(min_cull_age − age) (with the reference's age of 1: −0.3 at age 0)."""
     _check_target(t)
     c = t.c
     good_seed = jnp.maximum(cfg.cull_good_seed_penalty - cfg.cull_good_seed_scale * c, cfg.cull_max_penalty)
     by_c = jnp.where(c < cfg.cull_hurting_threshold, cfg.cull_hurting_bonus,
                      jnp.where(c < 0, cfg.cull_acceptable_bonus, good_seed))
     by_c = jnp.where(t.c_valid, by_c, 0.0)
-    young = cfg.cull_young_penalty * (1.0 - t.age)
+    young = cfg.cull_young_penalty * (cfg.min_cull_age - t.age)
     value = jnp.where(t.age < cfg.min_cull_age, young, by_c)
     value = jnp.where(t.stage == _FOSSILIZED, cfg.cull_fossilized_penalty, value)
     return jnp.where(t.seed, value, cfg.cull_empty_penalty)
@@ -573,7 +448,7 @@ def at_risk(signals: Signals, actions: jax.Array, cfg: RewardConfig) -> jax.Arra
     c = _f32(signals, "slot_contribution")
     live = jnp.asarray(signals["slot_occupied"]).astype(bool) & (stage != _FOSSILIZED)
     measured = live & jnp.asarray(signals["slot_contribution_valid"]).astype(bool)
-    target = jnp.arange(stage.shape[1])[None, :] == jnp.asarray(actions)[:, C.HEAD_SLOT, None]
+    target = jnp.arange(stage.shape[1])[None, :] == jnp.asarray(actions)[:, contracts.HEAD_SLOT, None]
     op = _op(actions)[:, None]
     fossilizing = target & (op == _OP_FOSSILIZE) & (stage == _PROBATIONARY) & (c >= cfg.min_fossilize_contribution)
     culling = target & (op == _OP_CULL)
@@ -629,17 +504,17 @@ def get_reward_fn(name: str) -> RewardFn:
 def dispatch(config_or_family: Any, mode: str | None = None) -> RewardFn:
     """BEHAVIOUR §12.1 (`rl.config.reward_fn_name`): the reward function of a family and a mode.
 
-    Accepts a TrainingConfig (its reward settings), a `RewardSettings`, or a family name plus a mode.
+    Accepts a TrainingConfig (its reward), a `RewardConfig`, or a family name plus a mode.
     """
     settings = getattr(config_or_family, "reward", config_or_family)
-    if isinstance(settings, RewardSettings):
+    if isinstance(settings, RewardConfig):
         return REWARD_FNS[settings.reward_fn_name]
     return REWARD_FNS[reward_fn_name(config_or_family, "shaped" if mode is None else mode)]
 
 
 __all__ = [
-    "LOSS_TASK_VALUES", "LossTaskValues", "REWARD_FNS", "RewardConfig", "RewardState", "STAGE_POTENTIALS",
+    "REWARD_FNS", "RewardConfig", "RewardState", "STAGE_POTENTIALS",
     "Target", "action_shaping", "attribution", "cull_shaping", "dispatch", "fossilize_shaping",
-    "at_risk", "committed_accuracy", "get_reward_fn", "growth", "loss", "loss_task_values", "minimal", "potential", "rent",
+    "at_risk", "committed_accuracy", "get_reward_fn", "growth", "loss", "minimal", "potential", "rent",
     "shaped", "sparse", "stage_potential", "target_view",
 ]

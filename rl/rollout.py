@@ -20,7 +20,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from rl.config import PPOConfig
 from rl.distributions import Masks
 from rl.gae import valid_mask
@@ -83,14 +83,14 @@ def init(
     max_steps: int,
     obs_dim: int,
     num_slots: int,
-    num_blueprints: int = C.DEFAULT_NUM_BLUEPRINTS,
+    num_blueprints: int = contracts.DEFAULT_NUM_BLUEPRINTS,
     hidden_dim: int | None = PPOConfig.lstm_hidden_dim,
 ) -> Rollout:
     """An empty rollout; `hidden_dim=None` gives the empty carry of the MLP variant."""
     e, t = n_envs, max_steps
     f32 = lambda *s: jnp.zeros((e, t) + s, jnp.float32)  # noqa: E731
     flag = lambda: jnp.zeros((e, t), bool)  # noqa: E731
-    masks = Masks(*(jnp.ones((e, t, n), bool) for n in C.head_sizes(num_slots, num_blueprints)))
+    masks = Masks(*(jnp.ones((e, t, n), bool) for n in contracts.head_sizes(num_slots, num_blueprints)))
     carry = () if hidden_dim is None else (jnp.zeros((e, hidden_dim)), jnp.zeros((e, hidden_dim)))
     return Rollout(
         obs=f32(obs_dim), raw_obs=f32(obs_dim), actions=jnp.zeros((e, t, 4), jnp.int32),

@@ -67,7 +67,7 @@ class TimedPool:
 
     def begin(self, batch_index: int, *args, **kwargs):
         self._batch = int(batch_index)
-        self._pool.reset(batch_index, *args, **kwargs)
+        self._pool.build_envs(batch_index, *args, **kwargs)
         return self._run_epoch()
 
     def step(self, actions, bootstrap: bool = True):

@@ -84,7 +84,7 @@ class BareLoop:
         self.items: list = []
 
     def prepare(self) -> None:
-        self.pool.reset(0)
+        self.pool.build_envs(0)
         train, val = epoch_batches(self.pool)
         if not self.channels_last:
             train, val = [_nchw(b) for b in train], [_nchw(b) for b in val]
@@ -131,7 +131,7 @@ def bare_epoch(model, optimizer, train: list[tuple], val: list[tuple]) -> list[t
 
 def _floor(pool: EnvPool, rate: float) -> dict:
     """Per env-epoch: multiply-adds, FLOPs and the time at `rate` FLOP/s."""
-    pool.reset(0)
+    pool.build_envs(0)
     feed = pool.data.feed
     model = pool.envs[0].model
     x, _ = next(iter(feed.val_batches(0)))
@@ -148,7 +148,7 @@ def _case(settings: BenchSettings, preset: str, rate: float) -> dict:
     config = bench_config(preset, n_envs=N_ENVS, device=device, seed=settings.seed, quick=settings.quick)
     pool = EnvPool(config)
     sync = settings.device.torch_sync
-    reset = lambda: pool.reset(0)  # noqa: E731  (fresh models for each timed epoch, untimed)
+    reset = lambda: pool.build_envs(0)  # noqa: E731  (fresh models for each timed epoch, untimed)
     cl, nchw = BareLoop(pool, channels_last=True), BareLoop(pool, channels_last=False)
     candidates = {
         "env_epoch": Candidate(pool.run_epoch, sync, prepare=reset),
@@ -189,7 +189,7 @@ def torch_compile_case(settings: BenchSettings, preset: str) -> dict:
     The env pool does not compile its hosts: on this CPU it lost (see docs/PERFORMANCE.md)."""
     device = "cuda:0" if settings.device.name == "cuda" else "cpu"
     pool = EnvPool(bench_config(preset, n_envs=N_ENVS, device=device, seed=settings.seed, quick=settings.quick))
-    pool.reset(0)
+    pool.build_envs(0)
     train, val = epoch_batches(pool)
     env = pool.envs[0]
     compiled = torch.compile(env.model)

@@ -55,7 +55,7 @@ def _case(settings: BenchSettings, preset: str) -> dict:
     config = bench_config(preset, n_envs=N_ENVS, device=device, seed=settings.seed, quick=settings.quick)
     reps = settings.reps(REPS)
     if config.max_epochs < 1 + reps.warmup + reps.reps:
-        config = config.replace(max_epochs=1 + reps.warmup + reps.reps, chunk_length=1 + reps.warmup + reps.reps)
+        config = config.replace(max_epochs=1 + reps.warmup + reps.reps)
     local = EnvPool(config)
     with RayEnvPool(config.replace(env_workers=N_WORKERS)) as remote:
         local.begin(0)

@@ -55,7 +55,7 @@ def config_summary(config: TrainingConfig) -> list[str]:
         f"Entropy: {entropy} (min {ppo.entropy_coef_min:g})",
         f"Update: epochs={ppo.update_epochs}, minibatches={ppo.num_minibatches}, "
         f"amp={'on (' + config.amp_dtype.value + ')' if config.amp else 'off'}",
-        f"LSTM: hidden={ppo.lstm_hidden_dim}, chunk={config.chunk_length}",
+        f"LSTM: hidden={ppo.lstm_hidden_dim}, chunk={config.max_epochs}",
         f"Slots: {', '.join(config.enabled_slots)} of {config.num_slots}; reward: "
         f"{config.reward.reward_family.value}/{config.reward.reward_mode.value}; menu: {', '.join(config.menu[1:])}",
         f"Telemetry: {'enabled' if config.use_telemetry else 'disabled'} (level "

@@ -134,13 +134,13 @@ def _resumed(path: str) -> tuple[TrainingConfig, str]:
             raise ConfigError(f"cannot resume from {path!r}: {exc}") from None
         source, run_dir = str(restart / "config.json"), str(restart)
         try:
-            return TrainingConfig.from_json(source), run_dir
+            return TrainingConfig.from_json(source, saved=True), run_dir
         except ValueError as bad:
             raise ConfigError(f"cannot resume from {path!r}: {bad}") from None
     except CheckpointError as exc:
         raise ConfigError(f"cannot resume from {path!r}: {exc}") from None
     try:
-        return TrainingConfig.from_dict(config), run_dir
+        return TrainingConfig.from_saved(config), run_dir
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"cannot resume from {source}: its config is invalid: {exc}") from None
 

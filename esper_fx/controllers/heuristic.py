@@ -7,17 +7,17 @@ masks and max_seeds as the reference does, and always germinates into an empty e
 from __future__ import annotations
 
 from esper_fx.controllers.protocol import Controller, ControllerSpec
-from rl import heuristic as H
+from rl import heuristic
 
 
 def build_heuristic(spec: ControllerSpec) -> Controller:
-    params = H.HeuristicParams.from_training_config(spec.config)
+    params = heuristic.HeuristicParams.from_training_config(spec.config)
 
-    def initial_carry(n_envs: int) -> H.HeuristicState:
-        return H.init_state(n_envs, spec.num_blueprints)
+    def initial_carry(n_envs: int) -> heuristic.HeuristicState:
+        return heuristic.init_state(n_envs, spec.num_blueprints)
 
     def act(state, carry, signals, key):
-        actions, new_carry = H.decide(carry, signals, params)
+        actions, new_carry = heuristic.decide(carry, signals, params)
         return actions, {}, new_carry
 
     return Controller(name="heuristic", act=act, initial_carry=initial_carry)

@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from esper_fx.config import TrainingConfig
 from esper_fx.controllers.registry import REGISTRY, Constructor
 
@@ -55,7 +55,7 @@ class ControllerSpec(NamedTuple):
 
     @property
     def head_sizes(self) -> tuple[int, int, int, int]:
-        return C.head_sizes(self.num_slots, self.num_blueprints)
+        return contracts.head_sizes(self.num_slots, self.num_blueprints)
 
 
 def _no_update(state, rollout, key):

@@ -27,10 +27,11 @@ import numpy as np
 import torch
 
 from esper_fx.errors import DeviceUnavailableError, RunFailure
+from esper_fx.config import TrainingConfig
 from esper_fx.distributed.runtime import RaySession, require_ray
 from esper_fx.distributed.worker import EnvWorker, WorkerStep
 from esper_fx.training.stopping import deferred_stops
-from hosts.env import ApplyResult, PoolConfig
+from hosts.env import ApplyResult
 from hosts.env.pool import resolve_device
 
 READY_TIMEOUT_S = 300.0  # actors not placed by then: the cluster lacks the CPUs / GPUs asked for
@@ -70,11 +71,11 @@ def signal_bytes(signals: dict[str, np.ndarray] | None) -> int:
 
 
 class RayEnvPool:
-    """`config`: a TrainingConfig (or anything with the PoolConfig fields plus env_workers, ray_address)."""
+    """`config`: the run's TrainingConfig (each worker's EnvPool gets it, with its devices set)."""
 
-    def __init__(self, config: Any, *, nan_faults: Sequence[tuple[int, int]] = ()) -> None:
+    def __init__(self, config: TrainingConfig, *, nan_faults: Sequence[tuple[int, int]] = ()) -> None:
         ray = require_ray()
-        self.config = PoolConfig.from_config(config)
+        self.config = config
         self.n_workers = int(config.env_workers)
         self.slices = worker_slices(self.config.n_envs, self.n_workers)
         self.max_epochs = self.config.max_epochs
@@ -107,13 +108,13 @@ class RayEnvPool:
     def n_envs(self) -> int:
         return self.config.n_envs
 
-    def begin(self, batch_idx: int, n_active: int | None = None) -> dict[str, torch.Tensor]:
+    def begin(self, batch_index: int, n_active: int | None = None) -> dict[str, torch.Tensor]:
         n = self.n_envs if n_active is None else int(n_active)
         if not 1 <= n <= self.n_envs:
             raise ValueError(f"n_active must be in [1, n_envs={self.n_envs}] (got {n_active})")
         self._running = [w for w, envs in enumerate(self.slices) if envs.start < n]
         self._n_active, self.epoch = n, 1
-        parts = self._call("begin", [(batch_idx, n)] * len(self._running))
+        parts = self._call("begin", [(batch_index, n)] * len(self._running))
         return self._merge(parts)
 
     def step(self, actions, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
@@ -204,7 +205,7 @@ def gpu_share(cluster_gpus: float, n_workers: int) -> float:
     return 1.0 / math.ceil(n_workers / gpus)
 
 
-def uses_cuda(config: PoolConfig) -> bool:
+def uses_cuda(config: TrainingConfig) -> bool:
     """The envs run on CUDA (each worker then takes one GPU and runs its envs there)."""
     devices = config.env_devices or (config.device,)
     return any(str(d).startswith("cuda") for d in devices) or (

@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from hosts.env import EnvPool, PoolConfig
+from esper_fx.config import TrainingConfig
+from hosts.env import EnvPool
 
 
 class WorkerStep(NamedTuple):
@@ -44,7 +45,7 @@ def one_gpu_device(name: str, gpu: bool) -> str:
     return "cuda:0" if name.startswith("cuda") or name == "auto" else name
 
 
-def worker_config(config: PoolConfig, gpu: bool) -> PoolConfig:
+def worker_config(config: TrainingConfig, gpu: bool) -> TrainingConfig:
     """The slice's pool settings: signals are built on the CPU (they leave as numpy); each env keeps its
     kind of device, a CUDA env on the device Ray gives the worker, a cpu env on the CPU (the list's
     round-robin over envs is kept)."""
@@ -66,7 +67,7 @@ def to_numpy(signals: dict[str, torch.Tensor] | None) -> dict[str, np.ndarray] |
 class EnvWorker:
     """Built by Ray as an actor (`ray.remote(EnvWorker)`); every method is one round trip."""
 
-    def __init__(self, config: PoolConfig, env_ids: tuple[int, ...], gpu: bool, torch_threads: int,
+    def __init__(self, config: TrainingConfig, env_ids: tuple[int, ...], gpu: bool, torch_threads: int,
                  nan_faults=()) -> None:
         torch.set_num_threads(torch_threads)  # the driver's count: CPU kernels then sum in the same order
         self.pool = EnvPool(worker_config(config, gpu), env_ids=env_ids, nan_faults=nan_faults)

@@ -35,7 +35,6 @@ numbers as a serial comparison. Ray is joined at `config.ray_address`, or starte
 from __future__ import annotations
 
 import html
-import json
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -126,11 +125,6 @@ class ComparisonTable:
         return {"seeds": self.seeds, "partial": self.partial, "rows": self.rows, "pairs": pairs,
                 "controls": self.controls,
                 "episodes": {arm: [e.to_dict() for e in eps] for arm, eps in self.episodes.items()}}
-
-    def to_json(self, path) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=2)
-            fh.write("\n")
 
     def plot(self, path=None, title: str | None = None):
         """Accuracy per arm per seed, each seed's arms joined by a line (paired); the arm means marked."""

@@ -25,15 +25,14 @@ import numpy as np
 
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
-from esper_fx.training import step as S
+from esper_fx.training import step
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import EventType, signal_columns
 from esper_fx.training.bridged_pool import BridgedPool
-from esper_fx.training.loop import EpochLog, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch
+from esper_fx.training.loop import BatchTally, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch
 from esper_fx.controllers.ppo import frozen
 from esper_fx.training.run_state import LearnerState, fresh_learner
 from esper_fx.outputs.events import Console
-from rl import rewards as R
 from rl.normalize import RunningMeanStd
 
 LAST_EPOCHS = 3  # the metric: validation accuracy averaged over the last 3 epochs
@@ -125,10 +124,10 @@ class Arm:
         overrides = self.per_seed(seed) if self.per_seed is not None else {}
         config = episode_config(self.config, seed, **overrides)
         runner = self._runner(config)
-        learner = runner.commit(self._learner(config, runner.spec))
-        episode = runner.commit(runner.episode_fn(learner.reward_norm, 1))
-        record = EpochLog.start(runner.spec, 1)
-        signals = runner.pool.reset(0, 1)
+        learner = runner.to_device(self._learner(config, runner.spec))
+        episode = runner.to_device(runner.episode_fn(learner.reward_norm, 1))
+        record = BatchTally.start(runner.spec, 1)
+        signals = runner.pool.begin(0, 1)
         for t in range(1, config.max_epochs + 1):
             episode, signals = run_epoch(runner, learner, episode, signals, 0, t, record)
         result = runner.pool.episode_results()[0]
@@ -143,12 +142,12 @@ class Arm:
         spec = ctl.ControllerSpec.from_config(config)
         if self._step is None:
             columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
-            reward = R.RewardConfig.from_training_config(config)
-            self._step = (S.make_step(self.controller, resolve_reward_fn(config, None), reward, columns,
-                                      spec.max_epochs), S.make_new_episode(self.controller, spec), columns)
-        step, new_episode, columns = self._step
+            reward = config.reward
+            self._step = (step.make_step(self.controller, resolve_reward_fn(config, None), reward, columns,
+                                         spec.max_epochs), step.make_new_episode(self.controller, spec), columns)
+        step_fn, new_episode, columns = self._step
         return Runner(config, spec, self.controller, BridgedPool(build_pool(config), columns),
-                      Console(1, config.max_epochs, quiet=True), resolve_policy_device(config.device), step, None,
+                      Console(1, config.max_epochs, quiet=True), resolve_policy_device(config.device), step_fn, None,
                       new_episode, columns)
 
     def _learner(self, config: TrainingConfig, spec: ctl.ControllerSpec) -> LearnerState:
@@ -173,7 +172,7 @@ def run_arm(arm: Arm, seeds: Sequence[int], on_episode: Callable[[Episode], None
 def load_policy(path: str | os.PathLike) -> tuple[TrainingConfig, Policy]:
     """The training configuration and the final policy of a run directory (or one of its checkpoints)."""
     manifest = ckpt.read_manifest(Path(path))
-    config = TrainingConfig.from_dict(manifest["config"])
+    config = TrainingConfig.from_saved(manifest["config"])
     spec = ctl.ControllerSpec.from_config(config)
     bundle = ctl.build(config.controller_name, spec)
     if not bundle.learns:

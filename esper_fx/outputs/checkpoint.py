@@ -382,10 +382,6 @@ def _link_target(root: Path, link: Path) -> tuple[Path | None, str | None]:
     return target, "it is missing" if missing else _intact_reason(target)
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    return find_checkpoint(path).path
-
-
 def read_manifest(path: str | Path) -> dict[str, Any]:
     """The manifest of the checkpoint `path` resolves to, with `_path` (the checkpoint directory) and
     `_warning` (which newer checkpoints were passed over, or None)."""

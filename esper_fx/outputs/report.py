@@ -115,7 +115,7 @@ def load_history(path: Path, config: Mapping[str, Any], events: Sequence[Mapping
 
 def _training_config(config: Mapping[str, Any]) -> TrainingConfig | None:
     try:
-        return TrainingConfig.from_dict(config)
+        return TrainingConfig.from_saved(config)
     except (ValueError, TypeError):
         return None
 

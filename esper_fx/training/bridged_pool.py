@@ -1,10 +1,10 @@
 """The env pool as the loop sees it: packed JAX signals out, actions in (ARCHITECTURE §2).
 
-`BridgedPool` wraps a `hosts.env.EnvPool` (or anything with its `begin` / `step` / `episode_results`)
-and does every torch -> jax conversion of an epoch through the DLPack bridge, so the loop never holds
+`BridgedPool` wraps a `hosts.env.EnvPool` or an `esper_fx.distributed.pool.RayEnvPool` (a
+`contracts.EpisodePool`, as it is itself) and does every torch -> jax conversion of an epoch through the DLPack bridge, so the loop never holds
 a torch tensor:
 
-    signals = pool.reset(b, n_active)           # fresh envs for batch b, epoch 1: packed jax signals
+    signals = pool.begin(b, n_active)           # fresh envs for batch b, epoch 1: packed jax signals
     result = pool.step(actions)                 # the epoch's actions [E, 4] (host rows) -> EpochResult
 
 The signals cross as three buffers, one per dtype (`esper_fx.contracts.signal_columns`,
@@ -14,8 +14,8 @@ reads the step's one small result array back once and hands its rows on.
 
 The bridge's lifetime rule (keep the torch tensors alive until the JAX computation that reads them has
 finished) is kept here: a handoff lives until the next `step` (the loop reads the actions back first) or,
-for the bootstrap signals, until the next `reset`. `timing` sums the seconds spent in the pool and in
-the hand-off (packing, conversion) since the last `reset`.
+for the bootstrap signals, until the next `begin`. `timing` sums the seconds spent in the pool and in
+the hand-off (packing, conversion) since the last `begin`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from typing import Any, Mapping, NamedTuple
 
 from bridge import Handoff, to_jax
-from esper_fx.contracts import SignalColumn
+from esper_fx.contracts import EpisodePool, SignalColumn
 from hosts.signals.assembly import pack_signals
 
 
@@ -38,7 +38,7 @@ class EpochResult(NamedTuple):
 
 
 class BridgedPool:
-    def __init__(self, pool: Any, columns: Mapping[str, SignalColumn]):
+    def __init__(self, pool: EpisodePool, columns: Mapping[str, SignalColumn]):
         self.pool = pool
         self.columns = dict(columns)
         self.timing = {"env_s": 0.0, "bridge_s": 0.0}
@@ -49,12 +49,12 @@ class BridgedPool:
     def steps_per_epoch(self) -> int:
         return self.pool.steps_per_epoch
 
-    def reset(self, batch_idx: int, n_active: int) -> dict:
-        """Fresh envs for batch `batch_idx`; returns epoch 1's packed signals as jax arrays."""
+    def begin(self, batch_index: int, n_active: int | None = None) -> dict:
+        """Fresh envs for batch `batch_index`; returns epoch 1's packed signals as jax arrays."""
         self.timing = {"env_s": 0.0, "bridge_s": 0.0}
         self._bootstrap = None
         started = time.perf_counter()
-        signals = self.pool.begin(batch_idx, n_active)
+        signals = self.pool.begin(batch_index, n_active)
         self._lap("env_s", started)
         self._signals = self._to_jax(signals, "signals")
         return self._signals.tree

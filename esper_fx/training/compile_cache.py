@@ -121,13 +121,6 @@ def _unwritable(path: Path) -> str | None:
     return None
 
 
-def entry_count(directory: str | os.PathLike | None) -> int:
-    """How many programs the cache directory holds (0 for None or a missing directory)."""
-    if directory is None or not Path(directory).is_dir():
-        return 0
-    return sum(1 for p in Path(directory).iterdir() if p.is_file() and p.name.endswith("-cache"))
-
-
 @dataclass
 class CacheStats:
     """Compilations that asked the persistent cache, and how many it answered, while `counting` was open."""

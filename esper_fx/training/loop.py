@@ -29,14 +29,14 @@ import numpy as np
 from esper_fx.controllers import protocol as ctl
 from esper_fx.training import preflight
 from esper_fx.outputs import report
-from esper_fx.training import step as S
+from esper_fx.training import step
 from esper_fx.config import TrainingConfig, absolute_paths
-from esper_fx.contracts import ACTION_HEADS, EventType, SignalColumn, signal_columns, unpack_signals
+from esper_fx.contracts import ACTION_HEADS, EpisodePool, EventType, SignalColumn, signal_columns, unpack_signals
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.errors import ControllerError, DataError
 from esper_fx.outputs.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary
 from esper_fx.outputs.history import SKIPPED_UPDATE, summarize_batch
-from esper_fx.training.run_state import Committed, Interrupted, LearnerState, Progress, advance, fresh_learner
+from esper_fx.training.run_state import Interrupted, LearnerState, Progress, RunState, advance, fresh_learner
 from esper_fx.training.run_state import interrupted, restore, save
 from esper_fx.training.stopping import deferred_stops, sigterm_stops, stop_signal
 from esper_fx.outputs.events import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns
@@ -45,7 +45,7 @@ from esper_fx.outputs.tensorboard_log import open_board
 from hosts.data.external import DatasetUnavailableError
 from hosts.env import EnvPool
 from hosts.env.pool import resolve_device
-from rl import rewards as R
+from rl import rewards
 from rl import rollout as rollout_lib
 
 __all__ = ["run", "RunResult", "Interrupted", "build_pool"]
@@ -68,7 +68,7 @@ class RunResult:
 
 def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | None = None,
         reward_fn: Callable | str | None = None, run_dir: str | os.PathLike | None = None, *,
-        quiet: bool = True, pool: Any = None, console_stream=None) -> RunResult:
+        quiet: bool = True, pool: EpisodePool | None = None, console_stream=None) -> RunResult:
     """Train `config` end to end and return the history, events and summary.
 
     controller: a registered name, a Controller bundle or a constructor (default: config.controller).
@@ -96,7 +96,7 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
         learner, progress = start(config, bundle, spec, out, n_batches)
         out.console.start_at(progress.next_batch_idx)
         runner = Runner.build(config, spec, bundle, reward, pool, out.console)
-        state = train(runner, Committed(runner.commit(learner), progress), out, n_batches)
+        state = train(runner, RunState(runner.to_device(learner), progress), out, n_batches)
         out.close()
         progress = state.progress
         summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
@@ -181,7 +181,7 @@ def update_metric_names(bundle: ctl.Controller, spec: ctl.ControllerSpec, learne
     columns; None for a controller that does not learn, or whose update cannot be traced abstractly."""
     if not bundle.learns:
         return None
-    rollout = S.new_episode(bundle, spec, learner.reward_norm, spec.n_envs).rollout
+    rollout = step.new_episode(bundle, spec, learner.reward_norm, spec.n_envs).rollout
     try:
         _, metrics = jax.eval_shape(bundle.update, learner.controller, rollout, jax.random.PRNGKey(0))
     except Exception:  # noqa: BLE001 - a custom update that only runs on concrete values: columns grow
@@ -189,17 +189,17 @@ def update_metric_names(bundle: ctl.Controller, spec: ctl.ControllerSpec, learne
     return sorted(set(metrics) | {"early_stopped"})
 
 
-def train(runner: "Runner", state: Committed, out: RunLog, n_batches: int) -> Committed:
-    """Every remaining batch, each committed as one unit (its events, its metrics.csv row, its TensorBoard
+def train(runner: "Runner", state: RunState, out: RunLog, n_batches: int) -> RunState:
+    """Every remaining batch, each written as one unit (its events, its metrics.csv row, its TensorBoard
     scalars and, every `checkpoint_every` batches, its checkpoint), then a final checkpoint. Ctrl-C or
-    SIGTERM checkpoints the last committed batch and raises `Interrupted`."""
+    SIGTERM checkpoints the last written batch and raises `Interrupted`."""
     config = runner.config
     checkpoints = None if out.dir is None else out.dir.checkpoint_dir
     try:
         while state.progress.next_batch_idx < n_batches:
             learner, progress, summary, events, components = run_batch(runner, state.learner, state.progress)
-            with deferred_stops():  # a stop waits for the commit: the checkpoint never runs ahead of the files
-                state = commit_batch(runner, out, state._replace(learner=learner, progress=progress), summary,
+            with deferred_stops():  # a stop waits for the write: the checkpoint never runs ahead of the files
+                state = write_batch(runner, out, state._replace(learner=learner, progress=progress), summary,
                                      events, n_batches, components)
         if checkpoints is not None and state.progress.history:
             with deferred_stops():
@@ -213,8 +213,8 @@ def train(runner: "Runner", state: Committed, out: RunLog, n_batches: int) -> Co
     return state
 
 
-def commit_batch(runner: "Runner", out: RunLog, state: Committed, summary: BatchSummary, events: list[Event],
-                 n_batches: int, reward_components: dict[str, float] | None = None) -> Committed:
+def write_batch(runner: "Runner", out: RunLog, state: RunState, summary: BatchSummary, events: list[Event],
+                 n_batches: int, reward_components: dict[str, float] | None = None) -> RunState:
     """Write a finished batch: console lines and warnings, events, its metrics.csv row, its TensorBoard
     scalars, and its periodic checkpoint. Runs with stops deferred, so the checkpoint of a batch always comes
     with its row, its events and its scalars."""
@@ -250,34 +250,35 @@ class Runner:
 
     @classmethod
     def build(cls, config: TrainingConfig, spec: ctl.ControllerSpec, controller: ctl.Controller,
-              reward_fn: Callable, pool: Any, console: Console) -> "Runner":
-        reward_config = R.RewardConfig.from_training_config(config)
+              reward_fn: Callable, pool: EpisodePool, console: Console) -> "Runner":
+        reward_config = config.reward
         columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
         bootstraps = controller.learns and config.ppo.horizon_bootstrap
         return cls(config, spec, controller, pool if isinstance(pool, BridgedPool) else BridgedPool(pool, columns),
                    console, resolve_policy_device(config.device),
-                   S.make_step(controller, reward_fn, reward_config, columns, spec.max_epochs,
+                   step.make_step(controller, reward_fn, reward_config, columns, spec.max_epochs,
                                config.ppo.horizon_bootstrap),
-                   S.make_bootstrap(controller, columns) if bootstraps else None,
-                   S.make_new_episode(controller, spec), columns)
+                   step.make_bootstrap(controller, columns) if bootstraps else None,
+                   step.make_new_episode(controller, spec), columns)
 
-    def commit(self, tree: Any) -> Any:
-        """Everything the jitted functions see is committed to the policy device, so jit's cache key
-        (which includes committedness) is the same at every call and nothing recompiles."""
+    def to_device(self, tree: Any) -> Any:
+        """Everything the jitted functions see is put on the policy device (jax calls such an array
+        "committed"), so jit's cache key (which includes that) is the same at every call and nothing
+        recompiles."""
         return jax.device_put(tree, self.device)
 
 
 def run_batch(runner: Runner, learner: LearnerState, progress: Progress
               ) -> tuple[LearnerState, Progress, BatchSummary, list[Event], dict[str, float]]:
     """E episodes of T epochs and the end-of-batch update: the new state, the batch's row, its events and
-    its reward components (written by `commit_batch`; nothing is written here)."""
+    its reward components (written by `write_batch`; nothing is written here)."""
     config, b = runner.config, progress.next_batch_idx
     n_active = min(config.n_envs, config.n_episodes - progress.episodes_completed)
     started = time.perf_counter()
     entropy_coef = config.entropy_coefficient(int(np.asarray(getattr(learner.controller, "train_steps", 0))))
-    episode = runner.commit(runner.episode_fn(learner.reward_norm, n_active))
-    signals = runner.pool.reset(b, n_active)
-    record = EpochLog.start(runner.spec, n_active)
+    episode = runner.to_device(runner.episode_fn(learner.reward_norm, n_active))
+    signals = runner.pool.begin(b, n_active)
+    record = BatchTally.start(runner.spec, n_active)
     for t in range(1, config.max_epochs + 1):
         episode, signals = run_epoch(runner, learner, episode, signals, b, t, record)
     update_started = time.perf_counter()
@@ -291,8 +292,8 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     return learner, progress, summary, batch_events(batch, summary), batch.reward_components
 
 
-def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, signals: dict, b: int, t: int,
-              record: "EpochLog") -> tuple[S.EpisodeState, dict | None]:
+def run_epoch(runner: Runner, learner: LearnerState, episode: step.EpisodeState, signals: dict, b: int, t: int,
+              record: "BatchTally") -> tuple[step.EpisodeState, dict | None]:
     """One host epoch: the controller step on `signals`, the actions in the pool, the next signals."""
     last = t == runner.config.max_epochs
     started = time.perf_counter()
@@ -308,7 +309,7 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: S.EpisodeState, si
     result = runner.pool.step(decision[:, :4], bootstrap=last and runner.bootstrap_fn is not None)
     if result.bootstrap is not None:
         values = runner.bootstrap_fn(learner.controller, episode.carry, learner.obs_rms, result.bootstrap)
-        episode = S.with_bootstrap(episode, values)
+        episode = step.with_bootstrap(episode, values)
     record.epoch_done(result, out, b, t, runner.config.telemetry_level == "debug")
     runner.console.epoch_done(b, t, runner.pool.steps_per_epoch * len(result.actions))
     return episode, result.signals
@@ -359,7 +360,7 @@ def end_of_batch(runner: Runner, learner: LearnerState, rollout: Any, b: int, pa
     if int(jnp.sum(rollout.step_count)) == 0:
         return learner, dict(SKIPPED_UPDATE), nonzero(skipped)
     obs_rms, skipped["observation_rows"] = learner.obs_rms.update_counted(rollout.raw_obs)
-    cstate, metrics = runner.controller.update(learner.controller, rollout, S.update_key(learner.root_key, b))
+    cstate, metrics = runner.controller.update(learner.controller, rollout, step.update_key(learner.root_key, b))
     skipped = {k: int(v) for k, v in skipped.items()}
     return (learner._replace(controller=cstate, obs_rms=obs_rms), metrics_to_python(jax.device_get(metrics)),
             nonzero(skipped))
@@ -375,8 +376,9 @@ def nonzero(counts: dict[str, Any]) -> dict[str, int]:
 
 
 @dataclass
-class EpochLog:
-    """A batch's running record: events, action counts, panicking envs, reward components, timing."""
+class BatchTally:
+    """A batch's running tally, epoch by epoch: events, action counts, panicking envs, reward components,
+    timing; `finish` turns it into the batch's `BatchRecord`."""
 
     head_counts: dict[str, list[int]]
     events: list[Event]
@@ -389,11 +391,11 @@ class EpochLog:
     host_params: list[float] = field(default_factory=list)  # per env, at the last epoch
 
     @classmethod
-    def start(cls, spec: ctl.ControllerSpec, n_envs: int) -> "EpochLog":
+    def start(cls, spec: ctl.ControllerSpec, n_envs: int) -> "BatchTally":
         heads = {h: [0] * n for h, n in zip(ACTION_HEADS, spec.head_sizes)}
         return cls(heads, [], [], np.zeros(n_envs, bool), [], [])
 
-    def epoch_done(self, result: Any, out: S.StepOut, b: int, t: int, debug: bool) -> None:
+    def epoch_done(self, result: Any, out: step.StepOut, b: int, t: int, debug: bool) -> None:
         count_heads(self.head_counts, result.actions, ACTION_HEADS)
         self.components.append(out.components)
         for ev in result.events:
@@ -404,7 +406,7 @@ class EpochLog:
             components = {k: np.asarray(v) for k, v in out.components.items()}
             self.reward_events += reward_events(np.asarray(out.reward), components, result.actions, b, t)
 
-    def finish(self, pool: BridgedPool, episode: S.EpisodeState, ppo: dict[str, Any] | None,
+    def finish(self, pool: BridgedPool, episode: step.EpisodeState, ppo: dict[str, Any] | None,
                nonfinite: dict[str, int]) -> BatchRecord:
         return BatchRecord(
             env_results=pool.episode_results(), env_rewards=[float(r) for r in np.asarray(episode.reward_sum)],
@@ -446,9 +448,9 @@ def batch_events(batch: BatchRecord, summary: BatchSummary) -> list[Event]:
 
 def resolve_reward_fn(config: TrainingConfig, reward_fn: Callable | str | None) -> Callable:
     if reward_fn is None:
-        return R.dispatch(config)
+        return rewards.dispatch(config)
     if isinstance(reward_fn, str):
-        return R.get_reward_fn(reward_fn)
+        return rewards.get_reward_fn(reward_fn)
     if not callable(reward_fn):
         raise TypeError(f"reward_fn must be a name or a function (got {reward_fn!r})")
     return reward_fn
@@ -484,7 +486,7 @@ def build_pool(config: TrainingConfig) -> Any:
 
 
 @contextmanager
-def run_pool(config: TrainingConfig, pool: Any = None):
+def run_pool(config: TrainingConfig, pool: EpisodePool | None = None):
     """The caller's pool as is, or `build_pool(config)`, closed (Ray actors and a local Ray stopped) when
     the run ends, whether it finishes, fails or is stopped."""
     if pool is not None:

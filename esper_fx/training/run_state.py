@@ -5,8 +5,8 @@ normalisers, best controller state, root key; saved with orbax) and `Progress` (
 index, episodes, best-state tracking, history; saved in the manifest). Hosts are rebuilt every batch, so
 nothing else is needed to resume exactly.
 
-Stopping (`esper_fx.training.stopping`): SIGTERM takes Ctrl-C's path, and both wait while a batch is committed or
-a checkpoint written; `interrupted` turns a stop into `Interrupted` once the last committed batch is on
+Stopping (`esper_fx.training.stopping`): SIGTERM takes Ctrl-C's path, and both wait while a batch is written or
+a checkpoint written; `interrupted` turns a stop into `Interrupted` once the last written batch is on
 disk.
 """
 
@@ -153,26 +153,26 @@ def restore(config: TrainingConfig, controller: Any, template: LearnerState
     return LearnerState(**trees), progress, manifest
 
 
-class Committed(NamedTuple):
-    """A run's state after its last committed batch, and the checkpoint last written (if any)."""
+class RunState(NamedTuple):
+    """A run's state after its last written batch, and the checkpoint last written (if any)."""
 
     learner: LearnerState
     progress: Progress
     checkpoint: str | None = None
     checkpoint_batch: int | None = None
 
-    def saved(self, path: Path) -> "Committed":
+    def saved(self, path: Path) -> "RunState":
         return self._replace(checkpoint=str(path), checkpoint_batch=self.progress.next_batch_idx - 1)
 
     @property
     def on_disk(self) -> bool:
-        """The last committed batch is already in a checkpoint."""
+        """The last written batch is already in a checkpoint."""
         return self.checkpoint is not None and self.checkpoint_batch == self.progress.next_batch_idx - 1
 
 
 def interrupted(checkpoint_dir: Path | None, run_dir: str | None, config: TrainingConfig, controller: Any,
-                state: Committed, signum: int) -> Interrupted:
-    """After Ctrl-C or SIGTERM: checkpoint the last committed batch (if any, if the run writes files, and
+                state: RunState, signum: int) -> Interrupted:
+    """After Ctrl-C or SIGTERM: checkpoint the last written batch (if any, if the run writes files, and
     if it is not on disk already). A second signal meanwhile is ignored: the run is stopping."""
     with deferred_stops(reraise=False):
         saved = state.checkpoint if state.on_disk else None

@@ -1,4 +1,4 @@
-"""Stopping a run by signal: SIGTERM taken like Ctrl-C, and stops held while a batch is committed.
+"""Stopping a run by signal: SIGTERM taken like Ctrl-C, and stops held while a batch is written.
 
 No jax, no torch: the command line installs the SIGTERM handler before either loads, so a run stopped
 during start-up exits cleanly too.
@@ -55,7 +55,7 @@ def sigterm_stops():
 
 
 class deferred_stops:
-    """Hold SIGINT and SIGTERM while inside (main thread only): a batch's commit or a checkpoint write runs
+    """Hold SIGINT and SIGTERM while inside (main thread only): a batch's write or a checkpoint write runs
     to its end. On exit the first held signal is raised as a KeyboardInterrupt (`Stop` for SIGTERM), or
     dropped with `reraise=False` (the run is stopping anyway). Nested inside another, it hands the signal
     to the outer one."""

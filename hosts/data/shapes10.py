@@ -109,7 +109,6 @@ def pixel(size: int) -> float:
     return 2.0 / size
 
 
-PIXEL = pixel(IMAGE_SIZE)
 EDGE = 0.04  # soft edge width of the object mask, image units
 ATTRIBUTE_SIZES = (len(SHAPES), len(ORIENTATIONS), len(FREQUENCIES), len(PALETTES))
 
@@ -305,36 +304,6 @@ def render(lat: Latents) -> torch.Tensor:
         mask, fg = _object_layer(lat, j, xx, yy)
         image = mask * fg + (1.0 - mask) * image
     return image + lat.noise
-
-
-# ------------------------------------------------------------------------------------------
-# equivariance helpers (used by the tests): the flipped / shifted image of the same latent sample
-# ------------------------------------------------------------------------------------------
-
-
-def flip_latents(lat: Latents) -> Latents:
-    """Latents whose rendering is the horizontal mirror image; the class attributes are unchanged."""
-    neg_x = torch.tensor([-1.0, 1.0], device=lat.center.device)
-    return lat._replace(
-        center=lat.center * neg_x,
-        wave=lat.wave * neg_x,
-        blob_center=lat.blob_center * neg_x,
-        distract_wave=lat.distract_wave * neg_x,
-        noise=torch.flip(lat.noise, dims=(3,)),
-    )
-
-
-def shift_latents(lat: Latents, dy: int, dx: int) -> Latents:
-    """Latents whose rendering is the image shifted by (dy, dx) pixels (valid away from the border)."""
-    step = pixel(lat.noise.shape[-1])
-    offset = torch.tensor([dx * step, dy * step], device=lat.center.device)
-    phase = lat.distract_phase - (lat.distract_wave * offset).sum(dim=-1)
-    return lat._replace(
-        center=lat.center + offset,
-        blob_center=lat.blob_center + offset,
-        distract_phase=phase,
-        noise=torch.roll(lat.noise, shifts=(dy, dx), dims=(2, 3)),
-    )
 
 
 # ------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ The pool's interface to the loop is two calls (ARCHITECTURE §2):
 
 Underneath, an epoch runs in phases, each public so tests and benchmarks can drive them one by one:
 
-    pool.reset(b)                    # fresh envs; the epoch counter back to 0
+    pool.build_envs(b)               # fresh envs; the epoch counter back to 0
     pool.train_epoch()               # BEHAVIOUR §7.3 phase 1: training steps interleaved across envs
     pool.validate()                  # phases 2–7: fused validation + counterfactual pass, the one
                                      #   host sync, governor (rollback now), record_accuracy,
@@ -42,7 +42,6 @@ import torch
 from esper_fx.contracts import EventType, SeedStage
 from hosts.env.actions import decode_actions, execute_action, step_slots
 from hosts.env.compute import ComputeMeter, model_costs
-from hosts.env.config import PoolConfig
 from hosts.env.lr_schedule import lr_factor
 from hosts.env.epoch_compute import (
     EpochReadback,
@@ -69,7 +68,7 @@ BATCH_SEED_STRIDE = 10000  # base_seed = seed + 10000·b (BEHAVIOUR §7.2 item 2
 ENV_SEED_STRIDE = 1000  # env i seeds its RNGs with base_seed + 1000·i
 
 # The epoch's phases, in order; each public call checks it runs in the right one.
-_RESET, _TRAINED, _VALIDATED, _EXECUTED, _STEPPED = "reset", "trained", "validated", "executed", "stepped"
+_RESET, _TRAINED, _VALIDATED, _EXECUTED, _STEPPED = "built", "trained", "validated", "executed", "stepped"
 
 
 # ------------------------------------------------------------------------------------------
@@ -98,28 +97,31 @@ def resolve_device(name: str | torch.device) -> torch.device:
 
 
 class EnvPool:
-    """E envs of one task: build once per run, `begin(b)` (or `reset(b)`) once per episode batch.
+    """E envs of one task: build once per run, `begin(b)` once per episode batch (`contracts.EpisodePool`).
 
-    Every option comes from `config`: a `PoolConfig`, or any object with its fields (an esper_fx
-    TrainingConfig). `data` is the run's pre-built `hosts.data.feed.DataFeed` (or a
+    Every option comes from `config`, the run's configuration: an `esper_fx.config.TrainingConfig`, where
+    each field is declared and documented once (hosts may not import it, so the pool reads the fields it
+    needs by name: task, n_envs, max_epochs, seed, slot_ids, enabled_slots, menu, max_seeds, min_cull_age,
+    one_seed_at_a_time, germination_deadline, static_seeds, use_telemetry, device, env_devices, amp,
+    amp_dtype, and the data fields `hosts.data.feed.DataFeed.from_config` reads). `data` is the run's pre-built `hosts.data.feed.DataFeed` (or a
     `hosts.data.task_data.TaskData`, wrapped in a feed with the config's settings; None builds a feed
     from the config), so datasets are built once per run. `nan_faults` lists (env, epoch) pairs at which
     the env's host is poisoned with NaN after training (fault injection: the governor then panics
     and rolls back); `inject_nan` adds one. `use_streams=False` runs every CUDA env on the default
     stream (for comparisons; streams are the default on CUDA). `env_ids`: the contiguous global env
-    indices this pool runs (default: all of 0..E−1); `reset(b, n_active)` builds those below n_active.
+    indices this pool runs (default: all of 0..E−1); `build_envs(b, n_active)` builds those below n_active.
     """
 
     def __init__(
         self,
-        config: PoolConfig | Any,
+        config: Any,
         *,
         data=None,
         nan_faults: Iterable[tuple[int, int]] = (),
         use_streams: bool = True,
         env_ids: Sequence[int] | None = None,
     ) -> None:
-        self.config = cfg = PoolConfig.from_config(config)
+        self.config = cfg = config
         self.task = get_task(cfg.task)
         self.slot_ids: tuple[str, ...] = tuple(cfg.slot_ids)
         self.enabled: tuple[str, ...] = tuple(cfg.enabled_slots)
@@ -167,9 +169,9 @@ class EnvPool:
         self._nan_faults.add((int(env), int(epoch)))
 
     # ---------------------------------------------------------------- BEHAVIOUR §7.2 batch setup
-    def reset(self, batch_index: int, n_active: int | None = None) -> None:
+    def build_envs(self, batch_index: int, n_active: int | None = None) -> None:
         """Fresh envs 0..n_active−1 (those of this pool's slice) for episode batch `batch_index`; the epoch
-        counter goes back to 0."""
+        counter goes back to 0 (the first phase of `begin`)."""
         n = self.n_envs if n_active is None else int(n_active)
         if not 1 <= n <= self.n_envs:
             raise ValueError(f"n_active must be in [1, n_envs={self.n_envs}] (got {n_active})")
@@ -219,14 +221,14 @@ class EnvPool:
     def _expect(self, allowed: tuple[str, ...], what: str) -> None:
         if self._phase not in allowed:
             raise RuntimeError(f"EnvPool.{what} called out of order (phase {self._phase!r}; "
-                               f"expected one of {list(allowed)}); call reset(b) first")
+                               f"expected one of {list(allowed)}); call begin(b) or build_envs(b) first")
 
     # ---------------------------------------------------------------- BEHAVIOUR §7.3 phase 1
     def train_epoch(self) -> None:
         """One epoch of training steps, step k of env 0, 1, … before step k+1; no host sync."""
         self._expect((_RESET, _STEPPED), "train_epoch")
         if self.epoch >= self.max_epochs:
-            raise RuntimeError(f"the episode already ran its {self.max_epochs} epochs; call reset(b)")
+            raise RuntimeError(f"the episode already ran its {self.max_epochs} epochs; call begin(b)")
         self.epoch += 1
         t = self.epoch
         self.data.begin_epoch(self.batch_index, t, self.n_running)
@@ -471,8 +473,8 @@ class EnvPool:
 
     # ---------------------------------------------------------------- the loop's interface (ARCHITECTURE §2)
     def begin(self, batch_index: int, n_active: int | None = None) -> dict[str, torch.Tensor]:
-        """reset(b), then the first epoch; returns its signals."""
-        self.reset(batch_index, n_active)
+        """Start episode batch `batch_index`: build_envs(b), then the first epoch; returns its signals."""
+        self.build_envs(batch_index, n_active)
         return self.run_epoch()
 
     def step(self, actions, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
@@ -527,11 +529,11 @@ def _check_env_ids(env_ids: Sequence[int] | None, n_envs: int) -> tuple[int, ...
     return ids
 
 
-def _germinate_until(cfg: PoolConfig, task) -> int | None:
+def _germinate_until(cfg: Any, task) -> int | None:
     """With a germination deadline, the last epoch at which a new seed can still be fossilized in time."""
     if not cfg.germination_deadline:
         return None
-    return cfg.max_epochs - earliest_fossilize_age(task.max_epochs, task.blending_steps)
+    return cfg.max_epochs - earliest_fossilize_age(task.lifecycle_horizon, task.blending_steps)
 
 
 def _fossils(env: EnvState, slot_ids: Sequence[str]) -> tuple[str, ...]:

@@ -32,11 +32,6 @@ def image_layout(images: torch.Tensor) -> torch.Tensor:
     return images.contiguous(memory_format=CNN_LAYOUT)
 
 
-def is_image_layout(tensor: torch.Tensor) -> bool:
-    """True for a tensor that is not 4-d, or a 4-d one laid out channels_last."""
-    return tensor.dim() != 4 or tensor.is_contiguous(memory_format=CNN_LAYOUT)
-
-
 def spatial_mean(x: torch.Tensor) -> torch.Tensor:
     """[N, C, H, W] -> [N, C], the mean over H and W, as one average pool over the whole image: its
     backward writes the gradient channels_last, where the backward of `x.mean(dim=(2, 3))` (and of

@@ -308,8 +308,3 @@ def param_count(topology: str, name: str, dim: int) -> int:
 def list_for_topology(topology: str) -> list[BlueprintSpec]:
     """Specs of a topology ordered by their (stale) parameter estimate."""
     return sorted((get(topology, n) for n in names(topology)), key=lambda s: s.param_estimate)
-
-
-def count_parameters(module: nn.Module) -> int:
-    """Trainable parameters of a module, each shared tensor counted once."""
-    return sum(p.numel() for p in {id(p): p for p in module.parameters() if p.requires_grad}.values())

@@ -25,21 +25,22 @@ G3_MIN_ALPHA = 0.95  # blend weight
 STAGE_HISTORY_LIMIT = 100  # entries
 
 
-def dwell_epochs(task_max_epochs: int | None) -> int:
-    """Minimum epochs in TRAINING before G2 is tried: max(1, int(0.1·task max_epochs)); 1 without a task."""
-    return 1 if task_max_epochs is None else max(1, int(task_max_epochs * 0.1))
+def dwell_epochs(horizon: int | None) -> int:
+    """Minimum epochs in TRAINING before G2 is tried: max(1, int(0.1·horizon)) for the task's lifecycle
+    horizon; 1 without a task."""
+    return 1 if horizon is None else max(1, int(horizon * 0.1))
 
 
-def earliest_fossilize_age(task_max_epochs: int | None, blending_steps: int) -> int:
+def earliest_fossilize_age(horizon: int | None, blending_steps: int) -> int:
     """Epochs from a germination to the first epoch its seed can be fossilized, if every gate passes at once:
     max(dwell, MIN_BLENDING_EPOCHS) epochs in TRAINING, `blending_steps` epochs blending, then the next
     epoch's action (9 with the defaults: germinated at epoch g, fossilized from epoch g + 9)."""
-    return max(dwell_epochs(task_max_epochs), MIN_BLENDING_EPOCHS) + blending_steps + 1
+    return max(dwell_epochs(horizon), MIN_BLENDING_EPOCHS) + blending_steps + 1
 
 
-def probation_timeout(task_max_epochs: int | None) -> int:
-    """Epochs in PROBATIONARY before auto-cull: max(5, int(0.1·task max_epochs))."""
-    return MIN_PROBATION_EPOCHS if task_max_epochs is None else max(5, int(task_max_epochs * 0.1))
+def probation_timeout(horizon: int | None) -> int:
+    """Epochs in PROBATIONARY before auto-cull: max(5, int(0.1·horizon)) for the task's lifecycle horizon."""
+    return MIN_PROBATION_EPOCHS if horizon is None else max(5, int(horizon * 0.1))
 
 
 @dataclass

@@ -44,8 +44,8 @@ def _empty_result(message: str) -> GateResult:
 
 
 class SeedSlot(nn.Module):
-    """A slot of width `channels` in a `topology` host. `task_config` needs `max_epochs` (the task's own)
-    and may carry a positive int `blending_steps`; None means dwell 1, blend 5 steps, probation timeout 5."""
+    """A slot of width `channels` in a `topology` host. `task_config` needs `lifecycle_horizon` (the task's
+    seed clock, `esper_fx.contracts.TaskFacts`) and may carry a positive int `blending_steps`; None means dwell 1, blend 5 steps, probation timeout 5."""
 
     def __init__(self, slot_id: str, channels: int, topology: str, task_config: object | None = None) -> None:
         super().__init__()
@@ -64,16 +64,16 @@ class SeedSlot(nn.Module):
 
     # ---------------------------------------------------------------- task-derived constants
     @property
-    def _task_max_epochs(self) -> int | None:
-        return None if self.task_config is None else int(self.task_config.max_epochs)
+    def _lifecycle_horizon(self) -> int | None:
+        return None if self.task_config is None else int(self.task_config.lifecycle_horizon)
 
     @property
     def dwell_epochs(self) -> int:
-        return dwell_epochs(self._task_max_epochs)
+        return dwell_epochs(self._lifecycle_horizon)
 
     @property
     def probation_timeout(self) -> int:
-        return probation_timeout(self._task_max_epochs)
+        return probation_timeout(self._lifecycle_horizon)
 
     @property
     def blending_steps(self) -> int:

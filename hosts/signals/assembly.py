@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from esper_fx.contracts import MIN_CULL_AGE, PACKED_DTYPES, SIGNAL_FIELDS, SignalColumn
+from esper_fx.contracts import PACKED_DTYPES, SIGNAL_FIELDS, SignalColumn
 
 from hosts.signals.masks import build_masks, stack_masks
 from hosts.signals.observation import build_observation, stack_observations
@@ -48,7 +48,7 @@ class SignalLayout:
     max_epochs: int
     max_seeds: int | None
     use_telemetry: bool
-    min_cull_age: int = MIN_CULL_AGE  # CULL is masked for younger seeds
+    min_cull_age: int  # CULL is masked for younger seeds (the run's TrainingConfig.min_cull_age)
     one_seed_at_a_time: bool = False  # GERMINATE is masked while a seed is developing
     germinate_until: int | None = None  # the last epoch GERMINATE is open (None: every epoch)
 

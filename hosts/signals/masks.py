@@ -22,7 +22,6 @@ import torch
 from esper_fx.contracts import (
     CULLABLE_STAGES,
     FOSSILIZABLE_STAGES,
-    MIN_CULL_AGE,
     NUM_BLENDS,
     LifecycleOp,
     SeedStage,
@@ -79,12 +78,12 @@ def op_mask(
     enabled_slot_ids: Iterable[str],
     max_seeds: int | None,
     total_seeds: int,
-    min_cull_age: int = MIN_CULL_AGE,
+    min_cull_age: int,
     one_seed_at_a_time: bool = False,
     germination_open: bool = True,
 ) -> tuple[bool, ...]:
     """Optimistic: an op is allowed if any enabled slot allows it; WAIT always. CULL needs a seed at
-    least `min_cull_age` epochs old (the reference's 1 by default; runs pass their config's value).
+    least `min_cull_age` epochs old (the run's `TrainingConfig.min_cull_age`; the reference's was 1).
     `germination_open` False (a seed germinated now could not be fossilized before the episode ends)
     masks GERMINATE."""
     enabled = set(enabled_slot_ids)
@@ -125,7 +124,7 @@ def build_masks(
     num_blueprints: int,
     max_seeds: int | None,
     total_seeds: int,
-    min_cull_age: int = MIN_CULL_AGE,
+    min_cull_age: int,
     one_seed_at_a_time: bool = False,
     germination_open: bool = True,
 ) -> ActionMasks:

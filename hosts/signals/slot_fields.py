@@ -21,12 +21,6 @@ SLOT_INT_FIELDS: tuple[str, ...] = (
 )
 SLOT_FLOAT_FIELDS: tuple[str, ...] = ("slot_alpha", "slot_total_improvement", "slot_stage_improvement")
 
-SLOT_FIELD_DTYPES: Mapping[str, torch.dtype] = {
-    **{name: torch.bool for name in SLOT_BOOL_FIELDS},
-    **{name: torch.int32 for name in SLOT_INT_FIELDS},
-    **{name: torch.float32 for name in SLOT_FLOAT_FIELDS},
-}
-
 NO_BLUEPRINT = -1
 _EMPTY_INTS = (int(SeedStage.UNKNOWN), int(SeedStage.UNKNOWN), 0, 0, NO_BLUEPRINT)
 _EMPTY_FLOATS = (0.0, 0.0, 0.0)

@@ -11,7 +11,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-PLATEAU_THRESHOLD = 0.5  # pp (BEHAVIOUR §1.6; the config's plateau_threshold is a logging threshold, not this)
+PLATEAU_THRESHOLD = 0.5  # pp (BEHAVIOUR §1.6)
 STABILIZATION_THRESHOLD = 0.03  # relative val-loss improvement
 STABILIZATION_EPOCHS = 3
 TRACKER_HISTORY_WINDOW = 10  # epochs

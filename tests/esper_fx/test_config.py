@@ -19,7 +19,7 @@ DEFAULTS = {
     "data_path": "device", "num_workers": None, "env_workers": 0, "ray_address": None, "data_root": "./data", "data_split": "shared",
     "batch_size_per_env": None, "max_train_batches": None, "val_samples": None, "val_batch_size": None,
     "data_seed": 0, "synthetic_train_samples": 50000, "synthetic_test_samples": 10000, "amp": False,
-    "amp_dtype": "float16", "lstm_hidden_dim": 128, "chunk_length": 25, "blueprint_menu": None,
+    "amp_dtype": "float16", "lstm_hidden_dim": 128, "blueprint_menu": None,
     "lr": 3e-4, "gamma": 0.99, "gae_lambda": 0.95, "clip_ratio": 0.2, "clip_value": True,
     "value_clip": 10.0, "value_coef": 0.5, "max_grad_norm": 1.0, "target_kl": 0.05, "update_epochs": 8, "kl_per_head": True,
     "num_minibatches": 1, "adam_eps": 1e-5, "weight_decay": 0.0, "entropy_coef": 0.02,
@@ -27,7 +27,7 @@ DEFAULTS = {
     "entropy_anneal_episodes": 0, "horizon_bootstrap": False, "reward_family": "contribution", "reward_mode": "shaped",
     "param_budget": 500000, "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0,
     "discard_rolled_back_envs": False, "use_telemetry": True, "telemetry_level": "normal",
-    "plateau_threshold": 0.5, "improvement_threshold": 2.0, "run_dir": None, "resume_path": None,
+    "run_dir": None, "resume_path": None,
     "checkpoint_every": 10, "tensorboard": True, "report": True,
 }
 
@@ -41,8 +41,23 @@ def test_defaults_are_exactly_these():
     assert heuristic["plateau_epochs_to_germinate"] == 3 and heuristic["blend"] == "sigmoid"
 
 
-def test_chunk_length_follows_max_epochs():
-    assert TrainingConfig(max_epochs=50).chunk_length == 50
+@pytest.mark.parametrize("key, value", [("plateau_threshold", 0.5), ("improvement_threshold", 2.0),
+                                        ("chunk_length", 25)])
+def test_a_retired_field_in_a_config_file_is_refused_in_one_line_but_a_saved_config_loads(key, value):
+    with pytest.raises(ValueError) as info:
+        TrainingConfig.from_dict({key: value})
+    assert str(info.value).startswith(f"config key {key!r} was removed") and "\n" not in str(info.value)
+    with pytest.raises(ValueError, match=f"{key!r} was removed"):
+        TrainingConfig().replace(**{key: value})  # (prove's --set takes this path)
+    assert TrainingConfig.from_saved({key: value, "max_epochs": 25}) == TrainingConfig()
+
+
+@pytest.mark.parametrize("level, use_telemetry", [("minimal", True), ("off", False)])
+def test_a_retired_telemetry_level_is_refused_but_a_saved_one_loads(level, use_telemetry):
+    with pytest.raises(ValueError, match=f"telemetry_level {level!r} was removed"):
+        TrainingConfig(telemetry_level=level)
+    saved = TrainingConfig.from_saved({"telemetry_level": level, "use_telemetry": use_telemetry})
+    assert saved.telemetry_level == "normal" and saved.use_telemetry is use_telemetry
 
 
 @pytest.mark.parametrize(
@@ -51,7 +66,7 @@ def test_chunk_length_follows_max_epochs():
         ({"gamma": 1.5}, "gamma"), ({"gamma": 0.0}, "gamma"), ({"gamma": -0.1}, "gamma"),
         ({"clip_ratio": 0.0}, "clip_ratio"), ({"clip_ratio": -0.1}, "clip_ratio"),
         ({"lr": 0.0}, "lr"), ({"lr": -1e-4}, "lr"), ({"entropy_coef": -0.1}, "entropy_coef"),
-        ({"chunk_length": 30, "max_epochs": 25}, "chunk_length"), ({"max_seeds": 0}, "max_seeds"),
+        ({"max_seeds": 0}, "max_seeds"),
         ({"slots": []}, "slots"), ({"slots": ["mid"]}, "slots"), ({"param_budget": 0}, "param_budget"),
         ({"param_penalty_weight": -0.1}, "param_penalty_weight"),
         ({"sparse_reward_scale": 0}, "sparse_reward_scale"),
@@ -100,21 +115,19 @@ def test_round_trip_with_loss_family_and_two_slots():
     assert json.loads(json.dumps(c.to_dict())) == c.to_dict()
 
 
-def test_strings_coerce_to_enums_and_telemetry_off_disables_features():
-    c = TrainingConfig(task="SHAPES10".lower(), telemetry_level="off")
+def test_strings_coerce_to_enums_and_use_telemetry_false_drops_the_features():
+    c = TrainingConfig(task="SHAPES10".lower(), use_telemetry=False, telemetry_level="debug")
     assert c.task == "shapes10" and c.use_telemetry is False and c.state_dim == 50
 
 
 PRESET_EXPECT = {
-    "cifar10": {"task": "cifar10", "entropy_coef": 0.1, "plateau_threshold": 0.4},
-    "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08, "plateau_threshold": 0.35},
+    "cifar10": {"task": "cifar10", "entropy_coef": 0.1},
+    "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
     "tinystories": {"task": "tinystories", "entropy_coef": 0.05, "entropy_coef_start": 0.05,
-                    "entropy_coef_end": 0.01, "entropy_anneal_episodes": 10, "plateau_threshold": 0.3,
-                    "improvement_threshold": 1.5, "sparse_reward_scale": 0.5},
-    "shapes10": {"task": "shapes10", "entropy_coef": 0.1, "plateau_threshold": 0.4},
+                    "entropy_coef_end": 0.01, "entropy_anneal_episodes": 10, "sparse_reward_scale": 0.5},
+    "shapes10": {"task": "shapes10", "entropy_coef": 0.1},
     "pytext": {"task": "pytext", "entropy_coef": 0.05, "entropy_coef_start": 0.05,
-               "entropy_coef_end": 0.01, "entropy_anneal_episodes": 10, "plateau_threshold": 0.3,
-               "improvement_threshold": 1.5, "sparse_reward_scale": 0.5},
+               "entropy_coef_end": 0.01, "entropy_anneal_episodes": 10, "sparse_reward_scale": 0.5},
     "heuristic": {"controller": "heuristic", "task": "cifar10", "n_episodes": 1, "n_envs": 1,
                   "max_epochs": 75, "batch_size_per_env": 128, "max_train_batches": 50,
                   "val_samples": 6400, "slots": ["r0c0", "r0c1", "r0c2"]},
@@ -127,8 +140,6 @@ def test_presets_set_exactly_their_values(name):
     default = TrainingConfig().to_dict()
     expect = PRESET_EXPECT[name]
     for key, value in got.items():
-        if key == "chunk_length":
-            continue
         assert value == expect.get(key, default[key]), key
     assert TrainingConfig.from_dict(got) == TrainingConfig.preset(name)
 
@@ -184,8 +195,7 @@ def test_from_json_reports_file_problems(tmp_path):
 @pytest.mark.parametrize("kwargs, field", [
     ({"lr": math.inf}, "lr"), ({"lr": math.nan}, "lr"), ({"adam_eps": math.inf}, "adam_eps"),
     ({"entropy_coef": math.inf}, "entropy_coef"), ({"entropy_coef_start": math.nan}, "entropy_coef_start"),
-    ({"plateau_threshold": math.nan}, "plateau_threshold"), ({"plateau_threshold": math.inf}, "plateau_threshold"),
-    ({"improvement_threshold": -math.inf}, "improvement_threshold"), ({"max_grad_norm": math.inf}, "max_grad_norm"),
+    ({"max_grad_norm": math.inf}, "max_grad_norm"),
     ({"value_coef": math.inf}, "value_coef"), ({"param_penalty_weight": math.inf}, "param_penalty_weight"),
     ({"param_budget": math.inf}, "param_budget"), ({"param_budget": 1.5}, "param_budget"),
     ({"heuristic": {"cull_if_accuracy_drops_by": "2"}}, "heuristic.cull_if_accuracy_drops_by"),
@@ -214,7 +224,7 @@ def test_whole_number_floats_become_ints():
     c = TrainingConfig.from_dict({"n_envs": 2.0, "max_epochs": 6.0, "seed": 7.0, "lstm_hidden_dim": 64.0,
                                   "batch_size_per_env": 32.0, "entropy_anneal_episodes": 4.0,
                                   "heuristic": {"plateau_epochs_to_germinate": 2.0}})
-    for value in (c.n_envs, c.max_epochs, c.chunk_length, c.seed, c.lstm_hidden_dim, c.batch_size_per_env,
+    for value in (c.n_envs, c.max_epochs, c.seed, c.lstm_hidden_dim, c.batch_size_per_env,
                   c.entropy_anneal_episodes, c.heuristic.plateau_epochs_to_germinate):
         assert type(value) is int
     assert '"n_envs": 2,' in json.dumps(c.to_dict()) and '"seed": 7,' in json.dumps(c.to_dict())

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 from esper_fx.contracts import SeedStage
 
-CIFAR_TASK = SimpleNamespace(max_epochs=25)  # dwell 2, probation timeout 5, blend 5 steps
+CIFAR_TASK = SimpleNamespace(lifecycle_horizon=25)  # dwell 2, probation timeout 5, blend 5 steps
 
 
 def epoch(slot, acc, contribution=None, ratio=0.2, decide=None):

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl import distributions as dist
+from tests.rl.action_checks import assert_actions_allowed
 
 
 def _entropy(logits, mask):
@@ -144,37 +145,30 @@ def test_sample_heads_returns_int32_actions_and_matching_per_head_log_probs():
     masks = dist.Masks(*(jnp.broadcast_to(m, (6, m.shape[0])) for m in masks))
     actions, lps = jax.jit(dist.sample_heads)(jax.random.PRNGKey(2), logits, masks)
     assert actions.shape == (6, 4) and actions.dtype == jnp.int32 and lps.shape == (6, 4)
-    dist.check_actions(actions, masks)
+    assert_actions_allowed(actions, masks)
     np.testing.assert_allclose(np.asarray(jax.jit(dist.heads_log_prob)(logits, masks, actions)), np.asarray(lps), rtol=1e-6)
 
 
-def test_a_row_with_no_valid_action_is_rejected():
+def test_a_row_with_no_valid_action_is_flagged():
     mask = np.array([[True, False, False], [False, False, False]])
-    with pytest.raises(dist.InvalidStateError, match="no valid action"):
-        dist.check_mask(mask, "op")
     ok = dist.row_is_valid(jnp.zeros((2, 3)), jnp.asarray(mask))
     assert np.asarray(ok).tolist() == [True, False]
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_nan_or_infinite_logits_raise_value_error_with_statistics(bad):
+def test_a_row_with_nan_or_infinite_logits_is_flagged(bad):
     logits = np.array([[0.5, bad, -1.5], [2.0, 0.0, 1.0]], np.float32)
-    with pytest.raises(ValueError) as info:
-        dist.check_logits(logits, "blend")
-    message = str(info.value)
-    for word in ("NaN", "+inf", "-inf", "min", "max", "blend"):
-        assert word in message
     assert np.asarray(jax.jit(dist.row_is_valid)(jnp.asarray(logits), jnp.ones((2, 3), bool))).tolist() == [False, True]
 
 
-def test_check_actions_rejects_a_masked_or_out_of_range_choice():
+def test_the_action_check_rejects_a_masked_or_out_of_range_choice():
     masks = dist.Masks(*(jnp.array([[True] * n]) for n in (3, 5, 3, 4)))
     masks = masks._replace(blueprint=jnp.array([[False, True, True, True, True]]))
-    dist.check_actions(np.array([[0, 1, 2, 3]]), masks)
-    with pytest.raises(dist.InvalidStateError):
-        dist.check_actions(np.array([[0, 0, 2, 3]]), masks)
-    with pytest.raises(dist.InvalidStateError):
-        dist.check_actions(np.array([[0, 1, 3, 3]]), masks)
+    assert_actions_allowed(np.array([[0, 1, 2, 3]]), masks)
+    with pytest.raises(AssertionError, match="masked"):
+        assert_actions_allowed(np.array([[0, 0, 2, 3]]), masks)
+    with pytest.raises(AssertionError, match="range"):
+        assert_actions_allowed(np.array([[0, 1, 3, 3]]), masks)
 
 
 def test_causal_masks_are_op_always_slot_unless_wait_blueprint_and_blend_only_on_germinate():

@@ -13,31 +13,31 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from esper_fx.config import HeuristicConfig, TrainingConfig
-from rl import heuristic as H
+from rl import heuristic
 from tests.rl.test_rewards import E_RAND, S_RAND, B_RAND, make_signals, random_signals, with_seed
 
-W, G, CU, FO = (int(C.LifecycleOp.WAIT), int(C.LifecycleOp.GERMINATE), int(C.LifecycleOp.CULL),
-                int(C.LifecycleOp.FOSSILIZE))
-TRAINING, BLENDING = int(C.SeedStage.TRAINING), int(C.SeedStage.BLENDING)
-PROBATIONARY, FOSSILIZED = int(C.SeedStage.PROBATIONARY), int(C.SeedStage.FOSSILIZED)
-GERMINATED = int(C.SeedStage.GERMINATED)
-SIGMOID = C.BLEND_NAMES.index("sigmoid")
+W, G, CU, FO = (int(contracts.LifecycleOp.WAIT), int(contracts.LifecycleOp.GERMINATE), int(contracts.LifecycleOp.CULL),
+                int(contracts.LifecycleOp.FOSSILIZE))
+TRAINING, BLENDING = int(contracts.SeedStage.TRAINING), int(contracts.SeedStage.BLENDING)
+PROBATIONARY, FOSSILIZED = int(contracts.SeedStage.PROBATIONARY), int(contracts.SeedStage.FOSSILIZED)
+GERMINATED = int(contracts.SeedStage.GERMINATED)
+SIGMOID = contracts.BLEND_NAMES.index("sigmoid")
 
 ALL_SLOTS = ("r0c0", "r0c1", "r0c2")
 CNN = TrainingConfig(task="cifar10", controller="heuristic", slots=ALL_SLOTS)
 TRANSFORMER = TrainingConfig(task="tinystories", controller="heuristic", slots=ALL_SLOTS)
-CNN_PARAMS = H.HeuristicParams.from_training_config(CNN)
-TRANSFORMER_PARAMS = H.HeuristicParams.from_training_config(TRANSFORMER)
+CNN_PARAMS = heuristic.HeuristicParams.from_training_config(CNN)
+TRANSFORMER_PARAMS = heuristic.HeuristicParams.from_training_config(TRANSFORMER)
 
 READY = dict(host_stabilized=1, epoch=5, plateau_epochs=3, slot_enabled=True)  # germination allowed
 QUIET = dict(host_stabilized=0, slot_enabled=True)  # germination blocked
 
 
 @functools.lru_cache(maxsize=None)
-def _jitted(params: H.HeuristicParams):
-    return jax.jit(H.decide, static_argnums=2)
+def _jitted(params: heuristic.HeuristicParams):
+    return jax.jit(heuristic.decide, static_argnums=2)
 
 
 def decide(state, signals, params=CNN_PARAMS):
@@ -46,7 +46,7 @@ def decide(state, signals, params=CNN_PARAMS):
 
 
 def fresh(params=CNN_PARAMS, E=1):
-    return H.init_state(E, params.num_blueprints)
+    return heuristic.init_state(E, params.num_blueprints)
 
 
 def probation(c, I, epoch=10, slot=1, blueprint=1, **signals):
@@ -227,19 +227,19 @@ def test_decisions_ignore_masks():
 def test_params_resolve_rotation_and_blend_against_the_menu():
     assert CNN_PARAMS.rotation == (1, 2, 3, 4) and TRANSFORMER_PARAMS.rotation == (1, 2, 3, 4)
     assert CNN_PARAMS.blend_index == SIGMOID and CNN_PARAMS.num_blueprints == 5
-    custom = H.HeuristicParams.from_config(HeuristicConfig(blueprint_rotation=("norm", "attention"), blend="gated"),
+    custom = heuristic.HeuristicParams.from_config(HeuristicConfig(blueprint_rotation=("norm", "attention"), blend="gated"),
                                            CNN.menu, "cnn")
-    assert custom.rotation == (3, 2) and custom.blend_index == C.BLEND_NAMES.index("gated")
+    assert custom.rotation == (3, 2) and custom.blend_index == contracts.BLEND_NAMES.index("gated")
 
 
 @pytest.mark.parametrize("rotation, menu", [
-    (("noop", "norm"), C.BLUEPRINT_MENUS["cnn"]),
-    (("conv_heavy",), C.BLUEPRINT_MENUS["cnn"]),
+    (("noop", "norm"), contracts.BLUEPRINT_MENUS["cnn"]),
+    (("conv_heavy",), contracts.BLUEPRINT_MENUS["cnn"]),
     (None, ("noop", "norm", "attention")),  # the default rotation is not inside this menu
 ])
 def test_rotation_outside_the_menu_or_with_noop_is_rejected(rotation, menu):
     with pytest.raises(ValueError, match="heuristic.blueprint_rotation"):
-        H.HeuristicParams.from_config(HeuristicConfig(blueprint_rotation=rotation), menu, "cnn")
+        heuristic.HeuristicParams.from_config(HeuristicConfig(blueprint_rotation=rotation), menu, "cnn")
 
 
 # ------------------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ def test_rotation_outside_the_menu_or_with_noop_is_rejected(rotation, menu):
 
 @st.composite
 def random_states(draw, E=E_RAND, B=B_RAND):
-    return H.HeuristicState(
+    return heuristic.HeuristicState(
         penalties=jnp.asarray(draw(hnp.arrays(np.float32, (E, B), elements=st.floats(0, 8, width=32)))),
         rotation_index=jnp.asarray(draw(hnp.arrays(np.int32, (E,), elements=st.integers(0, 20)))),
         germination_count=jnp.asarray(draw(hnp.arrays(np.int32, (E,), elements=st.integers(0, 5)))),
@@ -262,7 +262,7 @@ def random_states(draw, E=E_RAND, B=B_RAND):
 def test_actions_are_in_range_and_germinate_only_targets_an_empty_enabled_slot(signals, state):
     actions, new_state = decide(state, signals)
     assert actions.shape == (E_RAND, 4) and actions.dtype == np.int32
-    for head, size in enumerate(C.head_sizes(S_RAND, B_RAND)):
+    for head, size in enumerate(contracts.head_sizes(S_RAND, B_RAND)):
         assert ((actions[:, head] >= 0) & (actions[:, head] < size)).all()
     assert (actions[:, 1] >= 1).all() and (actions[:, 2] == SIGMOID).all()
     env = np.arange(E_RAND)
@@ -292,8 +292,8 @@ def test_cull_and_fossilize_only_target_live_seeds(signals, state):
 class HeuristicJitTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_scripted_episode_is_identical_with_and_without_jit(self):
-        step = self.variant(functools.partial(H.decide, params=CNN_PARAMS))
-        state, log = H.init_state(1, 5), []
+        step = self.variant(functools.partial(heuristic.decide, params=CNN_PARAMS))
+        state, log = heuristic.init_state(1, 5), []
         script = [make_signals(**{**READY, "epoch": 5}),
                   with_seed(make_signals(epoch=6, **QUIET), 0, stage=TRAINING, eis=5, age=6, stage_improvement=-3.0),
                   make_signals(**{**READY, "epoch": 11}),

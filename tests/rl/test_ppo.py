@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from esper_fx.config import TrainingConfig
 from esper_fx.outputs.history import SKIPPED_UPDATE, metrics_to_python
 from rl import distributions as dist
+from tests.rl.action_checks import assert_actions_allowed
 from rl import ppo
 from rl.config import REFERENCE_PPO
-from rl import rollout as R
+from rl import rollout
 from rl.network import ActorCritic
 
 E, T, D, S, B = 4, 25, 80, 3, 5
@@ -47,22 +48,22 @@ def collect(state, key, obs_fn, reward_fn, n_envs=E, steps=T, terminal_each_step
     """Run the policy for `steps` steps; the last step is truncated with a bootstrap value."""
     rng = np.random.default_rng(seed)
     net = state.network
-    ro = R.init(n_envs, steps, D, S, B, net.hidden_dim if net.recurrent else None)
+    ro = rollout.init(n_envs, steps, D, S, B, net.hidden_dim if net.recurrent else None)
     carry = net.initial_carry(n_envs)
     for t in range(steps):
         key, k = jax.random.split(key)
         obs, ctx = obs_fn(rng, n_envs)
         masks = random_masks(rng, n_envs)
         out = ppo.act(state, obs, masks, carry, k)
-        dist.check_actions(out.actions, masks)
+        assert_actions_allowed(out.actions, masks)
         reward = jnp.asarray(reward_fn(ctx, np.asarray(out.actions)), jnp.float32)
         last = t == steps - 1
         done = jnp.full((n_envs,), terminal_each_step or last)
         truncated = jnp.full((n_envs,), last and not terminal_each_step)
         boot = ppo.value(state, obs, out.carry) if last else jnp.zeros(n_envs)
-        step = R.StepData(obs, obs, out.actions, out.log_probs, out.value, reward, reward, done, truncated,
+        step = rollout.StepData(obs, obs, out.actions, out.log_probs, out.value, reward, reward, done, truncated,
                           boot, masks, carry)
-        ro = R.append(ro, t, step)
+        ro = rollout.append(ro, t, step)
         carry = out.carry
     return ro
 
@@ -357,7 +358,7 @@ def test_act_flags_rows_with_non_finite_logits_or_no_valid_action(fresh):
                                                                          state.params["op_head"])})
     out = ppo.act(bad, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(0))
     assert not bool(jnp.any(out.ok))
-    dist.check_actions(out.actions, masks)  # even then, no masked action is emitted
+    assert_actions_allowed(out.actions, masks)  # even then, no masked action is emitted
     greedy = ppo.act(state, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(5), deterministic=True)
     again = ppo.act(state, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(6), deterministic=True)
     np.testing.assert_array_equal(greedy.actions, again.actions)
@@ -405,7 +406,7 @@ def test_kl_early_stop_example_keeps_params_and_reports_the_first_group(fresh):
 
 def test_an_update_with_no_valid_transition_is_skipped_and_changes_nothing(fresh):
     state, ro = fresh
-    new, metrics = ppo.update(state, R.discard_envs(ro, jnp.zeros(E, bool)), jax.random.PRNGKey(2), CFG, E)
+    new, metrics = ppo.update(state, rollout.discard_envs(ro, jnp.zeros(E, bool)), jax.random.PRNGKey(2), CFG, E)
     assert metrics_to_python(metrics) == SKIPPED_UPDATE and bool(metrics["skipped"])
     assert tree_equal(new.params, state.params) and int(new.train_steps) == int(state.train_steps)
 

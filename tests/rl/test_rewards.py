@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import chex
@@ -14,23 +15,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from esper_fx import contracts as C
+from esper_fx import contracts
 from esper_fx.config import TrainingConfig
-from rl import rewards as R
+from rl import rewards
 from rl.config import REFERENCE_PPO
 
-W, G, CU, FO = (int(C.LifecycleOp.WAIT), int(C.LifecycleOp.GERMINATE), int(C.LifecycleOp.CULL),
-                int(C.LifecycleOp.FOSSILIZE))
-TRAINING, BLENDING = int(C.SeedStage.TRAINING), int(C.SeedStage.BLENDING)
-PROBATIONARY, FOSSILIZED = int(C.SeedStage.PROBATIONARY), int(C.SeedStage.FOSSILIZED)
-GERMINATED = int(C.SeedStage.GERMINATED)
+W, G, CU, FO = (int(contracts.LifecycleOp.WAIT), int(contracts.LifecycleOp.GERMINATE), int(contracts.LifecycleOp.CULL),
+                int(contracts.LifecycleOp.FOSSILIZE))
+TRAINING, BLENDING = int(contracts.SeedStage.TRAINING), int(contracts.SeedStage.BLENDING)
+PROBATIONARY, FOSSILIZED = int(contracts.SeedStage.PROBATIONARY), int(contracts.SeedStage.FOSSILIZED)
+GERMINATED = int(contracts.SeedStage.GERMINATED)
 LIVE_STAGES = (GERMINATED, TRAINING, BLENDING, PROBATIONARY, FOSSILIZED)
 
 HOST_PARAMS = 6418.0  # cifar10 host
 CONV_LIGHT_PARAMS = 2336.0  # a conv_light seed in r0c1
 RENT = -0.5 * math.log(1 + CONV_LIGHT_PARAMS / HOST_PARAMS)  # -0.155202
 SLOT = 1  # r0c1, the default enabled slot
-CFG = R.RewardConfig(gamma=REFERENCE_PPO["gamma"])  # the BEHAVIOUR §12.10 worked examples use the reference γ
+CFG = rewards.RewardConfig(gamma=REFERENCE_PPO["gamma"])  # the BEHAVIOUR §12.10 worked examples use the reference γ
 GAMMA = CFG.gamma
 TOL = 1e-4
 
@@ -62,10 +63,10 @@ def _defaults(E: int, S: int) -> dict:
 
 def make_signals(E: int = 1, S: int = 3, B: int = 5, **overrides) -> dict:
     """A signals dict filled with neutral values; any field can be overridden (broadcast to shape)."""
-    D = C.obs_dim(S, True, B)
+    D = contracts.obs_dim(S, True, B)
     values = {**_defaults(E, S), **overrides}
     out = {}
-    for name, (spec, dtype) in C.SIGNAL_FIELDS.items():
+    for name, (spec, dtype) in contracts.SIGNAL_FIELDS.items():
         shape = _shape(spec, E, S, B, D)
         out[name] = np.array(np.broadcast_to(np.asarray(values.get(name, 0), dtype), shape))
     return out
@@ -91,18 +92,18 @@ def act(op: int, slot: int = SLOT, E: int = 1, blueprint: int = 1, blend: int = 
     return np.tile(np.array([[slot, blueprint, blend, op]], np.int32), (E, 1))
 
 
-def state_with(phi: float | None = None, E: int = 1, S: int = 3, slot: int = SLOT) -> R.RewardState:
-    state = R.RewardState.init(E, S)
+def state_with(phi: float | None = None, E: int = 1, S: int = 3, slot: int = SLOT) -> rewards.RewardState:
+    state = rewards.RewardState.init(E, S)
     if phi is None:
         return state
-    return R.RewardState(state.phi_prev.at[:, slot].set(phi))
+    return rewards.RewardState(state.phi_prev.at[:, slot].set(phi))
 
 
-_JIT = {name: jax.jit(fn) for name, fn in R.REWARD_FNS.items()}
+_JIT = {name: jax.jit(fn) for name, fn in rewards.REWARD_FNS.items()}
 
 
 def run(fn_name: str, signals, actions, state=None, config=CFG):
-    state = R.RewardState.init(*signals["slot_occupied"].shape) if state is None else state
+    state = rewards.RewardState.init(*signals["slot_occupied"].shape) if state is None else state
     reward, comps, new_state = _JIT[fn_name](signals, actions, state, config)
     return float(reward[0]), {k: float(v[0]) for k, v in comps.items()}, new_state
 
@@ -144,7 +145,7 @@ class ShapedWorkedExamplesTest(chex.TestCase):
     @parameterized.parameters(*EXAMPLES)
     def test_worked_example_total_matches_spec(self, name):
         signals, actions, state, expected = _example(name)
-        reward, components, _ = self.variant(R.shaped)(signals, actions, state, CFG)
+        reward, components, _ = self.variant(rewards.shaped)(signals, actions, state, CFG)
         self.assertAlmostEqual(float(reward[0]), expected, delta=TOL)
         self.assertAlmostEqual(float(sum(v[0] for v in components.values())), float(reward[0]), delta=1e-5)
 
@@ -158,7 +159,7 @@ class ShapedWorkedExamplesTest(chex.TestCase):
             "X7": {"terminal": 2.5},
             "X8": {"governor": -10.0},
         }
-        fn = self.variant(R.shaped)
+        fn = self.variant(rewards.shaped)
         for name, expected in cases.items():
             signals, actions, state, _ = _example(name)
             _, components, _ = fn(signals, actions, state, CFG)
@@ -168,7 +169,7 @@ class ShapedWorkedExamplesTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_germinate_into_empty_target_sets_phi_prev_to_one(self):
         signals, actions, state, _ = _example("X2")
-        _, _, new_state = self.variant(R.shaped)(signals, actions, state, CFG)
+        _, _, new_state = self.variant(rewards.shaped)(signals, actions, state, CFG)
         np.testing.assert_allclose(np.asarray(new_state.phi_prev), [[0.0, 1.0, 0.0]])
 
 
@@ -222,7 +223,7 @@ def _timeline_signals(stage, eis):
 
 
 def test_pbrs_along_the_reference_timeline_matches_the_spec_table():
-    state = R.RewardState.init(1, 3)
+    state = rewards.RewardState.init(1, 3)
     for stage, eis, op, phi_now, phi_prev, paid in TIMELINE:
         assert float(state.phi_prev[0, SLOT]) == pytest.approx(phi_prev, abs=1e-6)
         _, comps, state = run("shaped", _timeline_signals(stage, eis), act(op), state)
@@ -235,7 +236,7 @@ def test_pbrs_along_the_reference_timeline_matches_the_spec_table():
 
 
 def test_entry_bonus_plus_pbrs_telescopes_over_the_timeline():
-    state, total = R.RewardState.init(1, 3), 0.0
+    state, total = rewards.RewardState.init(1, 3), 0.0
     phis = [1.0]  # φ_0 = 1.0 (germinated), φ_{-1} = 0
     for stage, eis, op, phi_now, _, _ in TIMELINE[:10]:  # steps g..g+9
         _, comps, state = run("shaped", _timeline_signals(stage, eis), act(op), state)
@@ -256,7 +257,7 @@ def test_phi_prev_is_zero_after_a_cull():
 
 
 def test_empty_slots_forget_their_potential():
-    stale = R.RewardState(jnp.full((1, 3), 4.0, jnp.float32))
+    stale = rewards.RewardState(jnp.full((1, 3), 4.0, jnp.float32))
     _, comps, state = run("shaped", make_signals(), act(W), stale)
     assert comps["pbrs"] == 0.0
     np.testing.assert_array_equal(np.asarray(state.phi_prev), 0.0)
@@ -277,8 +278,8 @@ _seed_step = st.tuples(st.sampled_from(LIVE_STAGES), st.integers(0, 12))
        gamma=st.floats(0.5, 1.0))
 def test_pbrs_telescopes_to_discounted_potential_differences(lifetimes, gamma):
     """Per seed lifetime: Σ(entry bonus + PBRS) = 0.3·Σ_k(γ·φ_k − φ_{k−1}), φ_{−1} = 0, φ_0 = 1."""
-    cfg = CFG._replace(gamma=gamma)
-    state, paid, expected = R.RewardState.init(1, 3), 0.0, 0.0
+    cfg = dataclasses.replace(CFG, gamma=gamma)
+    state, paid, expected = rewards.RewardState.init(1, 3), 0.0, 0.0
     for lifetime in lifetimes:
         _, comps, state = run("shaped", make_signals(), act(G), state, cfg)
         paid += comps["action_shaping"] - cfg.germinate_cost
@@ -286,7 +287,7 @@ def test_pbrs_telescopes_to_discounted_potential_differences(lifetimes, gamma):
         for stage, eis in lifetime:
             _, comps, state = run("shaped", with_seed(make_signals(), stage=stage, eis=eis), act(W), state, cfg)
             paid += comps["pbrs"]
-            phis.append(R.STAGE_POTENTIALS[stage] + min(0.3 * eis, 2.0))
+            phis.append(rewards.STAGE_POTENTIALS[stage] + min(0.3 * eis, 2.0))
         expected += 0.3 * gamma * phis[0] + sum(0.3 * (gamma * b - a) for a, b in zip(phis, phis[1:]))
         _, comps, state = run("shaped", make_signals(), act(W), state, cfg)  # the seed disappears
         paid += comps["pbrs"]
@@ -298,7 +299,7 @@ def test_pbrs_only_moves_the_target_slots_potential(targets):
     signals = make_signals()
     for slot in range(3):
         signals = with_seed(signals, slot, stage=TRAINING, eis=slot + 1)
-    state = R.RewardState(jnp.asarray([[0.5, 1.5, 2.5]], jnp.float32))
+    state = rewards.RewardState(jnp.asarray([[0.5, 1.5, 2.5]], jnp.float32))
     for slot in targets:
         before = np.asarray(state.phi_prev).copy()
         _, comps, state = run("shaped", signals, act(W, slot=slot), state)
@@ -435,7 +436,7 @@ def test_sparse_is_zero_before_the_end_and_matches_the_example_at_t_equals_T():
 
 
 def test_sparse_clips_before_scaling():
-    cfg = CFG._replace(sparse_reward_scale=0.5)
+    cfg = dataclasses.replace(CFG, sparse_reward_scale=0.5)
     signals = make_signals(epoch=25, host_max_acc=100.0, seed_params=0.0)
     assert run("sparse", signals, act(W), config=cfg)[0] == pytest.approx(0.5)
     heavy = make_signals(epoch=25, host_max_acc=10.0, seed_params=1e8)
@@ -491,7 +492,7 @@ def test_loss_rent_waits_for_the_grace_period():
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", list(R.REWARD_FNS))
+@pytest.mark.parametrize("name", list(rewards.REWARD_FNS))
 def test_every_family_adds_the_pending_auto_cull_penalty_and_panic_punishment(name):
     quiet = run(name, make_signals(), act(W))[0]
     reward, comps, _ = run(name, make_signals(pending_penalty=-0.2), act(W))
@@ -505,30 +506,30 @@ def test_every_family_adds_the_pending_auto_cull_penalty_and_panic_punishment(na
 @pytest.mark.parametrize("name", ["sparse", "minimal", "loss"])
 def test_non_shaped_rewards_pass_the_reward_state_through(name):
     signals = with_seed(make_signals(), stage=TRAINING, eis=2, age=2)
-    state = R.RewardState(jnp.asarray([[0.5, 1.5, 2.5]], jnp.float32))
+    state = rewards.RewardState(jnp.asarray([[0.5, 1.5, 2.5]], jnp.float32))
     _, _, new_state = run(name, signals, act(CU), state)
     np.testing.assert_array_equal(np.asarray(new_state.phi_prev), np.asarray(state.phi_prev))
 
 
 def test_dispatch_maps_family_and_mode():
-    assert R.dispatch("contribution", "shaped") is R.shaped
-    assert R.dispatch("contribution") is R.shaped
-    assert R.dispatch("contribution", "sparse") is R.sparse
-    assert R.dispatch("contribution", "minimal") is R.minimal
-    assert R.dispatch("loss") is R.loss
-    assert R.dispatch(TrainingConfig(reward_mode="minimal")) is R.minimal
-    assert R.dispatch(TrainingConfig(reward_family="loss")) is R.loss
-    assert R.get_reward_fn("SPARSE") is R.sparse
+    assert rewards.dispatch("contribution", "shaped") is rewards.shaped
+    assert rewards.dispatch("contribution") is rewards.shaped
+    assert rewards.dispatch("contribution", "sparse") is rewards.sparse
+    assert rewards.dispatch("contribution", "minimal") is rewards.minimal
+    assert rewards.dispatch("loss") is rewards.loss
+    assert rewards.dispatch(TrainingConfig(reward_mode="minimal")) is rewards.minimal
+    assert rewards.dispatch(TrainingConfig(reward_family="loss")) is rewards.loss
+    assert rewards.get_reward_fn("SPARSE") is rewards.sparse
     with pytest.raises(ValueError, match="reward_mode"):
-        R.dispatch("loss", "sparse")
-    assert R.dispatch("accuracy") is R.growth
-    assert R.dispatch(TrainingConfig(reward_family="accuracy")) is R.growth
+        rewards.dispatch("loss", "sparse")
+    assert rewards.dispatch("accuracy") is rewards.growth
+    assert rewards.dispatch(TrainingConfig(reward_family="accuracy")) is rewards.growth
     with pytest.raises(ValueError, match="reward_family"):
-        R.dispatch("precision", "shaped")
+        rewards.dispatch("precision", "shaped")
     with pytest.raises(ValueError, match="reward_mode"):
-        R.dispatch("accuracy", "sparse")
+        rewards.dispatch("accuracy", "sparse")
     with pytest.raises(ValueError, match="available"):
-        R.get_reward_fn("dense")
+        rewards.get_reward_fn("dense")
 
 
 @pytest.mark.parametrize(
@@ -542,20 +543,27 @@ def test_dispatch_maps_family_and_mode():
     ],
 )
 def test_loss_family_constants(name, values):
-    got = R.loss_task_values(name)
+    got = rewards.RewardConfig().for_run(name, gamma=0.99, min_cull_age=1)
     assert (got.typical_loss_delta_std, got.baseline_loss, got.target_loss, got.compute_rent_weight) == values
 
 
-def test_reward_config_from_training_config_takes_task_and_config_values():
-    cfg = R.RewardConfig.from_training_config(
-        TrainingConfig(task="tinystories", gamma=0.99, param_budget=1000, sparse_reward_scale=0.5))
+def test_a_runs_reward_takes_its_gamma_cull_age_and_task_scale_from_the_run():
+    cfg = TrainingConfig(task="tinystories", gamma=0.9, min_cull_age=4, param_budget=1000,
+                         sparse_reward_scale=0.5).reward
     assert (cfg.typical_loss_delta_std, cfg.baseline_loss, cfg.target_loss, cfg.compute_rent_weight) == (
         0.15, 10.8, 3.5, 0.01)
-    assert (cfg.gamma, cfg.param_budget, cfg.sparse_reward_scale) == (0.99, 1000.0, 0.5)
-    assert R.RewardConfig.from_training_config(TrainingConfig()) == R.RewardConfig()
-    assert R.loss_task_values("pytext") == (0.15, 5.5, 1.5, 0.01)
+    assert (cfg.gamma, cfg.min_cull_age, cfg.param_budget, cfg.sparse_reward_scale) == (0.9, 4.0, 1000, 0.5)
+    assert TrainingConfig().reward == rewards.RewardConfig(min_cull_age=9.0)  # cifar10 is the default task
+    assert TrainingConfig(gamma=0.5).replace(gamma=0.8).reward.gamma == 0.8
     with pytest.raises(ValueError, match="cifar10"):
-        R.loss_task_values("mnist")
+        rewards.RewardConfig().for_run("mnist", gamma=0.99, min_cull_age=1)
+
+
+def test_the_young_cull_penalty_uses_the_cull_age_it_is_given():
+    signals = with_seed(make_signals(), stage=TRAINING, age=2)  # no measured contribution: 0 unless young
+    pay = lambda cfg: float(rewards.cull_shaping(rewards.target_view(signals, act(CU)), cfg)[0])  # noqa: E731
+    assert pay(CFG) == 0.0  # age 2 is not young with the reference's age of 1
+    assert pay(dataclasses.replace(CFG, min_cull_age=9.0)) == pytest.approx(-0.3 * 7)
 
 
 # ------------------------------------------------------------------------------------------
@@ -614,12 +622,12 @@ def random_actions(draw, E=E_RAND, S=S_RAND, B=B_RAND):
 
 
 phi_prevs = hnp.arrays(np.float32, (E_RAND, S_RAND), elements=_f32s(0, 8))
-fn_names = st.sampled_from(sorted(R.REWARD_FNS))
+fn_names = st.sampled_from(sorted(rewards.REWARD_FNS))
 
 
 @given(name=fn_names, signals=random_signals(), actions=random_actions(), phi=phi_prevs)
 def test_components_sum_to_a_finite_reward(name, signals, actions, phi):
-    reward, comps, state = _JIT[name](signals, actions, R.RewardState(jnp.asarray(phi)), CFG)
+    reward, comps, state = _JIT[name](signals, actions, rewards.RewardState(jnp.asarray(phi)), CFG)
     assert reward.shape == (E_RAND,) and reward.dtype == jnp.float32
     assert all(v.shape == (E_RAND,) and v.dtype == jnp.float32 for v in comps.values())
     np.testing.assert_allclose(np.asarray(sum(comps.values())), np.asarray(reward), rtol=1e-6, atol=1e-5)
@@ -630,19 +638,19 @@ def test_components_sum_to_a_finite_reward(name, signals, actions, phi):
 @settings(max_examples=12)  # the eager path is slow; 12 draws cover all four families
 @given(name=fn_names, signals=random_signals(), actions=random_actions(), phi=phi_prevs)
 def test_jit_and_no_jit_agree(name, signals, actions, phi):
-    state = R.RewardState(jnp.asarray(phi))
+    state = rewards.RewardState(jnp.asarray(phi))
     jitted = _JIT[name](signals, actions, state, CFG)
     with jax.disable_jit():
-        eager = R.REWARD_FNS[name](signals, actions, state, CFG)
+        eager = rewards.REWARD_FNS[name](signals, actions, state, CFG)
     chex.assert_trees_all_close(jitted, eager, rtol=1e-5, atol=1e-5)
 
 
 @given(name=fn_names, signals=random_signals(), actions=random_actions(), phi=phi_prevs)
 def test_batched_rewards_equal_per_env_rewards(name, signals, actions, phi):
-    reward, comps, state = _JIT[name](signals, actions, R.RewardState(jnp.asarray(phi)), CFG)
+    reward, comps, state = _JIT[name](signals, actions, rewards.RewardState(jnp.asarray(phi)), CFG)
     for env in range(E_RAND):
         one = {k: v[env:env + 1] for k, v in signals.items()}
-        r1, c1, s1 = _JIT[name](one, actions[env:env + 1], R.RewardState(jnp.asarray(phi[env:env + 1])), CFG)
+        r1, c1, s1 = _JIT[name](one, actions[env:env + 1], rewards.RewardState(jnp.asarray(phi[env:env + 1])), CFG)
         np.testing.assert_allclose(np.asarray(r1)[0], np.asarray(reward)[env], rtol=1e-6, atol=1e-6)
         for key in comps:
             np.testing.assert_allclose(np.asarray(c1[key])[0], np.asarray(comps[key])[env], rtol=1e-6, atol=1e-6)
@@ -651,10 +659,10 @@ def test_batched_rewards_equal_per_env_rewards(name, signals, actions, phi):
 
 def test_make_signals_fills_every_contract_field():
     signals = make_signals(E=2, S=5, B=6)
-    assert set(signals) == set(C.SIGNAL_FIELDS)
-    for name, (_, dtype) in C.SIGNAL_FIELDS.items():
+    assert set(signals) == set(contracts.SIGNAL_FIELDS)
+    for name, (_, dtype) in contracts.SIGNAL_FIELDS.items():
         assert signals[name].dtype == np.dtype(dtype), name
-    assert signals["obs"].shape == (2, C.obs_dim(5, True, 6)) and signals["mask_blueprint"].shape == (2, 6)
+    assert signals["obs"].shape == (2, contracts.obs_dim(5, True, 6)) and signals["mask_blueprint"].shape == (2, 6)
 
 
 # ------------------------------------------------------------------------------------------
@@ -666,7 +674,7 @@ COMMIT = CFG.growth_commit_weight
 
 
 def _growth_step(signals, actions, acc_prev: float):
-    state = R.RewardState.init(1, 3)._replace(acc_prev=jnp.full((1,), acc_prev, jnp.float32))
+    state = rewards.RewardState.init(1, 3)._replace(acc_prev=jnp.full((1,), acc_prev, jnp.float32))
     return run("growth", signals, actions, state)
 
 
@@ -702,7 +710,7 @@ def test_germinate_then_cull_churn_earns_nothing_beyond_the_accuracy_it_moved():
         (with_seed(make_signals(val_acc=36.0), stage=BLENDING, eis=2, age=5, c=4.0), act(CU)),
         (make_signals(val_acc=31.5, epoch=25, max_epochs=25), act(W)),
     ]
-    state, total = R.RewardState.init(1, 3), 0.0
+    state, total = rewards.RewardState.init(1, 3), 0.0
     for signals, actions in steps:
         reward, comps, state = run("growth", signals, actions, state)
         total += comps["accuracy"] + comps["uncommitted"]
@@ -720,12 +728,12 @@ def test_growth_rent_and_rollback_penalty():
 @given(st.lists(st.tuples(st.floats(0, 100), st.floats(-5, 20), st.sampled_from([W, FO, CU]),
                           st.sampled_from([TRAINING, BLENDING, PROBATIONARY, FOSSILIZED])), min_size=1, max_size=8))
 def test_growth_returns_add_up_to_the_committed_accuracy_at_the_end(steps):
-    state, total = R.RewardState.init(1, 3), 0.0
+    state, total = rewards.RewardState.init(1, 3), 0.0
     for i, (val_acc, c, op, stage) in enumerate(steps):
         last = i == len(steps) - 1
         s = with_seed(make_signals(val_acc=val_acc, epoch=len(steps) if last else i + 1, max_epochs=len(steps)),
                       stage=stage, eis=2, age=8, c=c)
         _, comps, state = run("growth", s, act(op), state)
         total += comps["accuracy"] + comps["uncommitted"]
-    committed = float(R.committed_accuracy(s, jnp.asarray(act(op)), CFG)[0])
+    committed = float(rewards.committed_accuracy(s, jnp.asarray(act(op)), CFG)[0])
     assert total == pytest.approx(GROWTH_W * committed, abs=1e-3)

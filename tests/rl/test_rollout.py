@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rl import rollout as R
+from rl import rollout
 from rl.distributions import Masks
 
 E, T, D, S, B, H = 3, 4, 6, 3, 5, 8
@@ -15,7 +15,7 @@ def _step(t, hidden=H):
     f = lambda *shape: jnp.full((E,) + shape, float(t + 1), jnp.float32)  # noqa: E731
     masks = Masks(*(jnp.zeros((E, n), bool).at[:, t % n].set(True) for n in (S, B, 3, 4)))
     carry = () if hidden is None else (f(hidden) * 10, f(hidden) * 100)
-    return R.StepData(
+    return rollout.StepData(
         obs=f(D), raw_obs=f(D) * 2, actions=jnp.full((E, 4), t, jnp.int32), log_probs=-f(4), values=f(),
         rewards=f() / 2, raw_rewards=f() * 3, dones=jnp.full((E,), t == T - 1), truncated=jnp.full((E,), t == T - 1),
         bootstrap=f() * 7, masks=masks, carry=carry,
@@ -23,7 +23,7 @@ def _step(t, hidden=H):
 
 
 def test_init_gives_fixed_shapes_all_true_dummy_masks_and_no_valid_steps():
-    ro = R.init(E, T, D, S, B, H)
+    ro = rollout.init(E, T, D, S, B, H)
     assert ro.obs.shape == ro.raw_obs.shape == (E, T, D)
     assert ro.actions.shape == (E, T, 4) and ro.actions.dtype == jnp.int32
     assert ro.log_probs.shape == (E, T, 4) and ro.values.shape == ro.rewards.shape == (E, T)
@@ -35,9 +35,9 @@ def test_init_gives_fixed_shapes_all_true_dummy_masks_and_no_valid_steps():
 
 
 def test_append_stores_every_field_at_step_t_and_counts_steps():
-    ro = R.init(E, T, D, S, B, H)
+    ro = rollout.init(E, T, D, S, B, H)
     for t in range(2):
-        ro = R.append(ro, t, _step(t))
+        ro = rollout.append(ro, t, _step(t))
     assert ro.step_count.tolist() == [2] * E and ro.n_transitions() == 2 * E
     np.testing.assert_array_equal(ro.valid[0], [True, True, False, False])
     assert float(ro.obs[1, 1, 0]) == 2.0 and float(ro.raw_obs[1, 1, 0]) == 4.0
@@ -49,47 +49,47 @@ def test_append_stores_every_field_at_step_t_and_counts_steps():
 
 
 def test_only_the_step_zero_carry_is_stored():
-    ro = R.init(E, T, D, S, B, H)
+    ro = rollout.init(E, T, D, S, B, H)
     for t in range(3):
-        ro = R.append(ro, t, _step(t))
+        ro = rollout.append(ro, t, _step(t))
     assert float(ro.carry0[0][0, 0]) == 10.0 and float(ro.carry0[1][0, 0]) == 100.0
 
 
 def test_append_is_pure():
-    ro = R.init(E, T, D, S, B, H)
-    new = R.append(ro, 0, _step(0))
+    ro = rollout.init(E, T, D, S, B, H)
+    new = rollout.append(ro, 0, _step(0))
     assert ro.n_transitions() == 0 and float(ro.obs.sum()) == 0.0 and new.n_transitions() == E
 
 
 def test_storing_more_than_max_steps_raises_runtime_error():
-    ro = R.init(E, T, D, S, B, H)
+    ro = rollout.init(E, T, D, S, B, H)
     for t in range(T):
-        ro = R.append(ro, t, _step(t))
+        ro = rollout.append(ro, t, _step(t))
     with pytest.raises(RuntimeError, match="exceeded max_steps"):
-        R.append(ro, T, _step(0))
+        rollout.append(ro, T, _step(0))
 
 
 def test_an_append_past_max_steps_under_jit_is_dropped_flagged_and_raised_by_check_rollout():
-    ro = R.init(E, T, D, S, B, H)
-    appended = jax.jit(R.append)(ro, jnp.int32(T), _step(0))
+    ro = rollout.init(E, T, D, S, B, H)
+    appended = jax.jit(rollout.append)(ro, jnp.int32(T), _step(0))
     assert bool(appended.overflow) and appended.n_transitions() == 0
     assert float(appended.obs.sum()) == 0.0
     with pytest.raises(RuntimeError, match="exceeded max_steps"):
-        R.check_rollout(appended)
-    R.check_rollout(ro)
+        rollout.check_rollout(appended)
+    rollout.check_rollout(ro)
 
 
 def test_inactive_envs_do_not_advance_and_discarded_envs_become_invalid():
-    ro = R.init(E, T, D, S, B, H)
-    ro = R.append(ro, 0, _step(0))
-    ro = R.append(ro, 1, _step(1), active=jnp.array([True, False, True]))
+    ro = rollout.init(E, T, D, S, B, H)
+    ro = rollout.append(ro, 0, _step(0))
+    ro = rollout.append(ro, 1, _step(1), active=jnp.array([True, False, True]))
     assert ro.step_count.tolist() == [2, 1, 2] and float(ro.obs[1, 1, 0]) == 0.0
-    ro = R.discard_envs(ro, jnp.array([True, True, False]))
+    ro = rollout.discard_envs(ro, jnp.array([True, True, False]))
     assert ro.step_count.tolist() == [2, 1, 0] and ro.n_transitions() == 3
     assert not bool(jnp.any(ro.valid[2]))
 
 
 def test_the_mlp_rollout_has_an_empty_carry():
-    ro = R.init(E, T, D, S, B, None)
-    ro = R.append(ro, 0, _step(0, hidden=None))
+    ro = rollout.init(E, T, D, S, B, None)
+    ro = rollout.append(ro, 0, _step(0, hidden=None))
     assert ro.carry0 == () and ro.n_transitions() == E

@@ -7,7 +7,7 @@ import pytest
 
 import esper_fx
 from esper_fx.controllers import protocol as ctl
-from esper_fx.training import step as S
+from esper_fx.training import step
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import EventType
 from esper_fx.evaluation.episodes import Arm, Policy, run_arm
@@ -74,9 +74,9 @@ def test_static_seeds_are_checked():
 
 
 def test_two_controllers_under_one_run_seed_draw_different_action_noise():
-    root = jnp.asarray(S.init_key(np.asarray([0, 7], np.uint32)))  # any key
-    a = S.act_key(root, "ppo_lstm", 0, 1)
-    b = S.act_key(root, "ppo_mlp", 0, 1)
+    root = jnp.asarray(step.init_key(np.asarray([0, 7], np.uint32)))  # any key
+    a = step.act_key(root, "ppo_lstm", 0, 1)
+    b = step.act_key(root, "ppo_mlp", 0, 1)
     assert not np.array_equal(np.asarray(a), np.asarray(b))
     config = tiny16(max_epochs=6)
     first = esper_fx.run(config, controller="random")

@@ -97,16 +97,21 @@ def _hits(stdout: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def entry_count(directory: Path) -> int:
+    """How many programs the cache directory holds."""
+    return sum(1 for p in directory.iterdir() if p.is_file() and p.name.endswith("-cache"))
+
+
 def test_a_second_identical_run_loads_every_program_from_the_cache(tmp_path):
     cache = tmp_path / "cache"
     first = _cli(tmp_path, "--compile-cache-dir", str(cache), "--run-dir", str(tmp_path / "r1"))
     hits, requests = _hits(first.stdout)
-    entries = cc.entry_count(cache)
+    entries = entry_count(cache)
     assert hits == 0 and requests > 0
     assert entries == requests  # every program the run compiled is on disk (no size or time threshold)
     second = _cli(tmp_path, "--compile-cache-dir", str(cache), "--run-dir", str(tmp_path / "r2"))
     assert _hits(second.stdout) == (requests, requests)
-    assert cc.entry_count(cache) == entries  # nothing new compiled
+    assert entry_count(cache) == entries  # nothing new compiled
     assert "warm start" in second.stdout and "First action after" in second.stdout
 
 

@@ -21,7 +21,7 @@ from esper_fx.contracts import SignalColumn
 from esper_fx.errors import ControllerError, DataError, DeviceUnavailableError
 from esper_fx.training.run_state import fresh_learner
 from esper_fx.cli.train import main
-from rl import rewards as R
+from rl import rewards
 from tests.esper_fx.stops import signal_at_apply
 
 TINY = dict(
@@ -35,7 +35,7 @@ def tiny(**overrides) -> TrainingConfig:
 
 
 def _nan_reward_at_epoch_2(signals, actions, reward_state, config):
-    reward, components, state = R.get_reward_fn("shaped")(signals, actions, reward_state, config)
+    reward, components, state = rewards.get_reward_fn("shaped")(signals, actions, reward_state, config)
     return reward.at[0].set(jnp.where(signals["epoch"][0] == 2, jnp.nan, reward[0])), components, state
 
 

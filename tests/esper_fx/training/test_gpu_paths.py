@@ -23,7 +23,6 @@ from esper_fx.evaluation.ray_tasks import task_arm
 from esper_fx.distributed.worker import one_gpu_config, worker_config
 from esper_fx.training.run_state import fresh_learner
 from esper_fx.cli.train import main
-from hosts.env import PoolConfig
 
 TINY = dict(
     task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256, synthetic_test_samples=64,
@@ -72,11 +71,11 @@ def test_the_learner_is_built_on_the_device_asked_for():
 
 
 def test_a_ray_worker_keeps_cpu_envs_on_the_cpu_and_renames_cuda_devices():
-    mixed = PoolConfig.from_config(tiny(n_envs=4, device="cuda:1", env_devices=("cpu", "cuda:1")))
+    mixed = tiny(n_envs=4, device="cuda:1", env_devices=("cpu", "cuda:1"))
     assert worker_config(mixed, gpu=True).env_devices == ("cpu", "cuda:0")
     assert worker_config(mixed, gpu=True).device == "cpu"  # signals leave the worker as numpy
     assert worker_config(mixed, gpu=False).env_devices == ("cpu", "cpu")
-    assert worker_config(PoolConfig.from_config(tiny(device="cuda:1")), gpu=True).env_devices == ("cuda:0",)
+    assert worker_config(tiny(device="cuda:1"), gpu=True).env_devices == ("cuda:0",)
 
 
 def test_an_evaluation_task_with_one_gpu_sees_it_as_cuda_0():

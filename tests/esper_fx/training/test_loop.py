@@ -147,16 +147,16 @@ def test_resume_rejects_a_different_shape(tmp_path):
 def test_half_written_checkpoint_is_ignored(tmp_path):
     esper_fx.run(tiny(n_episodes=4, checkpoint_every=1), run_dir=tmp_path / "r")
     root = tmp_path / "r" / "checkpoints"
-    good = ckpt.resolve_checkpoint(tmp_path / "r")
+    good = ckpt.find_checkpoint(tmp_path / "r").path
     crash = root / ".tmp-batch-000009-deadbeef"
     crash.mkdir()
     (crash / "manifest.json").write_text("{\"checkpoint_version\": 1, \"next_batch_idx\": 10")
     partial = root / "batch-000009"
     partial.mkdir()
     (partial / "manifest.json").write_text("{\"checkpoint_version\": 1}")  # no "complete" flag
-    assert ckpt.resolve_checkpoint(tmp_path / "r") == good
+    assert ckpt.find_checkpoint(tmp_path / "r").path == good
     (root / "latest").unlink()
-    assert ckpt.resolve_checkpoint(tmp_path / "r") == good
+    assert ckpt.find_checkpoint(tmp_path / "r").path == good
     assert ckpt.read_manifest(tmp_path / "r")["next_batch_idx"] == 2
 
 

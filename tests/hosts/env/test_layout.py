@@ -18,8 +18,13 @@ from esper_fx.config import TrainingConfig
 from esper_fx.contracts import BLUEPRINT_NAMES, LifecycleOp, SeedStage
 from hosts.data.task_data import load_task_data
 from hosts.env import EnvPool
-from hosts.models.layout import is_image_layout
+from hosts.models.layout import CNN_LAYOUT
 from hosts.tasks import get_task
+
+
+def is_image_layout(tensor: torch.Tensor) -> bool:
+    """True for a tensor that is not 4-d, or a 4-d one laid out channels_last."""
+    return tensor.dim() != 4 or tensor.is_contiguous(memory_format=CNN_LAYOUT)
 
 WAIT, GERMINATE, FOSSILIZE = int(LifecycleOp.WAIT), int(LifecycleOp.GERMINATE), int(LifecycleOp.FOSSILIZE)
 MENU = BLUEPRINT_NAMES["cnn"]  # every CNN blueprint, noop first
@@ -77,7 +82,7 @@ def _actions(pool: EnvPool) -> list[list[int]]:
 
 
 def test_no_epoch_creates_a_tensor_outside_channels_last(pool):
-    pool.reset(0)
+    pool.build_envs(0)
     stages, watched = set(), 0
     for _ in range(pool.max_epochs):
         watch = LayoutWatch()
@@ -95,7 +100,7 @@ def test_no_epoch_creates_a_tensor_outside_channels_last(pool):
 
 
 def test_the_data_and_every_parameter_are_channels_last(pool):
-    pool.reset(0)
+    pool.build_envs(0)
     data = pool.data.feed.data_for_env(0)
     assert data.x_train.is_contiguous(memory_format=torch.channels_last)
     assert data.x_test.is_contiguous(memory_format=torch.channels_last)

@@ -65,7 +65,7 @@ def make_config(**overrides) -> TrainingConfig:
 def make_pool(data, **overrides) -> EnvPool:
     nan_faults = overrides.pop("nan_faults", ())
     pool = EnvPool(config=make_config(**overrides), data=data, nan_faults=nan_faults)
-    pool.reset(0)
+    pool.build_envs(0)
     return pool
 
 
@@ -146,7 +146,7 @@ def test_signals_match_the_contract_on_the_five_slot_deep_host():
     slots = ("r0c0", "r0c1", "r0c2", "r0c3", "r0c4")
     pool = EnvPool(config=make_config(task="cifar10_deep", slots=slots, n_envs=1, max_train_batches=1),
                    data=fake_image_data())
-    pool.reset(0)
+    pool.build_envs(0)
     signals = pool.run_epoch()
     check_contract(signals, e=1, s=5, b=5, d=118)
     pool.apply(actions((4, CONV_LIGHT, SIGMOID, GERMINATE)))
@@ -164,7 +164,7 @@ def test_signals_are_fresh_tensors_every_call(shapes10_data):
 
 def test_fewer_active_envs_give_fewer_signal_rows(shapes10_data):
     pool = EnvPool(config=make_config(n_envs=3), data=shapes10_data)
-    pool.reset(1, n_active=2)
+    pool.build_envs(1, n_active=2)
     check_contract(pool.run_epoch(), e=2, s=3, b=5, d=80)
 
 
@@ -230,7 +230,7 @@ def test_telemetry_block_is_zero_for_disabled_and_empty_slots(shapes10_data):
 
 def scripted_run(data, batch: int = 0, **overrides) -> list[dict]:
     pool = EnvPool(config=make_config(slots=("r0c0", "r0c1"), **overrides), data=data)
-    pool.reset(batch)
+    pool.build_envs(batch)
     script = [germinate_all(pool, slot=0), actions((1, NORM, GATED, GERMINATE), (1, ATTENTION, LINEAR, GERMINATE)),
               None, None]
     out = []
@@ -310,7 +310,7 @@ def test_language_model_validation_loss_is_token_weighted_over_the_fixed_set():
     config = make_config(task="pytext", n_envs=1, batch_size_per_env=4, max_train_batches=2, val_samples=10,
                          val_batch_size=4)  # chunks of 4, 4, 2 blocks
     pool = EnvPool(config=config, data=data)
-    pool.reset(0)
+    pool.build_envs(0)
     signals = pool.run_epoch()
     check_contract(signals, e=1, s=3, b=5, d=80)
     model = pool.envs[0].model.eval()
@@ -535,9 +535,9 @@ def test_peek_between_execute_and_finish_equals_the_bootstrap(shapes10_data):
 
 def test_calls_out_of_order_raise(shapes10_data):
     pool = EnvPool(config=make_config(), data=shapes10_data)
-    with pytest.raises(RuntimeError, match="reset"):
+    with pytest.raises(RuntimeError, match="begin"):
         pool.train_epoch()
-    pool.reset(0)
+    pool.build_envs(0)
     with pytest.raises(RuntimeError):
         pool.validate()
     pool.train_epoch()
@@ -685,7 +685,7 @@ def check_bookkeeping(pool: EnvPool, signals: dict) -> None:
 @settings(max_examples=6)
 def test_any_action_sequence_keeps_the_bookkeeping_consistent(property_pool, script, batch):
     pool = property_pool
-    pool.reset(batch)
+    pool.build_envs(batch)
     for t, rows in enumerate(script, start=1):
         signals = pool.run_epoch()
         check_bookkeeping(pool, signals)
@@ -723,7 +723,7 @@ def test_training_epoch_reads_nothing_back_to_the_host(shapes10_data, monkeypatc
 def test_amp_on_cpu_is_disabled_with_a_warning(shapes10_data):
     with pytest.warns(RuntimeWarning, match="AMP"):
         pool = EnvPool(config=make_config(amp=True), data=shapes10_data)
-    pool.reset(0)
+    pool.build_envs(0)
     assert all(env.scaler is None for env in pool.envs)
     assert torch.isfinite(pool.run_epoch()["val_loss"]).all()
 

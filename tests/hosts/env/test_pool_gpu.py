@@ -40,7 +40,7 @@ def make_pool(data, **overrides) -> EnvPool:
                 synthetic_test_samples=1024, val_samples=512)
     base.update(overrides)
     pool = EnvPool(config=TrainingConfig(**base), data=data, use_streams=use_streams)
-    pool.reset(0)
+    pool.build_envs(0)
     return pool
 
 

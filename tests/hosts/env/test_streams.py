@@ -81,7 +81,7 @@ def with_fake_streams(pool: EnvPool, log: list) -> list[FakeStream]:
 
 def test_loader_batches_make_the_env_stream_wait_for_the_callers_stream(data, fake_cuda):
     pool = make_pool(data, data_path="loader", num_workers=0)
-    pool.reset(0)
+    pool.build_envs(0)
     with_fake_streams(pool, fake_cuda.log)
     pool.train_epoch()
     waits = [entry for entry in fake_cuda.log if entry[0] == "wait"]
@@ -95,7 +95,7 @@ def test_loader_batches_make_the_env_stream_wait_for_the_callers_stream(data, fa
 
 def test_the_plan_is_recorded_on_every_env_stream_that_reads_it(data, fake_cuda):
     pool = make_pool(data)
-    pool.reset(0)
+    pool.build_envs(0)
     with_fake_streams(pool, fake_cuda.log)
     pool.train_epoch()
     plan = {t.data_ptr() for t in pool.data.plan_tensors("cpu")}
@@ -108,7 +108,7 @@ def test_the_plan_is_recorded_on_every_env_stream_that_reads_it(data, fake_cuda)
 
 def test_the_readback_joins_every_env_stream_then_synchronises_once(data, fake_cuda):
     pool = make_pool(data)
-    pool.reset(0)
+    pool.build_envs(0)
     with_fake_streams(pool, fake_cuda.log)
     pool.train_epoch()
     start = len(fake_cuda.log)
@@ -139,9 +139,9 @@ def test_every_episode_reuses_the_env_index_streams(data):
     pool = make_pool(data)
     given = {}
     pool.streams = SimpleNamespace(for_env=lambda i, device: given.setdefault(i, object()))
-    pool.reset(0)
+    pool.build_envs(0)
     first = [env.stream for env in pool.envs]
-    pool.reset(1)
+    pool.build_envs(1)
     assert [env.stream for env in pool.envs] == first and len(set(map(id, first))) == pool.n_envs
 
 
@@ -152,7 +152,7 @@ def test_a_grad_scaler_makes_every_env_optimizer_fused(data):
     cpu = torch.device("cpu")
     pool._amp[cpu] = AmpSettings(True, torch.float16)
     with pytest.warns(UserWarning):  # GradScaler("cuda") without CUDA: built disabled
-        pool.reset(0)
+        pool.build_envs(0)
     pool._amp[cpu] = AmpSettings(False, torch.float16)  # run the epochs in fp32 on the CPU
     env = pool.envs[0]
     assert env.scaler is not None and env.host_optimizer.defaults["fused"] is True
@@ -166,5 +166,5 @@ def test_a_grad_scaler_makes_every_env_optimizer_fused(data):
 
 def test_without_a_scaler_the_optimizers_stay_unfused(data):
     pool = make_pool(data)
-    pool.reset(0)
+    pool.build_envs(0)
     assert all(env.scaler is None and not env.host_optimizer.defaults["fused"] for env in pool.envs)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hosts.seeds.blueprints import count_parameters
+from tests.hosts.param_count import count_parameters
 from hosts.models.cnn import CNNHost
 from hosts.models.injection import InjectionSpec
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hosts.seeds.blueprints import count_parameters
 from hosts.models.transformer import TransformerHost
+from tests.hosts.param_count import count_parameters
 
 
 def small(**kw):

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from esper_fx.contracts import BLUEPRINT_NAMES
 from hosts.seeds import blueprints as bp
+from tests.hosts.param_count import count_parameters
 
 CNN_TABLE = {  # BEHAVIOUR §4.3 at C = 8 / 16 / 32 / 64 / 128
     "noop": (0, 0, 0, 0, 0),
@@ -52,14 +53,14 @@ def test_num_groups_divides_channels(c):
 def test_cnn_param_counts_match_table_and_constructed_modules(name):
     for c, expected in zip((8, 16, 32, 64, 128), CNN_TABLE[name]):
         assert bp.param_count("cnn", name, c) == expected
-        assert bp.count_parameters(bp.create("cnn", name, c)) == expected
+        assert count_parameters(bp.create("cnn", name, c)) == expected
 
 
 @pytest.mark.parametrize("name", sorted(TF_TABLE))
 def test_transformer_param_counts_match_table_and_constructed_modules(name):
     for d, expected in zip((384, 128), TF_TABLE[name]):
         assert bp.param_count("transformer", name, d) == expected
-        assert bp.count_parameters(bp.create("transformer", name, d)) == expected
+        assert count_parameters(bp.create("transformer", name, d)) == expected
 
 
 @pytest.mark.parametrize("name", sorted(CNN_TABLE))
@@ -132,7 +133,7 @@ def test_unknown_blueprint_raises_listing_available_names():
 
 
 def test_create_forwards_keyword_arguments():
-    assert bp.count_parameters(bp.create("transformer", "lora", 64, rank=4)) == 2 * 4 * 64
+    assert count_parameters(bp.create("transformer", "lora", 64, rank=4)) == 2 * 4 * 64
 
 
 def test_list_for_topology_orders_by_estimate():

@@ -147,7 +147,7 @@ def test_forward_alpha_follows_the_timeline_table():
 
 
 def test_tinystories_dwell_keeps_training_for_five_epochs():
-    slot = cnn_slot(task=SimpleNamespace(max_epochs=50))
+    slot = cnn_slot(task=SimpleNamespace(lifecycle_horizon=50))
     assert slot.dwell_epochs == 5 and slot.probation_timeout == 5
     slot.germinate("norm")
     slot.step_epoch()
@@ -164,13 +164,13 @@ def test_no_task_config_means_dwell_1_blend_5_timeout_5():
 
 
 def test_task_blending_steps_used_only_when_positive_int():
-    assert SeedSlot("r0c0", 8, "cnn", SimpleNamespace(max_epochs=25, blending_steps=3)).blending_steps == 3
+    assert SeedSlot("r0c0", 8, "cnn", SimpleNamespace(lifecycle_horizon=25, blending_steps=3)).blending_steps == 3
     for bad in (0, -2, 2.5, None, True):
-        assert SeedSlot("r0c0", 8, "cnn", SimpleNamespace(max_epochs=25, blending_steps=bad)).blending_steps == 5
+        assert SeedSlot("r0c0", 8, "cnn", SimpleNamespace(lifecycle_horizon=25, blending_steps=bad)).blending_steps == 5
 
 
 def test_blending_with_three_steps_reaches_probationary_after_three_epochs():
-    slot = cnn_slot(task=SimpleNamespace(max_epochs=25, blending_steps=3))
+    slot = cnn_slot(task=SimpleNamespace(lifecycle_horizon=25, blending_steps=3))
     drive_to(slot, S.BLENDING, blend="linear")
     assert slot.state.blending_steps_total == 3
     for k, expected in ((1, 1 / 3), (2, 2 / 3)):

@@ -28,7 +28,7 @@ def masks_for(reports=None, enabled=("r0c1",), max_seeds=None, total_seeds=None)
     reports = reports or {}
     if total_seeds is None:
         total_seeds = sum(1 for r in reports.values() if r.stage != SeedStage.DORMANT)
-    return build_masks(reports, enabled, SLOTS, 5, max_seeds, total_seeds)
+    return build_masks(reports, enabled, SLOTS, 5, max_seeds, total_seeds, min_cull_age=1)
 
 
 def test_mask_shapes_and_constant_heads_for_the_default_config():
@@ -124,7 +124,7 @@ slot_states = st.dictionaries(
 )
 def test_every_head_of_every_mask_has_a_true_entry(states, enabled, max_seeds, total_seeds, num_blueprints):
     reports = {sid: report(sid, stage, age) for sid, (stage, age) in states.items()}
-    masks = build_masks(reports, enabled, SLOTS, num_blueprints, max_seeds, total_seeds)
+    masks = build_masks(reports, enabled, SLOTS, num_blueprints, max_seeds, total_seeds, min_cull_age=1)
     assert all(any(head) for head in masks)
     assert masks.op[WAIT]
 
@@ -132,7 +132,7 @@ def test_every_head_of_every_mask_has_a_true_entry(states, enabled, max_seeds, t
 @given(states=slot_states, enabled=st.lists(st.sampled_from(SLOTS), unique=True, min_size=1, max_size=3))
 def test_slot_mask_is_exactly_the_enabled_slots_whatever_the_states(states, enabled):
     reports = {sid: report(sid, stage, age) for sid, (stage, age) in states.items()}
-    masks = build_masks(reports, enabled, SLOTS, 5, None, len(reports))
+    masks = build_masks(reports, enabled, SLOTS, 5, None, len(reports), min_cull_age=1)
     assert masks.slot == tuple(sid in enabled for sid in SLOTS)
 
 
@@ -173,7 +173,7 @@ def test_each_op_gets_the_slots_it_can_act_on():
     assert by_op[GERMINATE] == (False, False, True)  # only the empty slot
     assert by_op[CULL] == (True, False, False)  # the r0c1 seed is younger than 5 epochs
     assert by_op[FOSSILIZE] == (True, False, False)  # only the PROBATIONARY seed
-    empty = _by_op(build_masks({}, ("r0c1",), SLOTS, 5, None, 0))
+    empty = _by_op(build_masks({}, ("r0c1",), SLOTS, 5, None, 0, min_cull_age=1))
     assert empty[FOSSILIZE] == (False, True, False)  # no target: the enabled slots keep the row valid
 
 
@@ -185,7 +185,7 @@ def test_min_cull_age_masks_cull_for_young_seeds():
 
 def test_one_seed_at_a_time_waits_for_the_developing_seed():
     developing = {"r0c0": report("r0c0", SeedStage.BLENDING, age=5)}
-    assert build_masks(developing, SLOTS, SLOTS, 5, None, 1, one_seed_at_a_time=True).op[GERMINATE] is False
-    assert build_masks(developing, SLOTS, SLOTS, 5, None, 1, one_seed_at_a_time=False).op[GERMINATE] is True
+    assert build_masks(developing, SLOTS, SLOTS, 5, None, 1, min_cull_age=1, one_seed_at_a_time=True).op[GERMINATE] is False
+    assert build_masks(developing, SLOTS, SLOTS, 5, None, 1, min_cull_age=1, one_seed_at_a_time=False).op[GERMINATE] is True
     fossil = {"r0c0": report("r0c0", SeedStage.FOSSILIZED, age=12)}
-    assert build_masks(fossil, SLOTS, SLOTS, 5, None, 1, one_seed_at_a_time=True).op[GERMINATE] is True
+    assert build_masks(fossil, SLOTS, SLOTS, 5, None, 1, min_cull_age=1, one_seed_at_a_time=True).op[GERMINATE] is True

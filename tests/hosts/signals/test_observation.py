@@ -47,7 +47,7 @@ from esper_fx.contracts import (
 )
 from hosts.signals.observation import build_observation, safe, stack_observations
 from hosts.seeds.slot_report import SlotReport
-from hosts.signals.slot_fields import SLOT_FIELD_DTYPES, build_slot_fields
+from hosts.signals.slot_fields import SLOT_BOOL_FIELDS, SLOT_FLOAT_FIELDS, SLOT_INT_FIELDS, build_slot_fields
 from hosts.signals.tracker import SignalTracker, TrackerSignals
 
 MENU = BLUEPRINT_MENUS["cnn"]  # noop, conv_light, attention, norm, depthwise
@@ -300,7 +300,7 @@ def test_stack_observations_rejects_rows_of_different_sizes():
 def test_slot_fields_match_the_contract_dtypes_and_shapes():
     per_env = [{"r0c1": report()}, {}, {"r0c1": report(stage=SeedStage.DORMANT)}]
     fields = build_slot_fields(per_env, ("r0c1",), SLOTS, MENU, "cpu")
-    assert set(fields) == set(SLOT_FIELD_DTYPES)
+    assert set(fields) == {*SLOT_BOOL_FIELDS, *SLOT_INT_FIELDS, *SLOT_FLOAT_FIELDS}
     for name, tensor in fields.items():
         assert str(tensor.dtype).removeprefix("torch.") == SIGNAL_FIELDS[name][1]
         assert SIGNAL_FIELDS[name][0] == "[E, S]"

@@ -1,0 +1,40 @@
+"""The three env pools the loop can drive are one `contracts.EpisodePool`: the same members, the same
+verb (`begin`) to start a batch of episodes, the same parameter names."""
+
+import inspect
+
+import pytest
+
+from esper_fx.config import TrainingConfig
+from esper_fx.contracts import EpisodePool, signal_columns
+from esper_fx.training.bridged_pool import BridgedPool
+from esper_fx.distributed.pool import RayEnvPool
+from hosts.env import EnvPool
+
+POOLS = (EnvPool, RayEnvPool, BridgedPool)
+METHODS = ("begin", "step", "episode_results")
+
+
+@pytest.mark.parametrize("cls", POOLS, ids=lambda c: c.__name__)
+def test_every_pool_has_the_protocols_methods_with_its_parameter_names(cls):
+    for name in METHODS:
+        expected = list(inspect.signature(getattr(EpisodePool, name)).parameters)
+        assert list(inspect.signature(getattr(cls, name)).parameters) == expected, (cls.__name__, name)
+    assert not hasattr(cls, "reset")  # one verb starts a batch: begin
+
+
+def test_the_in_process_pool_and_the_bridge_around_it_are_episode_pools():
+    config = TrainingConfig(task="shapes10", n_envs=1, max_epochs=2, device="cpu", synthetic_train_samples=64,
+                            synthetic_test_samples=16, batch_size_per_env=16, max_train_batches=1)
+    pool = EnvPool(config)
+    bridged = BridgedPool(pool, signal_columns(config.num_slots, config.num_blueprints, config.state_dim))
+    assert isinstance(pool, EpisodePool) and isinstance(bridged, EpisodePool)
+    assert bridged.steps_per_epoch == pool.steps_per_epoch == 1
+    assert not isinstance(object(), EpisodePool)
+
+
+def test_a_ray_pool_is_an_episode_pool_once_built():
+    ray_pool = object.__new__(RayEnvPool)  # (building one starts Ray actors: tests/esper_fx/distributed/test_ray_pool.py)
+    assert not isinstance(ray_pool, EpisodePool)  # steps_per_epoch is set by __init__, from the workers
+    ray_pool.steps_per_epoch = 1
+    assert isinstance(ray_pool, EpisodePool)
