@@ -132,7 +132,7 @@ class TrainingConfig:
     one_seed_at_a_time: bool = True  # [fix] no GERMINATE while a seed is developing (the reference: False)
     germination_deadline: bool = True  # [fix] no GERMINATE once its seed could not be fossilized before T
     static_seeds: tuple[str, ...] = ()  # "slot=blueprint": seeds planted fossilized before epoch 1 (static_final)
-    lr_schedule: str = "constant"  # the network's SGD lr within an episode: C.LR_SCHEDULES
+    lr_schedule: str = "constant"  # the network's SGD lr within an episode: contracts.LR_SCHEDULES
     lr_schedule_steps: int | None = None  # training steps a cosine decays over; None: the episode's
     train_steps_budget: int | None = None  # at most this many training steps per episode, spread evenly over
     # its epochs (static_matched's compute budget); None: every epoch's steps
@@ -150,7 +150,7 @@ class TrainingConfig:
     ray_address: str | None = option(None, "join the Ray cluster at ADDR (default: start a local Ray for the run)",
                                      metavar="ADDR", resume=True)
     # fashion_mnist: the default means the dataset-fashion-mnist package's folder (hosts.data.fashion_mnist)
-    data_root: str = option(C.DEFAULT_DATA_ROOT, "where CIFAR-10 / TinyStories / Fashion-MNIST live",
+    data_root: str = option(contracts.DEFAULT_DATA_ROOT, "where CIFAR-10 / TinyStories / Fashion-MNIST live",
                             flag="--data-dir", metavar="DIR", resume=True)
     data_split: DataSplit = option(DataSplit.SHARED, "how training data is divided across envs")
     batch_size_per_env: int | None = None  # task default
@@ -273,8 +273,8 @@ class TrainingConfig:
             )
 
     def _validate_data(self) -> None:
-        if self.lr_schedule not in C.LR_SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {list(C.LR_SCHEDULES)} (got {self.lr_schedule!r})")
+        if self.lr_schedule not in contracts.LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {list(contracts.LR_SCHEDULES)} (got {self.lr_schedule!r})")
         self._set("lr_schedule_steps", check.optional_at_least("lr_schedule_steps", self.lr_schedule_steps, 1))
         self._set("train_steps_budget", check.optional_at_least("train_steps_budget", self.train_steps_budget, 1))
         for name in ("batch_size_per_env", "val_samples", "val_batch_size", "num_workers"):
