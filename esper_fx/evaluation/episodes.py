@@ -31,7 +31,7 @@ from esper_fx.contracts import EventType, signal_columns
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.training.loop import BatchTally, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch
 from esper_fx.controllers.ppo import frozen
-from esper_fx.training.run_state import LearnerState, fresh_learner
+from esper_fx.training.run_state import LearnerState, fresh_learner, learner_builder
 from esper_fx.outputs.events import Console
 from rl.normalize import RunningMeanStd
 
@@ -95,7 +95,7 @@ class Arm:
     controller: ctl.Controller
     policy: Policy | None = None
     per_seed: Callable[[int], dict[str, Any]] | None = None  # config overrides of one seed (static_final)
-    _step: tuple | None = field(default=None, repr=False)  # (step, new episode, signal columns), built once
+    _step: tuple | None = field(default=None, repr=False)  # (step, new episode, signal columns, learner builder), built once
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (an evaluation episode as a Ray task, `esper_fx.evaluation.ray_tasks`) without the jitted step: it is
@@ -144,14 +144,15 @@ class Arm:
             columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
             reward = config.reward
             self._step = (step.make_step(self.controller, resolve_reward_fn(config, None), reward, columns,
-                                         spec.max_epochs), step.make_new_episode(self.controller, spec), columns)
-        step_fn, new_episode, columns = self._step
+                                         spec.max_epochs), step.make_new_episode(self.controller, spec), columns,
+                          learner_builder(self.controller, spec))
+        step_fn, new_episode, columns, _ = self._step
         return Runner(config, spec, self.controller, BridgedPool(build_pool(config), columns),
                       Console(1, config.max_epochs, quiet=True), resolve_policy_device(config.device), step_fn, None,
                       new_episode, columns)
 
     def _learner(self, config: TrainingConfig, spec: ctl.ControllerSpec) -> LearnerState:
-        learner = fresh_learner(self.controller, spec, config.seed)
+        learner = self._step[3](config.seed)  # traced once per arm, like the step (built by _runner)
         if self.policy is None:
             return learner
         return learner._replace(controller=self.policy.controller_state, obs_rms=self.policy.obs_rms,

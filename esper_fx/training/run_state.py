@@ -16,7 +16,7 @@ import dataclasses
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 
@@ -71,12 +71,20 @@ def fresh_learner(controller: Any, spec: Any, seed: int, device: jax.Device | No
 
     device: where it is built and lives (the policy device); None: JAX's default device. The key is
     committed there, so the computation runs there too, not on the default device."""
-    key = jax.random.PRNGKey(seed)
-    if device is None:
-        return jax.jit(lambda root_key: _fresh_learner(controller, spec, root_key))(key)
-    placed = jax.sharding.SingleDeviceSharding(device)
+    return learner_builder(controller, spec, device)(seed)
+
+
+def learner_builder(controller: Any, spec: Any, device: jax.Device | None = None) -> Callable[[int], LearnerState]:
+    """`seed -> fresh learner` with its jitted build traced once: callers that start many episodes
+    (evaluation) keep the builder instead of paying a new trace and compile per `fresh_learner` call."""
+    placed = None if device is None else jax.sharding.SingleDeviceSharding(device)
     build = jax.jit(lambda root_key: _fresh_learner(controller, spec, root_key), out_shardings=placed)
-    return build(jax.device_put(key, device))
+
+    def fresh(seed: int) -> LearnerState:
+        key = jax.random.PRNGKey(seed)
+        return build(key if device is None else jax.device_put(key, device))
+
+    return fresh
 
 
 def _fresh_learner(controller: Any, spec: Any, root_key: jax.Array) -> LearnerState:

@@ -26,8 +26,9 @@ from hosts.models.flops import BACKWARD_FACTOR, META_BATCH, forward_flops, meta_
 
 STAGE_BUCKETS = {SeedStage.TRAINING: "isolated", SeedStage.BLENDING: "blending",
                  SeedStage.PROBATIONARY: "grown", SeedStage.FOSSILIZED: "grown"}
-FLOP_FIELDS = ("host_train_flops", "seed_isolated_flops", "seed_blending_flops", "seed_grown_flops",
-               "training_flops", "validation_flops", "counterfactual_flops", "total_flops")
+TRAINING_PARTS = ("host_train_flops", "seed_isolated_flops", "seed_blending_flops", "seed_grown_flops")
+BOOKED = TRAINING_PARTS + ("validation_flops", "counterfactual_flops")  # what the meter adds up
+FLOP_FIELDS = TRAINING_PARTS + ("training_flops", "validation_flops", "counterfactual_flops", "total_flops")
 
 
 @dataclass
@@ -85,7 +86,7 @@ class ComputeMeter:
     """One env's FLOP counters for one episode (plain ints; nothing touches a device)."""
 
     costs: ModelCosts
-    counts: dict[str, int] = field(default_factory=lambda: {k: 0 for k in FLOP_FIELDS})
+    counts: dict[str, int] = field(default_factory=lambda: {k: 0 for k in BOOKED})  # the sums derive in totals
     train_steps: int = 0
     train_samples: int = 0
 
@@ -123,7 +124,6 @@ class ComputeMeter:
 
     def totals(self) -> dict[str, int]:
         c = dict(self.counts)
-        c["training_flops"] = sum(c[k] for k in ("host_train_flops", "seed_isolated_flops", "seed_blending_flops",
-                                                 "seed_grown_flops"))
+        c["training_flops"] = sum(c[k] for k in TRAINING_PARTS)
         c["total_flops"] = c["training_flops"] + c["validation_flops"] + c["counterfactual_flops"]
-        return c
+        return {k: c[k] for k in FLOP_FIELDS}
