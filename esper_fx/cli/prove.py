@@ -210,18 +210,12 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict
         if name in LEARNED_ARMS:
             source = Trained(config, policy) if policy is not None else config.controller_name
             arms[name] = {"controller": source, "greedy": LEARNED_ARMS[name]}
-        elif name == STATIC_FINAL:
-            source = next((n for n in names if n in LEARNED_ARMS), "oracle")
-            if source not in names[:names.index(name)]:
-                raise ProveError(f"--arms: static_final rebuilds the architecture {source!r} ended with; list "
-                                 f"{source!r} before it")
-            arms[name] = STATIC_FINAL
-        elif name in (STATIC_MATCHED, BEST_FIXED):
-            if name == STATIC_MATCHED:
+        elif name in (STATIC_FINAL, STATIC_MATCHED, BEST_FIXED):
+            if name != BEST_FIXED:  # the static arms rebuild the architecture an earlier arm ended with
                 source = next((n for n in names if n in LEARNED_ARMS), "oracle")
                 if source not in names[:names.index(name)]:
-                    raise ProveError(f"--arms: static_matched rebuilds the architecture {source!r} ended with; "
-                                     f"list {source!r} before it")
+                    raise ProveError(f"--arms: {name} rebuilds the architecture {source!r} ended with; list "
+                                     f"{source!r} before it")
             arms[name] = name
         else:
             try:
