@@ -106,12 +106,14 @@ def schedule_arm(name: str, config: TrainingConfig, schedule: dict[str, Any] | N
     return ev.Arm.build(name, config.replace(oracle=oracle), "oracle")
 
 
-def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_arm: Callable,
+def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_many: Callable,
                       say: Callable[[str], None]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """(the best schedule, the search table: one row per schedule with its accuracy per tuning seed)."""
+    """(the best schedule, the search table: one row per schedule with its accuracy per tuning seed).
+    `run_many(arms, seeds)`: every arm's episodes on `seeds` (as Ray tasks, all schedules at once)."""
+    grid = schedule_grid(config)
+    results = run_many([schedule_arm(BEST_FIXED, config, schedule) for schedule in grid], list(tuning_seeds))
     table = []
-    for schedule in schedule_grid(config):
-        episodes = run_arm(schedule_arm(BEST_FIXED, config, schedule), list(tuning_seeds))
+    for schedule, episodes in zip(grid, results):
         accs = [e.accuracy for e in episodes]
         table.append({"schedule": schedule_name(schedule), "config": schedule, "accuracies": accs,
                       "accuracy_mean": float(np.mean(accs))})
