@@ -102,8 +102,8 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
         progress = state.progress
         summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
                               progress.best_avg_acc, progress.wall_time_s, state.checkpoint)
-        summary["timing"] = {"first_action_s": out.console.first_action_s}
-        summary["env_workers"] = pool_workers(pool)  # what the run used (config.json keeps what it asked)
+        # how the run ran, not what it computed: the Ray env workers it used (config.json keeps what it asked)
+        summary["timing"] = {"first_action_s": out.console.first_action_s, "env_workers": pool_workers(pool)}
         report_path = None
         if out.dir is not None:
             with deferred_stops(reraise=False):  # the run is complete: a late Ctrl-C only waits for this
