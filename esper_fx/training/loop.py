@@ -103,7 +103,8 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
         summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
                               progress.best_avg_acc, progress.wall_time_s, state.checkpoint)
         # how the run ran, not what it computed: the Ray env workers it used (config.json keeps what it asked)
-        summary["timing"] = {"first_action_s": out.console.first_action_s, "env_workers": pool_workers(pool)}
+        summary["timing"] = {"first_action_s": out.console.first_action_s, "env_workers": pool_workers(pool),
+                             **worker_time(pool)}
         report_path = None
         if out.dir is not None:
             with deferred_stops(reraise=False):  # the run is complete: a late Ctrl-C only waits for this
@@ -493,6 +494,16 @@ def build_pool(config: TrainingConfig, say: Callable[[str], None] = print) -> An
         return EnvPool(config)
     except (DatasetUnavailableError, ValueError) as exc:
         raise DataError(str(exc)) from exc
+
+
+def worker_time(pool: Any) -> dict[str, float]:
+    """A Ray pool's epochs as its workers timed them: the slowest worker's own time summed over the steps
+    (`worker_s`) and the driver's time in those steps (`pool_step_s`); the rest of the run's wall time is
+    serial in the driver (docs/PERFORMANCE.md, issue 28). Empty for the in-process pool."""
+    stats = getattr(pool, "stats", None)
+    if not isinstance(stats, dict) or "step_worker_s" not in stats:
+        return {}
+    return {"worker_s": float(stats["step_worker_s"]), "pool_step_s": float(stats["step_wall_s"])}
 
 
 def pool_workers(pool: Any) -> int:
