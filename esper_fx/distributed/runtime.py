@@ -69,7 +69,7 @@ def quiet_ray_logging():
 
 
 def ray_installed() -> bool:
-    """True when `import ray` works (the `[ray]` extra is installed)."""
+    """True when `import ray` works (Ray is a dependency of the default install)."""
     try:
         import ray  # noqa: F401
     except ImportError:

@@ -189,6 +189,8 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
         check_tuning_seeds(config, tuning_seeds, seeds)
     say = progress or (lambda line: None)
     with episode_runner(config, evaluation_episodes(arms, config, seeds, tuning_seeds)) as runner:
+        if runner.fell_back:  # said once: the learning arms train in process too, without trying Ray again
+            config = config.replace(env_workers=0)
         return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, runner,
                         tuning_seeds)
 
@@ -205,6 +207,7 @@ class EpisodeRunner:
     one: Callable[..., list[Any]]
     many: Callable[[Sequence[Any], Sequence[int]], list[list[Any]]]
     workers: int  # episodes at a time as Ray tasks (0: in this process, one after another)
+    fell_back: bool = False  # `auto` chose Ray and Ray could not start
 
 
 @contextmanager
@@ -217,7 +220,7 @@ def episode_runner(config: TrainingConfig, n_episodes: int, say: Callable[[str],
     from esper_fx.evaluation import episodes as ev
 
     choice = choose_eval_workers(config, n_episodes)
-    session = None
+    session, fell_back = None, False
     if choice.n > 0:
         from esper_fx.distributed.runtime import RaySession, RayStartError
 
@@ -227,8 +230,9 @@ def episode_runner(config: TrainingConfig, n_episodes: int, say: Callable[[str],
             if not choice.auto:
                 raise
             say(fallback_line(exc))
+            fell_back = True
     if session is None:
-        yield EpisodeRunner(ev.run_arm, lambda arms, seeds: [ev.run_arm(a, seeds) for a in arms], 0)
+        yield EpisodeRunner(ev.run_arm, lambda arms, seeds: [ev.run_arm(a, seeds) for a in arms], 0, fell_back)
         return
     from esper_fx.evaluation.ray_tasks import remote_run_arm, remote_run_arms
 

@@ -49,14 +49,14 @@ def remote_run_arms(arms: Sequence[Arm], seeds: Sequence[int], on_episode: Calla
     jobs = [(a, s) for a in range(len(arms)) for s in seeds]
     refs = [ray.put(arm) for arm in arms]
     gpus = [uses_cuda(arm.config) for arm in arms]
-    task = ray.remote(run_episode).options(num_cpus=1, max_retries=0)
+    tasks = {gpu: ray.remote(run_episode).options(num_cpus=1, num_gpus=1 if gpu else 0, max_retries=0)
+             for gpu in set(gpus)}
     threads = torch.get_num_threads()
     todo, pending, done, reported = list(jobs), {}, {}, 0
     while todo or pending:
         while todo and len(pending) < max(1, workers):
             a, seed = todo.pop(0)
-            options = {"num_gpus": 1} if gpus[a] else {}
-            pending[task.options(**options).remote(refs[a], seed, threads, gpus[a])] = (a, seed)
+            pending[tasks[gpus[a]].remote(refs[a], seed, threads, gpus[a])] = (a, seed)
         ready, _ = ray.wait(list(pending), num_returns=1)
         for ref in ready:
             a, seed = pending.pop(ref)

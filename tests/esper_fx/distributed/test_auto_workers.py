@@ -127,3 +127,35 @@ def test_auto_with_ray_gives_the_in_process_run_bit_for_bit(monkeypatch, tmp_pat
     assert _metrics(tmp_path / "auto") == _metrics(tmp_path / "serial")
     drop = lambda h: {k: v for k, v in h.to_dict().items() if k not in ("wall_time_s", "timing")}  # noqa: E731
     assert [drop(h) for h in default.history] == [drop(h) for h in serial.history]
+
+
+def _numbers(table):
+    return ({arm: [{k: v for k, v in e.to_dict().items() if k != "wall_s"} for e in eps]
+             for arm, eps in table.episodes.items()}, table.controls)
+
+
+def test_compare_under_auto_falls_back_with_one_line_and_trains_without_trying_ray_again(monkeypatch, capsys):
+    _failing_ray(monkeypatch, RayStartError("Ray could not start: simulated"))
+    config = small(n_envs=2, n_episodes=2, max_epochs=2)
+    fell_back = esper_fx.compare({"ppo": "ppo_lstm", "wait": "wait"}, config, [900_000], progress=None)
+    assert capsys.readouterr().err.count("Ray could not start: simulated") == 1
+    assert fell_back.trained["ppo"].summary["timing"]["env_workers"] == 0
+    serial = esper_fx.compare({"ppo": "ppo_lstm", "wait": "wait"}, config.replace(env_workers=0), [900_000],
+                              progress=None)
+    assert _numbers(fell_back) == _numbers(serial)
+
+
+@pytest.mark.slow
+def test_compare_by_default_spreads_training_evaluation_and_the_search_with_the_same_table(monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.setattr(auto, "usable_cores", lambda: 2)
+    monkeypatch.setattr(auto, "RAY_MIN_ENV_EPOCHS", 1)
+    arms = {"ppo": "ppo_lstm", "wait": "wait", "best_fixed": "best_fixed"}
+    config = small(n_envs=2, n_episodes=2, max_epochs=3, slots=["r0c1"])
+    seeds = [900_000, 900_001]
+    serial = esper_fx.compare(arms, config.replace(env_workers=0), seeds, progress=None)
+    default = esper_fx.compare(arms, config, seeds, progress=None)
+    assert not ray.is_initialized()
+    assert default.trained["ppo"].summary["timing"]["env_workers"] == 2
+    assert len(default.controls["best_fixed"]["search"]) > 2  # the search ran its schedules as tasks
+    assert _numbers(default) == _numbers(serial)
