@@ -26,11 +26,12 @@ from typing import NamedTuple
 
 from esper_fx.config import AUTO, TrainingConfig
 
-# Below this many env-epochs (episodes × epochs) `auto` keeps a run in process. Ray's start-up with two
-# actors took 4–6 s on the project's 2-core machine (docs/PERFORMANCE.md, issue 28), and two workers save
-# at most half of each env-epoch's time: a quickstart env-epoch takes about 0.33 s in process, so Ray
-# pays for itself after about 30–40 env-epochs. 256 keeps a margin for smaller machines and slower starts
-# (a quickstart run has 96 × 12 = 1152; the test suite's runs have a few dozen at most).
+# Below this many env-epochs (episodes × epochs) `auto` keeps a run in process. Starting a local Ray with two
+# quickstart actors ready took 5.0 s on the project's 2-core machine at load average 1.0, and 22 s while its
+# cores were busy with other jobs (load 3.8). Two workers save at most about 43% of an env-epoch (1.74×,
+# bench `ray`, idle): some 0.14 s of a quickstart env-epoch's 0.33 s in process. A run so pays Ray's
+# start-up back after about 40 env-epochs (5 s) to 160 (22 s); 256 keeps a margin above both (a quickstart
+# run has 96 × 12 = 1152; the test suite's runs have a few dozen at most).
 RAY_MIN_ENV_EPOCHS = 256
 SPEED_HINT = "pip install -e . installs Ray; --env-workers 0 keeps the envs in process without this line"
 
