@@ -65,7 +65,7 @@ from hosts.seeds.governor import GOVERNOR_SNAPSHOT_EVERY, Governor
 from hosts.seeds.lifecycle import earliest_fossilize_age
 from hosts.seeds.gradient_ratio import ratio_ema
 from hosts.signals.assembly import EnvView, SignalLayout, assemble_signals
-from hosts.signals.occupancy import count_available_slots, count_seeds
+from hosts.signals.slots import count_available_slots, count_seeds
 from hosts.signals.tracker import SignalTracker
 from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, get_task
 
