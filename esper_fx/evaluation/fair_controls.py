@@ -12,9 +12,12 @@ fixed growth schedule.
   training split holds. The rounding leaves the two within half a step of each other; the measured ratio
   is kept per seed.
 - `best_fixed`: one fixed schedule (slot, blueprint, blend, germination epoch), or no growth at all, played
-  in every episode whatever happens. The schedules of `schedule_grid` are each run on tuning seeds that are
-  neither training nor evaluation seeds; the best mean accuracy wins and is then run on the evaluation
-  seeds. The search's budget is len(grid) × len(tuning seeds) episodes, and its table is kept.
+  in every episode whatever happens, found on tuning seeds that are neither training nor evaluation seeds
+  in two rounds: every schedule of `schedule_grid` (each slot × blueprint × germination epoch with the
+  oracle's blend, and no growth), then every other blend on the `BLEND_FINALISTS` best growing schedules
+  of that round (`blend_round`). The best mean accuracy of both rounds wins and is then run on the
+  evaluation seeds. The budget is (len(grid) + BLEND_FINALISTS × (blends − 1)) × len(tuning seeds)
+  episodes (31 per tuning seed on a three-slot task with four blueprints), and the table is kept.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from esper_fx import contracts
 from esper_fx.config import TrainingConfig
 from hosts.models.flops import BACKWARD_FACTOR
 
@@ -31,6 +35,7 @@ BEST_FIXED = "best_fixed"
 NO_GROWTH = "no growth"
 DEFAULT_TUNING_SEEDS = (800_000,)
 MATCH_TOLERANCE = 0.05  # static_matched's training FLOPs within 5% of the grown run's
+BLEND_FINALISTS = 3  # best_fixed's second round tries every other blend on this many of the first's best
 
 
 # ----------------------------------------------------------------------------------------------
@@ -106,15 +111,30 @@ def schedule_arm(name: str, config: TrainingConfig, schedule: dict[str, Any] | N
     return ev.Arm.build(name, config.replace(oracle=oracle), "oracle")
 
 
+def blend_round(table: Sequence[dict[str, Any]], config: TrainingConfig) -> list[dict[str, Any]]:
+    """The second round: each other blend on the BLEND_FINALISTS best growing schedules of `table` (stable
+    order: the first of equals, as in the grid)."""
+    growing = [row for row in table if row["config"] is not None]
+    finalists = sorted(growing, key=lambda row: -row["accuracy_mean"])[:BLEND_FINALISTS]
+    return [{**row["config"], "blend": blend} for row in finalists
+            for blend in contracts.BLEND_NAMES if blend != row["config"]["blend"]]
+
+
 def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_arm: Callable,
                       say: Callable[[str], None]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """(the best schedule, the search table: one row per schedule with its accuracy per tuning seed)."""
-    table = []
-    for schedule in schedule_grid(config):
-        episodes = run_arm(schedule_arm(BEST_FIXED, config, schedule), list(tuning_seeds))
-        accs = [e.accuracy for e in episodes]
-        table.append({"schedule": schedule_name(schedule), "config": schedule, "accuracies": accs,
-                      "accuracy_mean": float(np.mean(accs))})
-        say(f"compare: best_fixed search: {schedule_name(schedule)}: {np.mean(accs):.2f}%")
+    """(the best schedule, the search table: one row per schedule with its round and its accuracy per tuning
+    seed)."""
+    table: list[dict[str, Any]] = []
+
+    def play(schedules: Sequence[dict[str, Any] | None], round_: int) -> None:
+        for schedule in schedules:
+            episodes = run_arm(schedule_arm(BEST_FIXED, config, schedule), list(tuning_seeds))
+            accs = [e.accuracy for e in episodes]
+            table.append({"schedule": schedule_name(schedule), "round": round_, "config": schedule,
+                          "accuracies": accs, "accuracy_mean": float(np.mean(accs))})
+            say(f"compare: best_fixed search: {schedule_name(schedule)}: {np.mean(accs):.2f}%")
+
+    play(schedule_grid(config), 1)
+    play(blend_round(table, config), 2)
     best = max(table, key=lambda row: row["accuracy_mean"])  # the first of equals: the simpler schedule
     return best["config"], table
