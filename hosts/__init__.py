@@ -12,7 +12,7 @@ but `esper_fx.contracts`.
 """
 
 from hosts.models.cnn import CNNHost
-from hosts.models.injection import InjectionSpec
+from hosts.models.layout import InjectionSpec
 from hosts.models.morphogenetic import MorphogeneticModel
 from hosts.models.transformer import TransformerHost
 from hosts.seeds import blueprints

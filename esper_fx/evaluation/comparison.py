@@ -49,8 +49,8 @@ import numpy as np
 from esper_fx.config import SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation import stats
 from esper_fx.evaluation.fair_controls import (BEST_FIXED, DEFAULT_TUNING_SEEDS, STATIC_MATCHED, flop_ratios,
-                                               matched_overrides, schedule_arm, schedule_grid, schedule_name,
-                                               search_best_fixed)
+                                               matched_overrides, schedule_arm, schedule_name, search_best_fixed,
+                                               search_episodes)
 
 STATIC_FINAL = "static_final"
 BASELINE = "wait"
@@ -246,7 +246,7 @@ def episode_runner(config: TrainingConfig, n_episodes: int, say: Callable[[str],
 def evaluation_episodes(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int],
                         tuning_seeds: Sequence[int]) -> int:
     """How many evaluation episodes a comparison runs: every arm on every seed, and the best_fixed search."""
-    search = len(schedule_grid(config)) * len(tuning_seeds) if any(_is_control(a, BEST_FIXED) for a in arms.values()) else 0
+    search = search_episodes(config, tuning_seeds) if any(_is_control(a, BEST_FIXED) for a in arms.values()) else 0
     return len(arms) * len(seeds) + search
 
 

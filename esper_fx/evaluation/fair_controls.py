@@ -12,9 +12,12 @@ fixed growth schedule.
   training split holds. The rounding leaves the two within half a step of each other; the measured ratio
   is kept per seed.
 - `best_fixed`: one fixed schedule (slot, blueprint, blend, germination epoch), or no growth at all, played
-  in every episode whatever happens. The schedules of `schedule_grid` are each run on tuning seeds that are
-  neither training nor evaluation seeds; the best mean accuracy wins and is then run on the evaluation
-  seeds. The search's budget is len(grid) × len(tuning seeds) episodes, and its table is kept.
+  in every episode whatever happens, found on tuning seeds that are neither training nor evaluation seeds
+  in two rounds: every schedule of `schedule_grid` (each slot × blueprint × germination epoch with the
+  oracle's blend, and no growth), then every other blend on the `BLEND_FINALISTS` best growing schedules
+  of that round (`blend_round`). The best mean accuracy of both rounds wins and is then run on the
+  evaluation seeds. The budget is (len(grid) + BLEND_FINALISTS × (blends − 1)) × len(tuning seeds)
+  episodes (31 per tuning seed on a three-slot task with four blueprints), and the table is kept.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from esper_fx import contracts
 from esper_fx.config import TrainingConfig
 from hosts.models.flops import BACKWARD_FACTOR
 
@@ -31,6 +35,7 @@ BEST_FIXED = "best_fixed"
 NO_GROWTH = "no growth"
 DEFAULT_TUNING_SEEDS = (800_000,)
 MATCH_TOLERANCE = 0.05  # static_matched's training FLOPs within 5% of the grown run's
+BLEND_FINALISTS = 3  # best_fixed's second round tries every other blend on this many of the first's best
 
 
 # ----------------------------------------------------------------------------------------------
@@ -106,17 +111,36 @@ def schedule_arm(name: str, config: TrainingConfig, schedule: dict[str, Any] | N
     return ev.Arm.build(name, config.replace(oracle=oracle), "oracle")
 
 
+def blend_round(table: Sequence[dict[str, Any]], config: TrainingConfig) -> list[dict[str, Any]]:
+    """The second round: each other blend on the BLEND_FINALISTS best growing schedules of `table` (stable
+    order: the first of equals, as in the grid)."""
+    growing = [row for row in table if row["config"] is not None]
+    finalists = sorted(growing, key=lambda row: -row["accuracy_mean"])[:BLEND_FINALISTS]
+    return [{**row["config"], "blend": blend} for row in finalists
+            for blend in contracts.BLEND_NAMES if blend != row["config"]["blend"]]
+
+
 def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_many: Callable,
                       say: Callable[[str], None]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """(the best schedule, the search table: one row per schedule with its accuracy per tuning seed).
-    `run_many(arms, seeds)`: every arm's episodes on `seeds` (as Ray tasks, all schedules at once)."""
-    grid = schedule_grid(config)
-    results = run_many([schedule_arm(BEST_FIXED, config, schedule) for schedule in grid], list(tuning_seeds))
-    table = []
-    for schedule, episodes in zip(grid, results):
-        accs = [e.accuracy for e in episodes]
-        table.append({"schedule": schedule_name(schedule), "config": schedule, "accuracies": accs,
-                      "accuracy_mean": float(np.mean(accs))})
-        say(f"compare: best_fixed search: {schedule_name(schedule)}: {np.mean(accs):.2f}%")
+    """(the best schedule, the search table: one row per schedule with its round and its accuracy per tuning
+    seed). `run_many(arms, seeds)`: every arm's episodes on `seeds`; a round's schedules go at once (as Ray
+    tasks, they share the cores)."""
+    table: list[dict[str, Any]] = []
+
+    def play(schedules: Sequence[dict[str, Any] | None], round_: int) -> None:
+        results = run_many([schedule_arm(BEST_FIXED, config, schedule) for schedule in schedules], list(tuning_seeds))
+        for schedule, episodes in zip(schedules, results):
+            accs = [e.accuracy for e in episodes]
+            table.append({"schedule": schedule_name(schedule), "round": round_, "config": schedule,
+                          "accuracies": accs, "accuracy_mean": float(np.mean(accs))})
+            say(f"compare: best_fixed search: {schedule_name(schedule)}: {np.mean(accs):.2f}%")
+
+    play(schedule_grid(config), 1)
+    play(blend_round(table, config), 2)
     best = max(table, key=lambda row: row["accuracy_mean"])  # the first of equals: the simpler schedule
     return best["config"], table
+
+
+def search_episodes(config: TrainingConfig, tuning_seeds: Sequence[int]) -> int:
+    """At most how many episodes the search runs (both rounds; the second may find fewer finalists)."""
+    return (len(schedule_grid(config)) + BLEND_FINALISTS * (len(contracts.BLEND_NAMES) - 1)) * len(tuning_seeds)

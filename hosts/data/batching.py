@@ -1,4 +1,5 @@
-"""Training batch plans and device augmentation (BEHAVIOUR §6.3, §6.4, §7.2 item 6).
+"""Training batch plans, device augmentation and the random streams they draw from (BEHAVIOUR §6.3, §6.4,
+§7.2 item 6).
 
 An *epoch plan* says, for every running env and training step, which training samples the env
 sees and (for images) how each is augmented. Plans are drawn on the CPU from a torch.Generator
@@ -17,6 +18,11 @@ with p = 0.5. The padding p is an eighth of the image side: 4 on 32×32 images (
 16×16 images of shapes16. The whole batch (sample choice, crop, flip and padding) is one row gather from
 a *pixel table*: the images' pixels in channels_last order followed by one padding pixel, so the batch
 comes out channels_last (`hosts.models.layout`) without a separate padding or layout pass.
+
+Random streams (BEHAVIOUR §7.2 item 6): `mix_seed(a, b, ...)` folds a tuple of integers into one 63-bit
+seed with SplitMix64 steps, so a stream seeded from (seed, batch_idx, epoch[, env]) is reproducible from
+those numbers alone: no generator runs on across batches, and resuming at batch k reproduces batch k
+exactly. The plans and augmentation here and the generated shapes datasets all draw from `make_generator`.
 """
 
 from __future__ import annotations
@@ -25,7 +31,32 @@ from typing import NamedTuple
 
 import torch
 
-from hosts.data.random_streams import make_generator
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _splitmix64(z: int) -> int:
+    z = (z + _GOLDEN) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def mix_seed(*values: int) -> int:
+    """A pure 63-bit seed from any number of integers (order matters; negative values are allowed)."""
+    state = 0x243F6A8885A308D3  # pi's fraction bits: a fixed, arbitrary start
+    for value in values:
+        state = _splitmix64(state ^ (int(value) & _MASK64))
+    return state & ((1 << 63) - 1)
+
+
+def make_generator(device: torch.device | str, *values: int) -> torch.Generator:
+    """A torch.Generator on `device`'s type, seeded with mix_seed(*values). Never the global RNG."""
+    device = torch.device(device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(mix_seed(*values))
+    return gen
+
 
 PAD_DIVISOR = 8  # images are padded by an eighth of their side
 

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import torch
 
-from hosts.data.random_streams import make_generator
+from hosts.data.batching import make_generator
 
 NUM_CLASSES = 10
 IMAGE_SIZE = 32

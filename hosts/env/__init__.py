@@ -2,9 +2,11 @@
 
     pool.py           EnvPool: begin(b) / step(actions), and the epoch's phases underneath
     state.py          per-env state (model, optimizers, governor, tracker, RNG, counters) and results
-    epoch_compute.py  the device work of one env epoch: training steps, fused validation, readback
+    epoch_compute.py  the device work of one env epoch: training steps, fused validation, readback; the
+                      CUDA streams it runs on and the orderings between them
+    compute.py        FLOPs of one env's training, host and seeds per stage
+    lr_schedule.py    the host network's learning rate within an episode
     actions.py        decoding and executing actions, stepping every slot at the end of an epoch
-    pool_data.py      the pool's view of the data feed, one epoch at a time
 """
 
 from hosts.env.pool import EnvPool

@@ -2,7 +2,7 @@
 
 Per episode every env gets a fresh model, host optimizer, governor, tracker, counters, RNG stream and,
 for fp16 AMP, its own GradScaler; on CUDA each env index keeps one stream for the pool's life
-(`hosts.env.streams`: which stream waits for which, and why freeing memory is safe).
+(`hosts.env.epoch_compute`: which stream waits for which, and why freeing memory is safe).
 
 The pool's interface to the loop is two calls (ARCHITECTURE §2):
 
@@ -40,27 +40,32 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from esper_fx.contracts import EventType, SeedStage
+from hosts.data.feed import PoolData, build_pool_data
 from hosts.env.actions import decode_actions, execute_action, step_slots
 from hosts.env.compute import ComputeMeter, model_costs
 from hosts.env.lr_schedule import lr_factor
 from hosts.env.epoch_compute import (
+    EnvStreams,
     EpochReadback,
     EpochWork,
     amp_settings,
+    caller_streams,
     counterfactual_slots,
+    epoch_barrier,
+    hand_to_caller,
+    record_on,
     train_step,
     unpack_readback,
     validate_batch,
+    wait_for_caller,
 )
-from hosts.env.pool_data import PoolData, build_pool_data
-from hosts.env.streams import EnvStreams, caller_streams, epoch_barrier, hand_to_caller, record_on, wait_for_caller
 from hosts.env.state import ApplyResult, EnvRng, EnvState, EpisodeResult, EpochMetrics
 from hosts.models.morphogenetic import MorphogeneticModel
 from hosts.seeds.governor import GOVERNOR_SNAPSHOT_EVERY, Governor
 from hosts.seeds.lifecycle import earliest_fossilize_age
 from hosts.seeds.gradient_ratio import ratio_ema
 from hosts.signals.assembly import EnvView, SignalLayout, assemble_signals
-from hosts.signals.occupancy import count_available_slots, count_seeds
+from hosts.signals.slots import count_available_slots, count_seeds
 from hosts.signals.tracker import SignalTracker
 from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, get_task
 
@@ -282,7 +287,7 @@ class EnvPool:
             env.compute = ComputeMeter.fresh(self._host_costs)
 
     def _caller_streams(self) -> dict:
-        """Each CUDA env device's stream outside every env's context (see hosts.env.streams)."""
+        """Each CUDA env device's stream outside every env's context (see hosts.env.epoch_compute)."""
         return caller_streams(env.device for env in self.envs if env.stream is not None)
 
     def _consume(self, env: EnvState, batch, callers: dict):
@@ -314,7 +319,7 @@ class EnvPool:
 
     def _readback(self) -> list[EpochReadback]:
         """Every env's accumulators to the host: one copy per device after the epoch barrier, the epoch's one
-        synchronisation (hosts.env.streams: what the pool frees after it is no longer in use)."""
+        synchronisation (hosts.env.epoch_compute: what the pool frees after it is no longer in use)."""
         by_device: dict[torch.device, list[tuple[EnvState, torch.Tensor]]] = {}
         callers = self._caller_streams()
         for env in self.envs:

@@ -2,6 +2,7 @@
 
     cnn.py            CNNHost: the image host, its injection points between blocks
     transformer.py    TransformerHost: the language-model host, injection points between layers
-    injection.py      InjectionSpec: one injection point (slot id, width, position)
+    layout.py         InjectionSpec (one injection point: slot id, width, position) and the channels_last layout
     morphogenetic.py  MorphogeneticModel: a host plus its SeedSlots, routed in position order
+    flops.py          FLOPs of a network per sample, counted from its layers' shapes
 """

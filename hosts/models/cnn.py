@@ -8,8 +8,7 @@ import torch
 from torch import nn
 
 from esper_fx.contracts import format_slot_id
-from hosts.models.injection import InjectionSpec, segment_index
-from hosts.models.layout import spatial_mean
+from hosts.models.layout import InjectionSpec, segment_index, spatial_mean
 
 CIFAR_CLASSES = 10
 FASHION_WIDTHS = (4, 8, 16)

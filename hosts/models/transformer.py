@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from esper_fx.contracts import format_slot_id
-from hosts.models.injection import InjectionSpec, segment_index
+from hosts.models.layout import InjectionSpec, segment_index
 
 LN_EPS = 1e-5  # every LayerNorm of the transformer hosts and their seeds
 DROPOUT = 0.1

@@ -2,10 +2,16 @@
 
 The pool gathers one `EnvView` per env (python values only: the tracker's signals, the slot
 reports and the env's counters) and `assemble_signals` turns them into the contract's dict of
-fresh, contiguous float32 / int32 / bool tensors on one device: the raw observation (`observation.py`),
-the four masks (`masks.py`), the per-slot fields (`slot_fields.py`), and here the per-env scalars, the
-epoch's contributions and the germination accuracies. `pack_signals` lays that dict out as one
-[E, W] buffer per dtype (`esper_fx.contracts.signal_columns`) for the hand-off to the controller.
+fresh, contiguous float32 / int32 / bool tensors on one device. The modules beside this one work on one
+env in python values: the raw observation (`observation.py`), the four masks (`masks.py`), the slots
+and their `slot_*` fields (`slots.py`). Here E envs of them are stacked and moved to the device, and the
+per-env scalars, the epoch's contributions and the germination accuracies are added. `pack_signals` lays
+that dict out as one [E, W] buffer per dtype (`esper_fx.contracts.signal_columns`) for the hand-off to the
+controller.
+
+The DLPack bridge wants every signal tensor contiguous and freshly allocated (ARCHITECTURE §2).
+Each group of fields is therefore packed into one CPU tensor, copied to the device once, and split there
+into fresh contiguous tensors (device-side copies only): `upload_rows`, `upload_columns`, `upload_planes`.
 """
 
 from __future__ import annotations
@@ -15,15 +21,20 @@ from typing import Mapping, Sequence
 
 import torch
 
-from esper_fx.contracts import PACKED_DTYPES, SIGNAL_FIELDS, SignalColumn
-
-from hosts.signals.masks import build_masks, stack_masks
-from hosts.signals.observation import build_observation, stack_observations
+from esper_fx.contracts import PACKED_DTYPES, SIGNAL_FIELDS, LifecycleOp, SignalColumn
 from hosts.seeds.slot_report import SlotReport
-from hosts.signals.slot_fields import build_slot_fields
-from hosts.signals.occupancy import active_seed_params, count_seeds, seeded_slots
+from hosts.signals.masks import MASK_FIELDS, ActionMasks, build_masks
+from hosts.signals.observation import build_observation
+from hosts.signals.slots import (
+    SLOT_BOOL_FIELDS,
+    SLOT_FLOAT_FIELDS,
+    SLOT_INT_FIELDS,
+    active_seed_params,
+    count_seeds,
+    seeded_slots,
+    slot_planes,
+)
 from hosts.signals.tracker import TrackerSignals
-from hosts.signals.device_upload import upload_planes
 
 ENV_INT_FIELDS = (
     "epoch", "max_epochs", "plateau_epochs", "host_stabilized", "num_contributing_fossilized", "total_seeds",
@@ -66,6 +77,96 @@ class EnvView:
     pending_penalty: float
     contributions: Mapping[str, float]  # c of this epoch, only for cf slots still holding the same seed
     acc_at_germination: Mapping[str, float]
+
+
+# ------------------------------------------------------------------------------------------
+# host -> device: one copy per group of fields, then fresh contiguous tensors on the device
+# ------------------------------------------------------------------------------------------
+
+
+def upload_rows(rows: Sequence[Sequence[float]], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A [E, N] list of rows -> one fresh contiguous tensor on `device` (one host→device copy)."""
+    if not rows:
+        raise ValueError("upload_rows needs at least one row")
+    host = torch.tensor([list(row) for row in rows], dtype=dtype)
+    return host.to(device)
+
+
+def upload_columns(packed: torch.Tensor, widths: Sequence[int], device: torch.device | str) -> list[torch.Tensor]:
+    """Split a [E, Σwidths] CPU tensor into fresh contiguous [E, w] tensors on `device`."""
+    if sum(widths) != packed.shape[1]:
+        raise ValueError(f"column widths {list(widths)} do not add up to {packed.shape[1]}")
+    on_device = packed.to(device)
+    out, start = [], 0
+    for width in widths:
+        out.append(on_device[:, start : start + width].clone(memory_format=torch.contiguous_format))
+        start += width
+    return out
+
+
+def upload_planes(packed: torch.Tensor, device: torch.device | str) -> list[torch.Tensor]:
+    """Split a [k, E, S] CPU tensor into k fresh contiguous [E, S] tensors on `device`."""
+    on_device = packed.to(device)
+    return [on_device[i].clone(memory_format=torch.contiguous_format) for i in range(packed.shape[0])]
+
+
+# ------------------------------------------------------------------------------------------
+# E envs' observations, masks and slot fields, stacked on the device
+# ------------------------------------------------------------------------------------------
+
+
+def stack_observations(rows: Sequence[Sequence[float]], device: torch.device | str) -> torch.Tensor:
+    """E observations -> one fresh contiguous float32 [E, D] tensor on `device` (one copy)."""
+    widths = {len(row) for row in rows}
+    if len(widths) > 1:
+        raise ValueError(f"observations of different sizes cannot be stacked: {sorted(widths)}")
+    return upload_rows(rows, torch.float32, device)
+
+
+def stack_masks(masks: Sequence[ActionMasks], device: torch.device | str) -> dict[str, torch.Tensor]:
+    """E envs' masks -> {mask_slot [E,S], mask_blueprint [E,B], mask_blend [E,3], mask_op [E,4],
+    mask_slot_op [E,4,S]} bool."""
+    if not masks:
+        raise ValueError("stack_masks needs at least one env")
+    masks = [m if m.slot_by_op else m._replace(slot_by_op=m.slot * len(LifecycleOp)) for m in masks]
+    rows = [sum((tuple(head) for head in env), ()) for env in masks]
+    widths = [len(head) for head in masks[0]]
+    packed = torch.tensor(rows, dtype=torch.bool)
+    out = dict(zip(MASK_FIELDS, upload_columns(packed, widths, device)))
+    slot_op = out["mask_slot_op"]
+    out["mask_slot_op"] = slot_op.view(slot_op.shape[0], len(LifecycleOp), -1)  # a contiguous view, no copy
+    return out
+
+
+def _to_planes(per_env: list[list[list]], dtype: torch.dtype) -> torch.Tensor:
+    """[E][field][S] nested lists -> a [field, E, S] CPU tensor."""
+    return torch.tensor(per_env, dtype=dtype).permute(1, 0, 2).contiguous()
+
+
+def build_slot_fields(
+    reports_per_env: Sequence[Mapping[str, SlotReport]],
+    enabled_slot_ids: Iterable[str],
+    slot_ids: Sequence[str],
+    menu: Sequence[str],
+    device: torch.device | str,
+) -> dict[str, torch.Tensor]:
+    """The per-slot signal fields of E envs ([E, S] each; empty or disabled slots give 0 / −1 / False)."""
+    if not reports_per_env:
+        raise ValueError("build_slot_fields needs at least one env")
+    enabled = tuple(enabled_slot_ids)
+    envs = [slot_planes(reports, enabled, slot_ids, menu) for reports in reports_per_env]
+    fields: dict[str, torch.Tensor] = {}
+    for group, (names, dtype) in enumerate(
+        ((SLOT_BOOL_FIELDS, torch.bool), (SLOT_INT_FIELDS, torch.int32), (SLOT_FLOAT_FIELDS, torch.float32))
+    ):
+        planes = upload_planes(_to_planes([env[group] for env in envs], dtype), device)
+        fields.update(zip(names, planes))
+    return fields
+
+
+# ------------------------------------------------------------------------------------------
+# the per-env and per-slot extras, and the whole signals dict
+# ------------------------------------------------------------------------------------------
 
 
 def _env_rows(view: EnvView, layout: SignalLayout) -> tuple[list[int], list[float], list[bool]]:

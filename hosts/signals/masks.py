@@ -1,8 +1,7 @@
 """Action masks of the four heads (slot, blueprint, blend, op), BEHAVIOUR §9.1. True = allowed.
 
-`build_masks` computes one env's masks as tuples of python bools; `stack_masks` turns E of them
-into the `mask_*` signal tensors ([E, ·] bool, each freshly allocated and contiguous on the target
-device, uploaded with one host→device copy).
+`build_masks` computes one env's masks as tuples of python bools; `hosts.signals.assembly.stack_masks`
+turns E of them into the `mask_*` signal tensors.
 
 [fix] Besides the four head masks, `slot_by_op` (`mask_slot_op`, [E, 4, S]) says which slots each op can
 act on: any enabled slot for WAIT, an empty one for GERMINATE, a seed old enough to cull for CULL, a
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
-import torch
 
 from esper_fx.contracts import (
     CULLABLE_STAGES,
@@ -28,8 +26,7 @@ from esper_fx.contracts import (
 )
 
 from hosts.seeds.slot_report import SlotReport
-from hosts.signals.occupancy import check_slot_ids, seeded_slots
-from hosts.signals.device_upload import upload_columns
+from hosts.signals.slots import check_slot_ids, seeded_slots
 
 MASK_FIELDS: tuple[str, ...] = ("mask_slot", "mask_blueprint", "mask_blend", "mask_op", "mask_slot_op")
 
@@ -140,17 +137,3 @@ def build_masks(
         slot_by_op=slot_by_op_mask(reports, enabled, slot_ids, min_cull_age),
     )
 
-
-def stack_masks(masks: Sequence[ActionMasks], device: torch.device | str) -> dict[str, torch.Tensor]:
-    """E envs' masks -> {mask_slot [E,S], mask_blueprint [E,B], mask_blend [E,3], mask_op [E,4],
-    mask_slot_op [E,4,S]} bool."""
-    if not masks:
-        raise ValueError("stack_masks needs at least one env")
-    masks = [m if m.slot_by_op else m._replace(slot_by_op=m.slot * len(LifecycleOp)) for m in masks]
-    rows = [sum((tuple(head) for head in env), ()) for env in masks]
-    widths = [len(head) for head in masks[0]]
-    packed = torch.tensor(rows, dtype=torch.bool)
-    out = dict(zip(MASK_FIELDS, upload_columns(packed, widths, device)))
-    slot_op = out["mask_slot_op"]
-    out["mask_slot_op"] = slot_op.view(slot_op.shape[0], len(LifecycleOp), -1)  # a contiguous view, no copy
-    return out

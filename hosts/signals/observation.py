@@ -4,8 +4,8 @@ Layout: 23 base features, then one (4 + B)-block per slot in canonical order (ev
 point, enabled or not), then, with telemetry, one 10-block per slot in canonical order. A slot that
 is not enabled, has no report, or whose report is DORMANT gives zero blocks.
 
-`build_observation` returns a list of python floats of length D; `stack_observations` turns E of
-them into one fresh contiguous float32 [E, D] tensor on a device with a single host→device copy.
+`build_observation` returns a list of python floats of length D; `hosts.signals.assembly.stack_observations`
+turns E of them into one [E, D] tensor.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from typing import Iterable, Mapping, Sequence
 
-import torch
 
 from esper_fx.contracts import (
     NUM_BASE_FEATURES,
@@ -24,9 +23,8 @@ from esper_fx.contracts import (
 )
 
 from hosts.seeds.slot_report import SlotReport
-from hosts.signals.occupancy import active_seed_params, check_slot_ids, count_seeds, seeded_slots
+from hosts.signals.slots import active_seed_params, check_slot_ids, count_seeds, seeded_slots
 from hosts.signals.tracker import HISTORY_FEATURES, TrackerSignals
-from hosts.signals.device_upload import upload_rows
 
 SAFE_CLIP = 100.0  # safe(v, d) clips to [-100, 100] (BEHAVIOUR §8.1)
 # safe(v, d) defaults of BEHAVIOUR §8.2
@@ -165,10 +163,3 @@ def build_observation(
     assert len(obs) == obs_dim(len(slot_ids), use_telemetry, len(menu))
     return obs
 
-
-def stack_observations(rows: Sequence[Sequence[float]], device: torch.device | str) -> torch.Tensor:
-    """E observations -> one fresh contiguous float32 [E, D] tensor on `device` (one copy)."""
-    widths = {len(row) for row in rows}
-    if len(widths) > 1:
-        raise ValueError(f"observations of different sizes cannot be stacked: {sorted(widths)}")
-    return upload_rows(rows, torch.float32, device)

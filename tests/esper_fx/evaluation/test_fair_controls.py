@@ -4,7 +4,9 @@ import pytest
 
 from esper_fx.evaluation.comparison import compare
 from esper_fx.config import TrainingConfig
-from esper_fx.evaluation.fair_controls import NO_GROWTH, matched_steps, schedule_grid, schedule_name
+from esper_fx import contracts
+from esper_fx.evaluation.fair_controls import (BLEND_FINALISTS, NO_GROWTH, blend_round, matched_steps, schedule_grid,
+                                               schedule_name)
 
 # shapes16 at a tiny size: a seed germinated at epoch 1 is fossilized by epoch 10 of 12
 TINY = dict(task="shapes16", n_envs=1, n_episodes=1, max_epochs=12, synthetic_train_samples=1024,
@@ -51,12 +53,31 @@ def test_matched_steps_by_hand():
 def test_best_fixed_searches_every_schedule_on_the_tuning_seed_and_keeps_the_table(table):
     search = table.controls["best_fixed"]
     grid = schedule_grid(TrainingConfig(**TINY))
-    assert [row["schedule"] for row in search["search"]] == [schedule_name(s) for s in grid]
+    first = [row for row in search["search"] if row["round"] == 1]
+    second = [row for row in search["search"] if row["round"] == 2]
+    assert [row["schedule"] for row in first] == [schedule_name(s) for s in grid]
+    assert [row["config"] for row in second] == blend_round(first, TrainingConfig(**TINY))
     assert search["search"][0]["schedule"] == NO_GROWTH
-    assert search["tuning_seeds"] == [7] and search["budget_episodes"] == len(grid)
+    assert search["tuning_seeds"] == [7] and search["budget_episodes"] == len(first) + len(second)
     best = max(search["search"], key=lambda r: r["accuracy_mean"])
     assert search["chosen"] == best["schedule"]
     assert [e.seed for e in table.episodes["best_fixed"]] == [5, 6]
+
+
+def test_the_blend_round_tries_every_other_blend_on_the_best_growing_schedules():
+    config = TrainingConfig(**{**TINY, "slots": ("r0c0", "r0c1", "r0c2"),
+                               "blueprint_menu": ("noop", "conv_light", "depthwise")})
+    grid = schedule_grid(config)
+    assert len(grid) == 1 + 3 * 2 * 2 > BLEND_FINALISTS  # no growth, slot × blueprint × two epochs
+    table = [{"config": s, "accuracy_mean": 99.0 if s is None else float(i)} for i, s in enumerate(grid)]
+    second = blend_round(table, config)
+    finalists = [s for s in grid if s is not None][::-1][:BLEND_FINALISTS]  # the highest accuracies last
+    assert len(second) == BLEND_FINALISTS * (len(contracts.BLEND_NAMES) - 1)
+    for k, schedule in enumerate(finalists):
+        tried = second[k * 2:(k + 1) * 2]
+        assert {s["blend"] for s in tried} == set(contracts.BLEND_NAMES) - {schedule["blend"]}
+        assert all({**s, "blend": schedule["blend"]} == schedule for s in tried)  # only the blend changed
+    assert all(s is not None for s in second)  # no growth has no blend to vary, however well it did
 
 
 def test_the_table_gains_parameters_and_training_gflops(table):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hosts.data import shapes10
 from hosts.data.shapes10 import Latents, pixel
 from hosts.data.task_data import load_task_data
-from hosts.data.random_streams import make_generator
+from hosts.data.batching import make_generator
 from hosts.tasks import get_task
 
 

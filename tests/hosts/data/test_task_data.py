@@ -11,7 +11,7 @@ from hosts.data.batching import augment_batch, plan_epoch, resolve_max_batches, 
 from hosts.data.task_data import TaskData, train_batch, val_batches, val_size
 from hosts.data.external import CIFAR_MEAN, CIFAR_STD, normalized_black
 from hosts.data.feed import DataFeed
-from hosts.data.random_streams import make_generator, mix_seed
+from hosts.data.batching import make_generator, mix_seed
 from hosts.tasks import get_task
 
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""The pool's stream orderings, checked on the CPU with fake CUDA streams (hosts.env.streams).
+"""The pool's stream orderings, checked on the CPU with fake CUDA streams (hosts.env.epoch_compute).
 
 torch.cuda.stream / current_stream / Stream and Tensor.record_stream are replaced by fakes that log
 every wait, record and synchronisation; the pool runs its real CPU epochs with a fake stream per env, so
@@ -18,7 +18,7 @@ from esper_fx.contracts import LifecycleOp
 from hosts.data.task_data import load_task_data
 from hosts.env import EnvPool
 from hosts.env.epoch_compute import AmpSettings
-from hosts.env.streams import EnvStreams
+from hosts.env.epoch_compute import EnvStreams
 from hosts.tasks import get_task
 
 WAIT, GERMINATE = int(LifecycleOp.WAIT), int(LifecycleOp.GERMINATE)

@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from esper_fx.contracts import SIGNAL_FIELDS, LifecycleOp, SeedStage
-from hosts.signals.masks import MASK_FIELDS, ActionMasks, build_masks, stack_masks
 from hosts.seeds.slot_report import SlotReport
+from hosts.signals.assembly import stack_masks
+from hosts.signals.masks import MASK_FIELDS, ActionMasks, build_masks
 
 SLOTS = ("r0c0", "r0c1", "r0c2")
 WAIT, GERMINATE, CULL, FOSSILIZE = (int(op) for op in LifecycleOp)

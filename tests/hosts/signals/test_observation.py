@@ -45,9 +45,10 @@ from esper_fx.contracts import (
     slot_block_start,
     telemetry_block_start,
 )
-from hosts.signals.observation import build_observation, safe, stack_observations
 from hosts.seeds.slot_report import SlotReport
-from hosts.signals.slot_fields import SLOT_BOOL_FIELDS, SLOT_FLOAT_FIELDS, SLOT_INT_FIELDS, build_slot_fields
+from hosts.signals.assembly import build_slot_fields, stack_observations
+from hosts.signals.observation import build_observation, safe
+from hosts.signals.slots import SLOT_BOOL_FIELDS, SLOT_FLOAT_FIELDS, SLOT_INT_FIELDS
 from hosts.signals.tracker import SignalTracker, TrackerSignals
 
 MENU = BLUEPRINT_MENUS["cnn"]  # noop, conv_light, attention, norm, depthwise
