@@ -151,7 +151,7 @@ def test_compare_by_default_spreads_training_evaluation_and_the_search_with_the_
     monkeypatch.setattr(auto, "usable_cores", lambda: 2)
     monkeypatch.setattr(auto, "RAY_MIN_ENV_EPOCHS", 1)
     arms = {"ppo": "ppo_lstm", "wait": "wait", "best_fixed": "best_fixed"}
-    config = small(n_envs=2, n_episodes=2, max_epochs=3, slots=["r0c1"])
+    config = small(n_envs=2, n_episodes=2, max_epochs=2, slots=["r0c1"])
     seeds = [900_000, 900_001]
     serial = esper_fx.compare(arms, config.replace(env_workers=0), seeds, progress=None)
     default = esper_fx.compare(arms, config, seeds, progress=None)
