@@ -295,6 +295,7 @@ def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
     limit_cpu_threads(config, say)
     say(f"prove: preset {args.preset}, task {config.task.value}, arms {', '.join(arms)}, "
         f"evaluation seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), output {out}")
+    say(workers_line(config, arms, seeds, args.tuning_seeds))
     table = compare(arms, config, seeds, progress=say, train_dir=str(out / "train"), quiet_training=args.quiet,
                     tuning_seeds=args.tuning_seeds)
     wall = time.perf_counter() - started
@@ -312,9 +313,23 @@ def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
               f"{json_path}", file=sys.stderr)
         return exit_code(stop_signal(stop))
     for arm, r in table.trained.items():
-        print(f"trained {arm}: {r.summary['episodes']} episodes in {r.summary['wall_time_s']:.0f} s")
+        workers = (r.summary.get("timing") or {}).get("env_workers", 0)
+        print(f"trained {arm}: {r.summary['episodes']} episodes in {r.summary['wall_time_s']:.0f} s "
+              f"({f'{workers} Ray env workers' if workers else 'envs in process'})")
     print(f"prove: {wall:.0f} s in all; wrote {json_path}, {out / 'prove.png'} and {out / 'prove_compute.png'}")
     return EXIT_OK
+
+
+def workers_line(config: TrainingConfig, arms: Any, seeds: Any, tuning_seeds: Any) -> str:
+    """What `--env-workers` (default `auto`) gives training and the evaluation episodes, before they run."""
+    from esper_fx.distributed.auto import choose_eval_workers, choose_workers
+    from esper_fx.evaluation.comparison import evaluation_episodes
+
+    n = evaluation_episodes(arms, config, seeds, tuning_seeds)
+    evaluation = choose_eval_workers(config, n)
+    at_a_time = f"{evaluation.n} at a time as Ray tasks" if evaluation.n else "in this process"
+    return (f"prove: env workers: training {choose_workers(config).describe()}; {n} evaluation episodes "
+            f"{at_a_time} ({'auto: ' if evaluation.auto else ''}{evaluation.why})")
 
 
 def report_of(table: Any, config: TrainingConfig, wall: float, stopped: dict[str, Any] | None = None) -> dict:

@@ -90,7 +90,7 @@ def envs_on_cuda(config: TrainingConfig) -> bool:
 def choose_workers(config: TrainingConfig, cores: int | None = None) -> WorkerChoice:
     """The training run's env workers: its explicit `env_workers`, or `auto`'s choice."""
     if config.env_workers != AUTO:
-        return WorkerChoice(int(config.env_workers), "--env-workers", False)
+        return WorkerChoice(int(config.env_workers), f"--env-workers {config.env_workers}", False)
     return auto_workers(config.n_envs, config.n_episodes * config.max_epochs, cores or usable_cores(),
                         envs_on_cuda(config), config.ray_address is not None)
 
@@ -99,7 +99,7 @@ def choose_eval_workers(config: TrainingConfig, n_episodes: int, cores: int | No
     """How many evaluation episodes (one env each) run at a time as Ray tasks (0: in this process, one
     after another): an explicit `env_workers`, or under `auto` every usable core."""
     if config.env_workers != AUTO:
-        return WorkerChoice(int(config.env_workers), "--env-workers", False)
+        return WorkerChoice(int(config.env_workers), f"--env-workers {config.env_workers}", False)
     cores = cores or usable_cores()
     choice = auto_workers(n_episodes, n_episodes * config.max_epochs, cores, envs_on_cuda(config),
                           config.ray_address is not None)

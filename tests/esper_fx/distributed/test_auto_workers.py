@@ -159,3 +159,16 @@ def test_compare_by_default_spreads_training_evaluation_and_the_search_with_the_
     assert default.trained["ppo"].summary["timing"]["env_workers"] == 2
     assert len(default.controls["best_fixed"]["search"]) > 2  # the search ran its schedules as tasks
     assert _numbers(default) == _numbers(serial)
+
+
+def test_prove_says_what_training_and_the_evaluation_use_before_they_run(monkeypatch):
+    from esper_fx.cli.prove import DEFAULT_ARMS, workers_line
+
+    monkeypatch.setattr(auto, "usable_cores", lambda: 2)
+    arms, seeds = {a: a for a in DEFAULT_ARMS}, range(900_000, 900_008)
+    quickstart = TrainingConfig.preset("quickstart", device="cpu")
+    assert workers_line(quickstart, arms, seeds, [800_000]) == (
+        "prove: env workers: training 2 Ray workers (auto: 2 usable cores, 4 envs); 48 evaluation episodes "
+        "2 at a time as Ray tasks (auto: 2 usable cores, 48 episodes)")
+    assert "training in this process (--env-workers 0); 48 evaluation episodes in this process" in \
+        workers_line(quickstart.replace(env_workers=0), arms, seeds, [800_000])
