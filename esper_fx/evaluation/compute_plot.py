@@ -1,6 +1,7 @@
 """Accuracy against training compute, every arm of a comparison: one point per arm per evaluation seed
 (x: the episode's training GFLOPs, host and seeds, validation and counterfactual passes left out), each
-arm's mean a larger marker. Built on `matplotlib.figure.Figure` (no pyplot state)."""
+arm's mean a larger marker. Each arm has its own marker shape and the means are drawn hollow, so arms
+that played the same episodes (a controller equal to a fixed schedule) stay visible. Built on `matplotlib.figure.Figure` (no pyplot state)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+
+MARKERS = "osD^vPX*"
 
 
 def accuracy_vs_compute(table: Any, path=None, title: str | None = None) -> Figure:
@@ -18,9 +21,11 @@ def accuracy_vs_compute(table: Any, path=None, title: str | None = None) -> Figu
         episodes = table.episodes[row["arm"]]
         x = np.array([e.training_flops / 1e9 for e in episodes])
         y = np.array([e.accuracy for e in episodes])
-        color = f"C{i % 10}"
-        ax.scatter(x, y, s=14, color=color, alpha=0.6)
-        ax.scatter([np.nanmean(x)], [y.mean()], s=90, color=color, edgecolor="black", label=row["arm"])
+        color, marker = f"C{i % 10}", MARKERS[i % len(MARKERS)]
+        ax.scatter(x, y, s=14, color=color, marker=marker, alpha=0.6)
+        size = 200 - 110 * i / max(1, len(table.rows) - 1)  # later arms smaller: equal means nest, not hide
+        ax.scatter([np.nanmean(x)], [y.mean()], s=size, facecolor="none", edgecolor=color, linewidth=2,
+                   marker=marker, label=row["arm"])
     ax.set_xlabel("training compute per episode (GFLOPs)")
     ax.set_ylabel("validation accuracy, last epochs (%)")
     ax.set_title(title or "accuracy against training compute")
