@@ -86,6 +86,9 @@ RETIRED_TELEMETRY_LEVELS: Mapping[str, str] = {
 }
 
 
+# env_workers' default: the number of Ray env workers is decided when the run starts (distributed.auto)
+AUTO = "auto"
+
 # Seeds seed torch (which takes 64-bit integers) and jax (signed 64-bit) with seed + small offsets.
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 # Upper bounds on the run's sizes: far beyond any useful run, far below what exhausts a machine's memory.
@@ -143,9 +146,12 @@ class TrainingConfig:
     data_path: DataPath = option(DataPath.DEVICE, "device-resident data (default) or DataLoader workers",
                                  resume=True)
     num_workers: int | None = option(None, "DataLoader workers (loader path; default 4)", resume=True)
-    # Ray actors running the envs (each a contiguous slice); 0: the in-process pool
-    env_workers: int = option(0, "run the envs in N Ray actors (0: in this process; needs "
-                              "`pip install -e '.[ray]'`)", resume=True)
+    # Ray actors running the envs (each a contiguous slice); 0: the in-process pool; "auto": decided at the
+    # run's start from the machine and the run (esper_fx.distributed.auto), kept as "auto" in config.json
+    env_workers: int | str = option(AUTO, "run the envs in N Ray actors; `auto` (default): as many as the usable "
+                                    "cores and the envs allow, in this process on one core, one env, CUDA envs "
+                                    "or a run too small to pay Ray's start-up; `0`: in this process",
+                                    metavar="N|auto", resume=True)
     # the Ray cluster to join; None: the run starts (and stops) a local Ray
     ray_address: str | None = option(None, "join the Ray cluster at ADDR (default: start a local Ray for the run)",
                                      metavar="ADDR", resume=True)
@@ -297,7 +303,15 @@ class TrainingConfig:
                 raise ValueError(f"env_devices lists {len(self.env_devices)} devices but n_envs is {self.n_envs}")
 
     def _validate_workers(self) -> None:
-        self._set("env_workers", check.int_between("env_workers", self.env_workers, 0, self.n_envs))
+        workers = self.env_workers
+        if isinstance(workers, str) and workers.strip().isdigit():
+            workers = int(workers)
+        if workers != AUTO:
+            if isinstance(workers, str):
+                raise ValueError(f"env_workers must be 'auto' or an integer in [0, n_envs={self.n_envs}] "
+                                 f"(got {workers!r})")
+            workers = check.int_between("env_workers", workers, 0, self.n_envs)
+        self._set("env_workers", workers)
         if self.ray_address is not None:
             if not isinstance(self.ray_address, str) or not self.ray_address.strip():
                 raise ValueError(f"ray_address must be None or a Ray address such as 'auto' or "

@@ -7,12 +7,15 @@
 - `bridge`: the torch→jax→torch round trip through `bridge`, flat in size and zero copy.
 - `host`: one env-epoch of shapes10 through `hosts.env.EnvPool` vs a plain PyTorch training loop.
 - `e2e`: the share of an epoch's wall time spent in the controller and the bridge in a real run.
+- `ray`: one epoch with 2 Ray env workers vs the in-process pool.
+- `default_workers_train`, `default_workers_prove` (only when named in `--only`; minutes): the commands
+  with no flags (`--env-workers auto`) vs `--env-workers 0`, as subprocesses, interleaved.
 
 `torch_reference` is a baseline written for these benchmarks only; it is not part of the system.
 Speed goals live here and in docs/PERFORMANCE.md, never in timed tests. Importing this package loads
 neither torch nor jax; the benchmark modules do.
 """
 
-from esper_fx.bench.cli import BENCHMARKS, main
+from esper_fx.bench.cli import BENCHMARKS, ON_REQUEST, main
 
-__all__ = ["BENCHMARKS", "main"]
+__all__ = ["BENCHMARKS", "ON_REQUEST", "main"]

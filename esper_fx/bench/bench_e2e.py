@@ -93,7 +93,7 @@ def _config(settings: BenchSettings, size: dict) -> TrainingConfig:
         task=TASK, controller=size["controller"], n_envs=size["n_envs"], max_epochs=size["max_epochs"],
         n_episodes=size["n_envs"] * size["batches"], seed=settings.seed, device=device,
         synthetic_train_samples=size["train"], synthetic_test_samples=size["test"],
-        batch_size_per_env=size["bpe"], max_train_batches=0,
+        batch_size_per_env=size["bpe"], max_train_batches=0, env_workers=0,  # the in-process pool's epoch
     )
 
 

@@ -33,7 +33,12 @@ BENCHMARKS: dict[str, str] = {
     "host": "esper_fx.bench.bench_host:run",
     "e2e": "esper_fx.bench.bench_e2e:run",
     "ray": "esper_fx.bench.bench_ray:run",
+    "default_workers_train": "esper_fx.bench.bench_default_workers:run_train",
+    "default_workers_prove": "esper_fx.bench.bench_default_workers:run_prove",
 }
+# run only when named in --only (each runs the full commands, minutes): the default selection leaves them out
+ON_REQUEST = ("default_workers_train", "default_workers_prove")
+GROUPS = {"default_workers": ON_REQUEST}  # --only NAME for several
 
 
 NAME = "esper_fx.bench"
@@ -46,8 +51,11 @@ def build_parser() -> CommandParser:
     )
     parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (well under a minute)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), metavar="NAME",
-                        help=f"run only these benchmarks (of {', '.join(BENCHMARKS)})")
+    parser.add_argument("--only", nargs="+", choices=[*BENCHMARKS, *GROUPS], metavar="NAME",
+                        help=f"run only these benchmarks (of {', '.join([*BENCHMARKS, *GROUPS])}; "
+                             f"{', '.join(ON_REQUEST)} run only when named)")
+    parser.add_argument("--rounds", type=int, default=None, metavar="R",
+                        help="interleaved rounds of the default_workers benchmarks (default 2)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON here")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--preset", nargs="+", metavar="NAME", dest="presets",
@@ -58,6 +66,15 @@ def build_parser() -> CommandParser:
                              "torch's OpenMP threads stall behind other processes and make the reference far "
                              "slower than it is; one thread is the reference's best case here")
     return parser
+
+
+def selected(only: Sequence[str] | None) -> list[str]:
+    """The benchmarks to run, in BENCHMARKS' order: those named (a group names its members), or every one
+    but the ON_REQUEST ones."""
+    if only is None:
+        return [n for n in BENCHMARKS if n not in ON_REQUEST]
+    named = {m for n in only for m in GROUPS.get(n, (n,))}
+    return [n for n in BENCHMARKS if n in named]
 
 
 def load(name: str) -> Callable[[Any], dict]:
@@ -136,8 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except devices.DeviceUnavailable as err:
         return parser.fail(err)
     settings = BenchSettings(device=device, quick=args.quick, seed=args.seed,
-                             presets=tuple(args.presets) if args.presets else None)
-    names = [n for n in BENCHMARKS if args.only is None or n in args.only]
+                             presets=tuple(args.presets) if args.presets else None, rounds=args.rounds)
+    if args.rounds is not None and args.rounds < 1:
+        return parser.fail(ConfigError(f"--rounds must be >= 1 (got {args.rounds})"))
+    names = selected(args.only)
     with torch_threads(args.torch_threads):
         info = meta(settings, args)
         results = run_all(names, settings)

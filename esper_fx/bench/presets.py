@@ -25,6 +25,8 @@ QUICK_SIZES: dict[str, Any] = {"synthetic_train_samples": 512, "synthetic_test_s
 
 def bench_config(preset: str, *, n_envs: int = N_ENVS, device: str = "cpu", seed: int = 0,
                  quick: bool = False) -> TrainingConfig:
-    """The preset with `n_envs` envs on `device`, at the benchmark's sizes (or the quick ones)."""
+    """The preset with `n_envs` envs on `device`, at the benchmark's sizes (or the quick ones), its envs in
+    this process (`env_workers` 0: the benchmarks measure the in-process pool; `ray` asks for its workers)."""
     sizes = QUICK_SIZES if quick else SIZES.get(preset, {})
-    return TrainingConfig.preset(preset, n_envs=n_envs, device=device, seed=seed, run_dir=None, **sizes)
+    return TrainingConfig.preset(preset, n_envs=n_envs, device=device, seed=seed, run_dir=None, env_workers=0,
+                                 **sizes)

@@ -24,6 +24,7 @@ class BenchSettings:
     quick: bool = False
     seed: int = 0
     presets: tuple[str, ...] | None = None  # the host benchmark's presets; None: its defaults
+    rounds: int | None = None  # the default_workers benchmarks' interleaved rounds; None: their default
 
     def reps(self, full: Reps) -> Reps:
         """`full` for a full run; capped to a few repetitions with --quick."""

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
-from esper_fx.config import PRESET_NAMES, SEED_MAX, SEED_MIN, TrainingConfig
+from esper_fx.config import AUTO, PRESET_NAMES, SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS
 from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
 from esper_fx.errors import EXIT_OK, CommandParser, ConfigError
@@ -62,8 +62,10 @@ def build_parser() -> CommandParser:
                       description="Train the PPO controller and compare it with the static host, random, the "
                                   "heuristic, a fixed growth schedule and a static copy of its final architecture, "
                                   "on evaluation seeds it never saw.",
-                      epilog="--seed is the training run's seed (default: the preset's); with --env-workers N the "
-                             "evaluation episodes also run as Ray tasks, N at a time.")
+                      epilog="--seed is the training run's seed (default: the preset's). By default (--env-workers "
+                             "auto) training uses Ray env workers and the evaluation episodes run as Ray tasks, "
+                             "one per usable core at a time; with --env-workers N, N at a time; with 0 everything "
+                             "runs in this process. The table is the same.")
     p.add_argument("--preset", default="quickstart", help=f"base preset, one of {', '.join(PRESET_NAMES)}")
     p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), metavar="ARM",
                    help=f"arms to compare (default: {' '.join(DEFAULT_ARMS)})")
@@ -110,9 +112,10 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
         raise ProveError(str(exc)) from None
     if policy is not None:
         check_policy_fields(base, config, args.checkpoint)
-    if config.env_workers > 0 and not ray_installed():
+    explicit = config.env_workers != AUTO and config.env_workers > 0
+    if explicit and not ray_installed():
         raise ProveError(f"--env-workers {config.env_workers}: {INSTALL_HINT}")
-    if config.env_workers > 0:
+    if config.env_workers != 0:
         try:
             check_ray_address(config.ray_address)
         except RayAddressError as exc:
@@ -292,6 +295,7 @@ def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
     limit_cpu_threads(config, say)
     say(f"prove: preset {args.preset}, task {config.task.value}, arms {', '.join(arms)}, "
         f"evaluation seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), output {out}")
+    say(workers_line(config, arms, seeds, args.tuning_seeds))
     table = compare(arms, config, seeds, progress=say, train_dir=str(out / "train"), quiet_training=args.quiet,
                     tuning_seeds=args.tuning_seeds)
     wall = time.perf_counter() - started
@@ -309,9 +313,23 @@ def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
               f"{json_path}", file=sys.stderr)
         return exit_code(stop_signal(stop))
     for arm, r in table.trained.items():
-        print(f"trained {arm}: {r.summary['episodes']} episodes in {r.summary['wall_time_s']:.0f} s")
+        workers = (r.summary.get("timing") or {}).get("env_workers", 0)
+        print(f"trained {arm}: {r.summary['episodes']} episodes in {r.summary['wall_time_s']:.0f} s "
+              f"({f'{workers} Ray env workers' if workers else 'envs in process'})")
     print(f"prove: {wall:.0f} s in all; wrote {json_path}, {out / 'prove.png'} and {out / 'prove_compute.png'}")
     return EXIT_OK
+
+
+def workers_line(config: TrainingConfig, arms: Any, seeds: Any, tuning_seeds: Any) -> str:
+    """What `--env-workers` (default `auto`) gives training and the evaluation episodes, before they run."""
+    from esper_fx.distributed.auto import choose_eval_workers, choose_workers
+    from esper_fx.evaluation.comparison import evaluation_episodes
+
+    n = evaluation_episodes(arms, config, seeds, tuning_seeds)
+    evaluation = choose_eval_workers(config, n)
+    at_a_time = f"{evaluation.n} at a time as Ray tasks" if evaluation.n else "in this process"
+    return (f"prove: env workers: training {choose_workers(config).describe()}; {n} evaluation episodes "
+            f"{at_a_time} ({'auto: ' if evaluation.auto else ''}{evaluation.why})")
 
 
 def report_of(table: Any, config: TrainingConfig, wall: float, stopped: dict[str, Any] | None = None) -> dict:

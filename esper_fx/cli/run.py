@@ -16,6 +16,7 @@ import time
 
 from esper_fx.training import compile_cache
 from esper_fx.config import TrainingConfig
+from esper_fx.distributed.auto import choose_workers
 from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, RunFailure, SetupError
 from esper_fx.training.stopping import exit_code, stop_signal
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR
@@ -61,6 +62,7 @@ def config_summary(config: TrainingConfig) -> list[str]:
         f"Telemetry: {'enabled' if config.use_telemetry else 'disabled'} (level "
         f"{config.telemetry_level.value}), obs dim {config.state_dim}",
         f"Data: split={config.data_split.value}, path={config.data_path.value}, device={config.device}",
+        f"Env workers: {choose_workers(config).describe()}",
         f"Run dir: {config.run_dir or '(none)'}",
     ]
 

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from esper_fx.training import compile_cache
 from esper_fx.cli.run import config_summary, run_from_cli  # noqa: F401 (config_summary re-exported)
 from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
-from esper_fx.config import PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths
+from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths
 from esper_fx.errors import CommandParser, ConfigError
 from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
 from esper_fx.training.stopping import exit_code, sigterm_stops, stop_signal
@@ -81,8 +81,9 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
 
 
 def _with_ray(config: TrainingConfig) -> TrainingConfig:
-    """The config, when its env workers can run: Ray must be installed (else one line on how)."""
-    if config.env_workers > 0 and not ray_installed():
+    """The config, when its env workers can run: an explicit `--env-workers N` needs Ray installed (else one
+    line on how); `auto` falls back to the in-process pool when Ray cannot start (`distributed.auto`)."""
+    if config.env_workers != AUTO and config.env_workers > 0 and not ray_installed():
         raise ConfigError(f"--env-workers {config.env_workers}: {INSTALL_HINT}")
     return config
 

@@ -28,7 +28,7 @@ import torch
 
 from esper_fx.errors import DeviceUnavailableError, RunFailure
 from esper_fx.config import TrainingConfig
-from esper_fx.distributed.runtime import RaySession, require_ray
+from esper_fx.distributed.runtime import RaySession, RayStartError, require_ray  # noqa: F401 (re-exported)
 from esper_fx.distributed.worker import EnvWorker, WorkerStep
 from esper_fx.training.stopping import deferred_stops
 from hosts.env import ApplyResult

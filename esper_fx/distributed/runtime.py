@@ -21,12 +21,17 @@ from dataclasses import dataclass
 from esper_fx.errors import SetupError
 from esper_fx.training.stopping import deferred_stops
 
-INSTALL_HINT = "env workers need Ray: pip install -e '.[ray]'"
+INSTALL_HINT = "env workers need Ray, a dependency of the default install: pip install -e ."
 # A cluster address: HOST:PORT (the head's GCS, `ray start --head`) or ray://HOST:PORT (Ray Client); "auto"
 # finds the cluster this machine runs. HOST may be a name, an IPv4 address or a bracketed IPv6 address.
 RAY_ADDRESS = re.compile(r"(?:ray://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})")
 RAY_ADDRESS_KEYWORDS = ("auto",)
 RAY_CONNECT_TIMEOUT_S = 3.0  # a reachable head answers a TCP connect at once; an unreachable one never does
+
+
+class RayStartError(SetupError, RuntimeError):
+    """A local Ray could not start (e.g. no usable /dev/shm in a container): `auto` falls back to the
+    in-process pool; an explicit `--env-workers N` stops with this one line."""
 
 
 class RayAddressError(SetupError, ConnectionError):
@@ -64,7 +69,7 @@ def quiet_ray_logging():
 
 
 def ray_installed() -> bool:
-    """True when `import ray` works (the `[ray]` extra is installed)."""
+    """True when `import ray` works (Ray is a dependency of the default install)."""
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -115,9 +120,12 @@ class RaySession:
                 else:
                     with quiet_ray_logging():
                         ray.init(address=address, runtime_env=runtime_env, configure_logging=False)
-        except BaseException:  # a failed start, or a stop held during it: leave nothing running
+        except BaseException as exc:  # a failed start, or a stop held during it: leave nothing running
             with deferred_stops(reraise=False):
                 ray.shutdown()
+            if local and isinstance(exc, Exception):
+                raise RayStartError(f"Ray could not start: {' '.join(str(exc).split())[:300] or type(exc).__name__}") \
+                    from exc
             raise
         return cls(owned=local, joined=True)
 

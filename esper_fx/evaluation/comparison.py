@@ -27,15 +27,19 @@ Stopped by Ctrl-C or SIGTERM (a `KeyboardInterrupt`, or `loop.Interrupted` from 
 `compare` re-raises the same exception with `.partial`: a `ComparisonTable` (`partial=True`) of the
 episodes that finished, paired over the seeds both arms of a pair finished.
 
-With `config.env_workers` > 0 the evaluation episodes run as Ray tasks, at most env_workers at a time
-(`esper_fx.evaluation.ray_tasks`), and the learning arms train with that many Ray env workers: the same per-seed
-numbers as a serial comparison. Ray is joined at `config.ray_address`, or started for the comparison.
+With `config.env_workers` N > 0 the evaluation episodes run as Ray tasks, at most N at a time
+(`esper_fx.evaluation.ray_tasks`), and the learning arms train with N Ray env workers; under `auto` (the
+default) the episodes run one per usable core at a time and training takes `auto`'s own choice
+(`esper_fx.distributed.auto`); 0 keeps everything in this process. The best_fixed search sends all its
+schedules' episodes at once. The per-seed numbers are those of a serial comparison either way. Ray is
+joined at `config.ray_address`, or started for the comparison.
 """
 
 from __future__ import annotations
 
 import html
 import math
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -45,7 +49,8 @@ import numpy as np
 from esper_fx.config import SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation import stats
 from esper_fx.evaluation.fair_controls import (BEST_FIXED, DEFAULT_TUNING_SEEDS, STATIC_MATCHED, flop_ratios,
-                                               matched_overrides, schedule_arm, schedule_name, search_best_fixed)
+                                               matched_overrides, schedule_arm, schedule_name, search_best_fixed,
+                                               search_episodes)
 
 STATIC_FINAL = "static_final"
 BASELINE = "wait"
@@ -183,36 +188,75 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
         tuning_seeds = [int(s) for s in tuning_seeds]
         check_tuning_seeds(config, tuning_seeds, seeds)
     say = progress or (lambda line: None)
-    with episode_runner(config) as run_arm:
-        return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm,
+    with episode_runner(config, evaluation_episodes(arms, config, seeds, tuning_seeds)) as runner:
+        if runner.fell_back:  # said once: the learning arms train in process too, without trying Ray again
+            config = config.replace(env_workers=0)
+        return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, runner,
                         tuning_seeds)
 
 
+def warn(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class EpisodeRunner:
+    """How a comparison runs its evaluation episodes: `one(arm, seeds, on_episode)` and `many(arms, seeds)`
+    (the best_fixed search: every schedule's episodes at once), in this process or as Ray tasks."""
+
+    one: Callable[..., list[Any]]
+    many: Callable[[Sequence[Any], Sequence[int]], list[list[Any]]]
+    workers: int  # episodes at a time as Ray tasks (0: in this process, one after another)
+    fell_back: bool = False  # `auto` chose Ray and Ray could not start
+
+
 @contextmanager
-def episode_runner(config: TrainingConfig):
-    """`episodes.run_arm`, or with env workers its Ray fan-out, inside a Ray session for the comparison."""
+def episode_runner(config: TrainingConfig, n_episodes: int, say: Callable[[str], None] = warn):
+    """The evaluation episodes' runner: in this process (`env_workers` 0, or `auto` where Ray does not pay),
+    or as Ray tasks (`esper_fx.evaluation.ray_tasks`), `choose_eval_workers(config, n_episodes)` at a time,
+    inside a Ray session for the comparison. Under `auto`, a Ray that cannot start leaves one line (`say`)
+    and the episodes in this process."""
+    from esper_fx.distributed.auto import choose_eval_workers, fallback_line
     from esper_fx.evaluation import episodes as ev
 
-    if config.env_workers == 0:
-        yield ev.run_arm
-        return
-    from esper_fx.evaluation.ray_tasks import remote_run_arm
-    from esper_fx.distributed.runtime import RaySession
+    choice = choose_eval_workers(config, n_episodes)
+    session, fell_back = None, False
+    if choice.n > 0:
+        from esper_fx.distributed.runtime import RaySession, RayStartError
 
-    session = RaySession.open(config.ray_address, config.env_workers)
+        try:
+            session = RaySession.open(config.ray_address, choice.n)
+        except (ImportError, RayStartError) as exc:
+            if not choice.auto:
+                raise
+            say(fallback_line(exc))
+            fell_back = True
+    if session is None:
+        yield EpisodeRunner(ev.run_arm, lambda arms, seeds: [ev.run_arm(a, seeds) for a in arms], 0, fell_back)
+        return
+    from esper_fx.evaluation.ray_tasks import remote_run_arm, remote_run_arms
+
     try:
-        yield lambda arm, seeds, on_episode=None: remote_run_arm(arm, seeds, on_episode, workers=config.env_workers)
+        yield EpisodeRunner(lambda arm, seeds, on_episode=None: remote_run_arm(arm, seeds, on_episode, workers=choice.n),
+                            lambda arms, seeds: remote_run_arms(arms, seeds, workers=choice.n), choice.n)
     finally:
         session.close()
 
 
-def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, run_arm,
+def evaluation_episodes(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int],
+                        tuning_seeds: Sequence[int]) -> int:
+    """How many evaluation episodes a comparison runs: every arm on every seed, and the best_fixed search."""
+    search = search_episodes(config, tuning_seeds) if any(_is_control(a, BEST_FIXED) for a in arms.values()) else 0
+    return len(arms) * len(seeds) + search
+
+
+def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, runner,
              tuning_seeds=DEFAULT_TUNING_SEEDS):
     from esper_fx.training.run_state import Interrupted
 
     trained, learned, finished, controls = {}, [], {}, {}  # finished: arm -> its episodes so far
     try:
-        _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_training, run_arm, trained, learned,
+        _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_training, runner, trained, learned,
                   finished, tuning_seeds, controls)
     except (KeyboardInterrupt, Interrupted) as stop:
         stop.partial = table_of(finished, trained, learned, baseline, seeds, partial=True, controls=controls)
@@ -229,7 +273,7 @@ def table_of(episodes: Mapping[str, list[Any]], trained: dict[str, Any], learned
                            seeds, partial, dict(controls or {}))
 
 
-def _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_training, run_arm, trained, learned,
+def _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_training, runner, trained, learned,
               finished, tuning_seeds=DEFAULT_TUNING_SEEDS, controls=None) -> None:
     """Build (train) every arm, then run each on every seed; `trained`, `learned`, `finished` and `controls`
     fill as they go (so a stop keeps what finished)."""
@@ -252,7 +296,7 @@ def _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_traini
             source = _static_source(static_final_of, learned, arms, STATIC_MATCHED)
             built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=matched_overrides(finished[source]))
         elif _is_control(arm, BEST_FIXED):
-            best, table = search_best_fixed(config, tuning_seeds, run_arm, say)
+            best, table = search_best_fixed(config, tuning_seeds, runner.many, say)
             controls[BEST_FIXED] = {"tuning_seeds": list(tuning_seeds), "chosen": schedule_name(best),
                                     "budget_episodes": len(table) * len(tuning_seeds), "search": table}
             built[name] = schedule_arm(name, config, best)
@@ -262,7 +306,7 @@ def _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_traini
             done.append(e)
             say(f"compare: {e.arm} seed {e.seed}: accuracy {e.accuracy:.2f}% ({e.wall_s:.1f} s)")
 
-        finished[name] = run_arm(built[name], seeds, on_episode=on_episode)
+        finished[name] = runner.one(built[name], seeds, on_episode=on_episode)
         if _is_control(arm, STATIC_MATCHED):
             ratios = flop_ratios(finished[name], finished[source])
             controls[STATIC_MATCHED] = {"source": source, "flop_ratio": {str(k): v for k, v in ratios.items()}}

@@ -120,15 +120,16 @@ def blend_round(table: Sequence[dict[str, Any]], config: TrainingConfig) -> list
             for blend in contracts.BLEND_NAMES if blend != row["config"]["blend"]]
 
 
-def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_arm: Callable,
+def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_many: Callable,
                       say: Callable[[str], None]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """(the best schedule, the search table: one row per schedule with its round and its accuracy per tuning
-    seed)."""
+    seed). `run_many(arms, seeds)`: every arm's episodes on `seeds`; a round's schedules go at once (as Ray
+    tasks, they share the cores)."""
     table: list[dict[str, Any]] = []
 
     def play(schedules: Sequence[dict[str, Any] | None], round_: int) -> None:
-        for schedule in schedules:
-            episodes = run_arm(schedule_arm(BEST_FIXED, config, schedule), list(tuning_seeds))
+        results = run_many([schedule_arm(BEST_FIXED, config, schedule) for schedule in schedules], list(tuning_seeds))
+        for schedule, episodes in zip(schedules, results):
             accs = [e.accuracy for e in episodes]
             table.append({"schedule": schedule_name(schedule), "round": round_, "config": schedule,
                           "accuracies": accs, "accuracy_mean": float(np.mean(accs))})
@@ -138,3 +139,8 @@ def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_a
     play(blend_round(table, config), 2)
     best = max(table, key=lambda row: row["accuracy_mean"])  # the first of equals: the simpler schedule
     return best["config"], table
+
+
+def search_episodes(config: TrainingConfig, tuning_seeds: Sequence[int]) -> int:
+    """At most how many episodes the search runs (both rounds; the second may find fewer finalists)."""
+    return (len(schedule_grid(config)) + BLEND_FINALISTS * (len(contracts.BLEND_NAMES) - 1)) * len(tuning_seeds)

@@ -37,22 +37,32 @@ def remote_run_arm(arm: Arm, seeds: Sequence[int], on_episode: Callable[[Episode
                    workers: int) -> list[Episode]:
     """Every seed of `arm` as a Ray task, at most `workers` at a time; the episodes in seed order. Ray must
     be initialised (`distributed.runtime.RaySession`)."""
+    return remote_run_arms([arm], seeds, on_episode, workers=workers)[0]
+
+
+def remote_run_arms(arms: Sequence[Arm], seeds: Sequence[int], on_episode: Callable[[Episode], None] | None = None,
+                    *, workers: int) -> list[list[Episode]]:
+    """Every (arm, seed) pair as a Ray task, at most `workers` at a time (the best_fixed search's schedules
+    share the cores this way); per arm its episodes in seed order, `on_episode` seeing them in that order."""
     ray = require_ray()
     seeds = [int(s) for s in seeds]
-    gpu = uses_cuda(arm.config)
-    task = ray.remote(run_episode).options(num_cpus=1, num_gpus=1 if gpu else 0, max_retries=0)
-    arm_ref, threads = ray.put(arm), torch.get_num_threads()
-    todo, pending, done, reported = list(seeds), {}, {}, 0
+    jobs = [(a, s) for a in range(len(arms)) for s in seeds]
+    refs = [ray.put(arm) for arm in arms]
+    gpus = [uses_cuda(arm.config) for arm in arms]
+    tasks = {gpu: ray.remote(run_episode).options(num_cpus=1, num_gpus=1 if gpu else 0, max_retries=0)
+             for gpu in set(gpus)}
+    threads = torch.get_num_threads()
+    todo, pending, done, reported = list(jobs), {}, {}, 0
     while todo or pending:
         while todo and len(pending) < max(1, workers):
-            seed = todo.pop(0)
-            pending[task.remote(arm_ref, seed, threads, gpu)] = seed
+            a, seed = todo.pop(0)
+            pending[tasks[gpus[a]].remote(refs[a], seed, threads, gpus[a])] = (a, seed)
         ready, _ = ray.wait(list(pending), num_returns=1)
         for ref in ready:
-            seed = pending.pop(ref)
-            done[seed] = get_or_explain(ray, ref, f"evaluation episode {arm.name!r} seed {seed}")
-        while reported < len(seeds) and seeds[reported] in done:
+            a, seed = pending.pop(ref)
+            done[a, seed] = get_or_explain(ray, ref, f"evaluation episode {arms[a].name!r} seed {seed}")
+        while reported < len(jobs) and jobs[reported] in done:
             if on_episode is not None:
-                on_episode(done[seeds[reported]])
+                on_episode(done[jobs[reported]])
             reported += 1
-    return [done[s] for s in seeds]
+    return [[done[a, s] for s in seeds] for a in range(len(arms))]

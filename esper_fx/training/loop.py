@@ -31,6 +31,7 @@ from esper_fx.training import preflight
 from esper_fx.outputs import report
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig, absolute_paths
+from esper_fx.distributed.auto import choose_workers, fallback_line
 from esper_fx.contracts import ACTION_HEADS, EpisodePool, EventType, SignalColumn, signal_columns, unpack_signals
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.errors import ControllerError, DataError
@@ -92,7 +93,7 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     n_batches = math.ceil(config.n_episodes / config.n_envs)
     console = Console(n_batches, config.max_epochs, quiet=quiet, stream=console_stream, n_envs=config.n_envs,
                       n_episodes=config.n_episodes)
-    with run_pool(config, pool) as pool, sigterm_stops(), open_run_log(config, console) as out:
+    with run_pool(config, pool, console.warning) as pool, sigterm_stops(), open_run_log(config, console) as out:
         learner, progress = start(config, bundle, spec, out, n_batches)
         out.console.start_at(progress.next_batch_idx)
         runner = Runner.build(config, spec, bundle, reward, pool, out.console)
@@ -101,7 +102,9 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
         progress = state.progress
         summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
                               progress.best_avg_acc, progress.wall_time_s, state.checkpoint)
-        summary["timing"] = {"first_action_s": out.console.first_action_s}
+        # how the run ran, not what it computed: the Ray env workers it used (config.json keeps what it asked)
+        summary["timing"] = {"first_action_s": out.console.first_action_s, "env_workers": pool_workers(pool),
+                             **worker_time(pool)}
         report_path = None
         if out.dir is not None:
             with deferred_stops(reraise=False):  # the run is complete: a late Ctrl-C only waits for this
@@ -471,28 +474,51 @@ def resolve_policy_device(name: str) -> jax.Device:
     return devices[int(index or 0)]
 
 
-def build_pool(config: TrainingConfig) -> Any:
-    """The run's env pool, built from the config's pool fields: in this process (`env_workers` 0), or
-    `env_workers` Ray actors (`esper_fx.distributed.pool.RayEnvPool`; close it). A dataset that cannot be loaded,
-    or that does not fit the configuration (a batch larger than the training split), raises DataError."""
-    if config.env_workers > 0:
-        from esper_fx.distributed.pool import RayEnvPool
+def build_pool(config: TrainingConfig, say: Callable[[str], None] = print) -> Any:
+    """The run's env pool, built from the config's pool fields: in this process (`env_workers` 0), or that
+    many Ray actors (`esper_fx.distributed.pool.RayEnvPool`; close it). `auto` decides the number at this
+    point (`esper_fx.distributed.auto.choose_workers`); when it chose Ray and Ray cannot start, `say` gets
+    one line and the pool is the in-process one. A dataset that cannot be loaded, or that does not fit the
+    configuration (a batch larger than the training split), raises DataError."""
+    choice = choose_workers(config)
+    if choice.n > 0:
+        from esper_fx.distributed.pool import RayEnvPool, RayStartError
 
-        return RayEnvPool(config)
+        try:
+            return RayEnvPool(config.replace(env_workers=choice.n))
+        except (ImportError, RayStartError) as exc:
+            if not choice.auto:
+                raise
+            say(fallback_line(exc))
     try:
         return EnvPool(config)
     except (DatasetUnavailableError, ValueError) as exc:
         raise DataError(str(exc)) from exc
 
 
+def worker_time(pool: Any) -> dict[str, float]:
+    """A Ray pool's epochs as its workers timed them: the slowest worker's own time summed over the steps
+    (`worker_s`) and the driver's time in those steps (`pool_step_s`); the rest of the run's wall time is
+    serial in the driver (docs/PERFORMANCE.md, issue 28). Empty for the in-process pool."""
+    stats = getattr(pool, "stats", None)
+    if not isinstance(stats, dict) or "step_worker_s" not in stats:
+        return {}
+    return {"worker_s": float(stats["step_worker_s"]), "pool_step_s": float(stats["step_wall_s"])}
+
+
+def pool_workers(pool: Any) -> int:
+    """The Ray env workers a pool runs (0: the in-process pool)."""
+    return int(getattr(pool, "n_workers", 0) or 0)
+
+
 @contextmanager
-def run_pool(config: TrainingConfig, pool: EpisodePool | None = None):
+def run_pool(config: TrainingConfig, pool: EpisodePool | None = None, say: Callable[[str], None] = print):
     """The caller's pool as is, or `build_pool(config)`, closed (Ray actors and a local Ray stopped) when
     the run ends, whether it finishes, fails or is stopped."""
     if pool is not None:
         yield pool
         return
-    pool = build_pool(config)
+    pool = build_pool(config, say)
     try:
         yield pool
     finally:

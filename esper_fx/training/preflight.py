@@ -29,7 +29,7 @@ def check_before_writing(config: TrainingConfig) -> None:
     if config.run_dir:
         check_run_dir(Path(os.path.abspath(config.run_dir)), resumed_run_dir(config.resume_path))
     check_resume_episodes(config)
-    if config.env_workers > 0:
+    if config.env_workers != 0:
         check_ray_address(config.ray_address)
     check_devices(config)
     check_data_root(config)

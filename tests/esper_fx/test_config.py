@@ -16,7 +16,7 @@ DEFAULTS = {
     "seed": 42, "slots": ["r0c1"], "max_seeds": None, "min_cull_age": 9, "one_seed_at_a_time": True, "germination_deadline": True,
     "static_seeds": [], "lr_schedule": "constant", "lr_schedule_steps": None, "train_steps_budget": None,
     "device": "auto", "env_devices": None,
-    "data_path": "device", "num_workers": None, "env_workers": 0, "ray_address": None, "data_root": "./data", "data_split": "shared",
+    "data_path": "device", "num_workers": None, "env_workers": "auto", "ray_address": None, "data_root": "./data", "data_split": "shared",
     "batch_size_per_env": None, "max_train_batches": None, "val_samples": None, "val_batch_size": None,
     "data_seed": 0, "synthetic_train_samples": 50000, "synthetic_test_samples": 10000, "amp": False,
     "amp_dtype": "float16", "lstm_hidden_dim": 128, "blueprint_menu": None,

@@ -33,7 +33,7 @@ from tests.esper_fx.stops import VOLATILE_KEYS, without_keys
 FIXTURE = Path(__file__).with_name("pinned_history.json")
 
 TINY = dict(task="shapes10", n_envs=2, synthetic_train_samples=256, synthetic_test_samples=64,
-            batch_size_per_env=32, max_train_batches=2, seed=5, device="cpu")
+            batch_size_per_env=32, max_train_batches=2, seed=5, device="cpu", env_workers=0)
 RUNS: dict[str, dict[str, Any]] = {
     "ppo_lstm": dict(TINY, controller="ppo_lstm", max_epochs=4, n_episodes=6, slots=["r0c0", "r0c1"],
                      telemetry_level="debug", checkpoint_every=2),

@@ -244,8 +244,8 @@ def test_ctrl_c_during_training_keeps_its_checkpoint_and_writes_a_partial_prove_
 
     original = loop.build_pool
 
-    def build_pool(config):
-        pool = original(config)
+    def build_pool(config, *args):
+        pool = original(config, *args)
         signal_at_apply(pool, 5)  # the first epoch of the second batch
         return pool
 
