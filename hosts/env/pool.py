@@ -453,10 +453,14 @@ class EnvPool:
         return tuple(success)
 
     def finish_epoch(self) -> None:
-        """step_epoch on every enabled slot of every env; auto-culls charge −0.2 to the next step."""
+        """step_epoch on every enabled slot of every env; auto-culls charge −0.2 to the next step. A seed that
+        starts blending with a `gated` blend builds its gate here, so the body runs in the env's own random
+        stream: drawn from the global generator, the gate's init came from whichever env ran last, and an
+        env's episode depended on its neighbours (and on how the envs were split over Ray workers)."""
         self._expect((_EXECUTED,), "finish_epoch")
         for env in self.envs:
-            step_slots(env, self.enabled, self.epoch)
+            with env.rng.activate():
+                step_slots(env, self.enabled, self.epoch)
         self._phase = _STEPPED
 
     def apply(self, actions, bootstrap: bool = False) -> ApplyResult:

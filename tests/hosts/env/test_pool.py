@@ -740,3 +740,25 @@ def test_packed_signals_unpack_to_the_same_fields(shapes10_data):
     assert list(packed) == list(PACKED_DTYPES)
     assert all(t.is_contiguous() and t.dtype == DTYPES[d] and t.shape[0] == 2 for d, t in packed.items())
     assert_signals_equal(signals, unpack_signals(packed, columns))
+
+
+def test_a_gated_blend_draws_its_gate_from_its_own_env_whatever_runs_beside_it(shapes10_data):
+    """The gate is built when the seed starts blending (in finish_epoch): the same env must get the same gate
+    alone in its pool (one Ray worker's slice) as beside another env that germinated too."""
+    GATED = 2
+
+    def gate_of_env0(env_ids):
+        pool = EnvPool(config=make_config(), data=shapes10_data, env_ids=env_ids)
+        pool.build_envs(0)
+        epoch(pool, germinate_all(pool, blend=GATED))
+        slot = pool.envs[0].model.slot("r0c1")
+        for _ in range(pool.max_epochs - 1):
+            if slot.alpha_schedule is not None:
+                break
+            epoch(pool)
+        assert slot.stage == SeedStage.BLENDING
+        return [p.detach().clone() for p in slot.alpha_schedule.parameters()]
+
+    together, alone = gate_of_env0((0, 1)), gate_of_env0((0,))
+    assert len(together) == len(alone) > 0
+    assert all(torch.equal(a, b) for a, b in zip(together, alone))
