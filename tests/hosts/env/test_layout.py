@@ -83,7 +83,7 @@ def _actions(pool: EnvPool) -> list[list[int]]:
 
 def test_no_epoch_creates_a_tensor_outside_channels_last(pool):
     pool.build_envs(0)
-    stages, watched = set(), 0
+    stages, germinated, watched = set(), set(), 0
     for _ in range(pool.max_epochs):
         watch = LayoutWatch()
         with watch:
@@ -93,8 +93,8 @@ def test_no_epoch_creates_a_tensor_outside_channels_last(pool):
         watched += watch.ops
         stages |= {env.slot(s).stage for env in pool.envs for s in SLOTS}
         pool.apply(_actions(pool))
-    germinated = {env.slot(s).state.blueprint_id for env in pool.envs for s in SLOTS if env.slot(s).state}
-    assert germinated == set(MENU[1:])  # every blueprint but noop grew somewhere
+        germinated |= {env.slot(s).state.blueprint_id for env in pool.envs for s in SLOTS if env.slot(s).state}
+    assert germinated == set(MENU[1:])  # every blueprint but noop grew somewhere (a seed may be culled later)
     assert {SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY, SeedStage.FOSSILIZED} <= stages
     assert watched > 0
 
