@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from esper_fx.errors import SetupError
 from esper_fx.training.stopping import deferred_stops
+from esper_fx.distributed.auto import usable_cores  # the cores `auto` counts: the process's affinity
 
 INSTALL_HINT = "env workers need Ray, a dependency of the default install: pip install -e ."
 # A cluster address: HOST:PORT (the head's GCS, `ray start --head`) or ray://HOST:PORT (Ray Client); "auto"
@@ -115,7 +116,7 @@ class RaySession:
                 # (Ray's fork+exec of its daemons, not a fork of this process)
                 warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
                 if local:
-                    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, min_cpus), include_dashboard=False,
+                    ray.init(address="local", num_cpus=max(usable_cores(), min_cpus), include_dashboard=False,
                              runtime_env=runtime_env, configure_logging=False)
                 else:
                     with quiet_ray_logging():
