@@ -96,12 +96,34 @@ class RayEnvPool:
             actor = ray.remote(EnvWorker).options(num_cpus=1, num_gpus=gpus, max_restarts=0)
             threads, faults = torch.get_num_threads(), tuple(nan_faults)
             self._actors = [actor.remote(self.config, tuple(envs), gpu, threads, faults) for envs in self.slices]
-            self.workers = self._gather([a.info.remote() for a in self._actors], range(self.n_workers),
-                                        timeout=READY_TIMEOUT_S)
         except BaseException:
             self.close()
             raise
-        self.steps_per_epoch = self.workers[0]["steps_per_epoch"]
+        # The actors start in the background (some 2 s: a process, torch, the data): the driver meanwhile
+        # builds its controller; the first call that needs them (or `wait_ready`) waits for their answer.
+        self._ready = [a.info.remote() for a in self._actors]
+        self._workers: list[dict[str, Any]] | None = None
+        self._prefetched: tuple[tuple[int, int], list[Any]] | None = None  # ((b, n), begin refs) sent ahead
+        self._results: list[Any] | None = None  # episode_results refs sent before a prefetched begin
+
+    def wait_ready(self) -> list[dict[str, Any]]:
+        """Each worker's `info` once it is up (pid, host, K); the first failure (or a worker not placed in
+        READY_TIMEOUT_S) names its worker. The actors are closed when one fails."""
+        if self._workers is None:
+            try:
+                self._workers = self._gather(self._ready, range(self.n_workers), timeout=READY_TIMEOUT_S)
+            except BaseException:
+                self.close()
+                raise
+        return self._workers
+
+    @property
+    def workers(self) -> list[dict[str, Any]]:
+        return self.wait_ready()
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.wait_ready()[0]["steps_per_epoch"]
 
     # ---------------------------------------------------------------- the pool interface
     @property
@@ -109,13 +131,36 @@ class RayEnvPool:
         return self.config.n_envs
 
     def begin(self, batch_index: int, n_active: int | None = None) -> dict[str, torch.Tensor]:
+        n = self._check_active(n_active)
+        self.wait_ready()
+        prefetched, self._prefetched = self._prefetched, None
+        self._running = self._running_for(n)
+        self._n_active, self.epoch = n, 1
+        if prefetched is not None and prefetched[0] == (int(batch_index), n):
+            parts = self._gather(prefetched[1], self._running)
+        else:  # (a begin sent ahead for other envs only built them: this one builds them afresh)
+            parts = self._call("begin", [(batch_index, n)] * len(self._running))
+        return self._merge(parts)
+
+    def prefetch(self, batch_index: int, n_active: int | None = None) -> None:
+        """Send batch `batch_index`'s `begin` ahead, so the workers build its envs (and run its first epoch)
+        while the driver updates the controller; the next `begin` with these arguments takes the answer.
+        The running batch's `episode_results` are asked for first (a worker answers in order)."""
+        n = self._check_active(n_active)
+        if self._running:
+            self._results = [self._actors[w].episode_results.remote() for w in self._running]
+        running = self._running_for(n)
+        self._prefetched = ((int(batch_index), n), [self._actors[w].begin.remote(batch_index, n) for w in running])
+        self.stats["calls"] += 1
+
+    def _check_active(self, n_active: int | None) -> int:
         n = self.n_envs if n_active is None else int(n_active)
         if not 1 <= n <= self.n_envs:
             raise ValueError(f"n_active must be in [1, n_envs={self.n_envs}] (got {n_active})")
-        self._running = [w for w, envs in enumerate(self.slices) if envs.start < n]
-        self._n_active, self.epoch = n, 1
-        parts = self._call("begin", [(batch_index, n)] * len(self._running))
-        return self._merge(parts)
+        return n
+
+    def _running_for(self, n: int) -> list[int]:
+        return [w for w, envs in enumerate(self.slices) if envs.start < n]
 
     def step(self, actions, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
         if not self._running:
@@ -141,7 +186,10 @@ class RayEnvPool:
         return result, merged
 
     def episode_results(self) -> list:
-        return [r for part in self._call("episode_results", [()] * len(self._running)) for r in part]
+        refs, self._results = self._results, None
+        parts = self._call("episode_results", [()] * len(self._running)) if refs is None else \
+            self._gather(refs, self._running)
+        return [r for part in parts for r in part]
 
     # ---------------------------------------------------------------- lifetime
     def close(self) -> None:

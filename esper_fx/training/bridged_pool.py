@@ -71,6 +71,13 @@ class BridgedPool:
         return EpochResult(applied.actions, applied.events, _tree(self._signals if signals is not None else None),
                            _tree(self._bootstrap if applied.bootstrap_signals is not None else None))
 
+    def prefetch(self, batch_index: int, n_active: int | None = None) -> None:
+        """Let a pool that can (Ray's) start batch `batch_index` ahead, while the driver updates; a no-op for
+        the in-process pool, which has no other core to do it on."""
+        ahead = getattr(self.pool, "prefetch", None)
+        if ahead is not None:
+            ahead(batch_index, n_active)
+
     def episode_results(self) -> list:
         return self.pool.episode_results()
 

@@ -93,24 +93,36 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     n_batches = math.ceil(config.n_episodes / config.n_envs)
     console = Console(n_batches, config.max_epochs, quiet=quiet, stream=console_stream, n_envs=config.n_envs,
                       n_episodes=config.n_episodes)
-    with run_pool(config, pool, console.warning) as pool, sigterm_stops(), open_run_log(config, console) as out:
-        learner, progress = start(config, bundle, spec, out, n_batches)
-        out.console.start_at(progress.next_batch_idx)
-        runner = Runner.build(config, spec, bundle, reward, pool, out.console)
-        state = train(runner, RunState(runner.to_device(learner), progress), out, n_batches)
-        out.close()
-        progress = state.progress
-        summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
-                              progress.best_avg_acc, progress.wall_time_s, state.checkpoint)
-        # how the run ran, not what it computed: the Ray env workers it used (config.json keeps what it asked)
-        summary["timing"] = {"first_action_s": out.console.first_action_s, "env_workers": pool_workers(pool),
-                             **worker_time(pool)}
-        report_path = None
-        if out.dir is not None:
-            with deferred_stops(reraise=False):  # the run is complete: a late Ctrl-C only waits for this
-                out.dir.write_summary(summary)
-            if config.report:
-                report_path = write_report(out)
+    with run_pool(config, pool, console.warning) as pool, sigterm_stops():
+        # built while Ray workers start; they must be up before anything is written (a failed worker
+        # leaves the run directory untouched)
+        learner = fresh_learner(bundle, spec, config.seed, resolve_policy_device(config.device))
+        wait_ready(pool)
+        with open_run_log(config, console) as out:
+            result = train_and_summarize(config, bundle, spec, reward, pool, out, n_batches, learner)
+    return result
+
+
+def train_and_summarize(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSpec, reward: Callable,
+                        pool: EpisodePool, out: RunLog, n_batches: int, learner: LearnerState) -> RunResult:
+    """The run inside its run directory: start (or resume), every batch, the summary and the report."""
+    learner, progress = start(config, bundle, spec, out, n_batches, learner)
+    out.console.start_at(progress.next_batch_idx)
+    runner = Runner.build(config, spec, bundle, reward, pool, out.console)
+    state = train(runner, RunState(runner.to_device(learner), progress), out, n_batches)
+    out.close()
+    progress = state.progress
+    summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
+                          progress.best_avg_acc, progress.wall_time_s, state.checkpoint)
+    # how the run ran, not what it computed: the Ray env workers it used (config.json keeps what it asked)
+    summary["timing"] = {"first_action_s": out.console.first_action_s, "env_workers": pool_workers(pool),
+                         **worker_time(pool)}
+    report_path = None
+    if out.dir is not None:
+        with deferred_stops(reraise=False):  # the run is complete: a late Ctrl-C only waits for this
+            out.dir.write_summary(summary)
+        if config.report:
+            report_path = write_report(out)
     return RunResult(history=progress.history, events=out.events, summary=summary, run_dir=out.path,
                      controller_state=state.learner.controller, best_controller_state=state.learner.best_controller,
                      config=config, obs_rms=state.learner.obs_rms, report_path=report_path)
@@ -148,12 +160,11 @@ def open_run_log(config: TrainingConfig, console: Console):
 
 
 def start(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSpec, out: RunLog,
-          n_batches: int) -> tuple[LearnerState, Progress]:
+          n_batches: int, learner: LearnerState) -> tuple[LearnerState, Progress]:
     """A fresh learner, or the one of `config.resume_path`; metrics.csv's header, config.json (on a resume,
     metrics.csv, events.jsonl and the TensorBoard scalars truncated to the restored batches); the opening
     events. A checkpoint that cannot be used is reported before anything is written."""
-    learner, progress, manifest = fresh_learner(bundle, spec, config.seed, resolve_policy_device(config.device)), \
-        Progress(), None
+    progress, manifest = Progress(), None
     restart = config.resume_path is not None and preflight.restartable_run(config.resume_path) is not None
     if config.resume_path and not restart:
         learner, progress, manifest = restore(config, bundle, learner)
@@ -284,6 +295,9 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     record = BatchTally.start(runner.spec, n_active)
     for t in range(1, config.max_epochs + 1):
         episode, signals = run_epoch(runner, learner, episode, signals, b, t, record)
+    n_next = min(config.n_envs, config.n_episodes - progress.episodes_completed - n_active)
+    if n_next > 0:  # Ray workers build the next batch's envs during the update
+        runner.pool.prefetch(b + 1, n_next)
     update_started = time.perf_counter()
     learner, ppo, skipped = end_of_batch(runner, learner._replace(reward_norm=episode.reward_norm),
                                          episode.rollout, b, record.panicked)
@@ -504,6 +518,14 @@ def worker_time(pool: Any) -> dict[str, float]:
     if not isinstance(stats, dict) or "step_worker_s" not in stats:
         return {}
     return {"worker_s": float(stats["step_worker_s"]), "pool_step_s": float(stats["step_wall_s"])}
+
+
+def wait_ready(pool: Any) -> None:
+    """Wait until a Ray pool's workers are up (their start overlaps the driver's own); the in-process pool
+    is ready when built."""
+    ready = getattr(pool, "wait_ready", None)
+    if ready is not None:
+        ready()
 
 
 def pool_workers(pool: Any) -> int:

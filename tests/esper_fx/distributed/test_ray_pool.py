@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+import torch
 
 import esper_fx
 from esper_fx.outputs import checkpoint as ckpt
@@ -166,6 +167,37 @@ def test_a_worker_exception_reaches_the_driver_with_its_traceback(local_ray):
     assert "in decode_actions" in message and "\x1b[" not in message
     assert isinstance(info.value.__cause__, ValueError)
     assert ray.is_initialized()  # a Ray the caller started is left running
+
+
+def _wait_episode(pool, n: int) -> None:
+    """Every epoch of the running batch with WAIT actions."""
+    signals = True
+    while signals is not None:
+        _, signals = pool.step(np.zeros((n, 4), dtype=np.int32))
+
+
+def test_a_begin_sent_ahead_is_the_begin_asked_for_and_keeps_the_running_results(local_ray):
+    """`prefetch` (the next batch built during the update) changes no number: the running batch's results
+    are still its own, a matching begin is the fresh one, and one for other envs is built afresh."""
+    from esper_fx.distributed.pool import RayEnvPool
+    from hosts.env import EnvPool
+
+    config = small(env_workers=2, max_epochs=2)
+    plain = EnvPool(config.replace(env_workers=0))  # (bit for bit the Ray pool without a begin sent ahead)
+    with RayEnvPool(config) as ahead:
+        for pool in (ahead, plain):
+            pool.begin(0, 3)
+            _wait_episode(pool, 3)
+        ahead.prefetch(1, 3)
+        assert ahead.episode_results() == plain.episode_results()  # batch 0's, not the prefetched batch's
+        got, want = ahead.begin(1, 3), plain.begin(1, 3)
+        assert all(torch.equal(got[k], want[k]) for k in want)
+        _wait_episode(ahead, 3)
+        _wait_episode(plain, 3)
+        ahead.prefetch(2, 3)  # a begin for other envs than the one asked for next
+        got, want = ahead.begin(2, 2), plain.begin(2, 2)
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+        assert got["obs"].shape[0] == 2
 
 
 def test_without_ray_env_workers_exit_2_with_the_install_line(monkeypatch, capsys, tmp_path):

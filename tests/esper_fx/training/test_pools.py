@@ -35,6 +35,6 @@ def test_the_in_process_pool_and_the_bridge_around_it_are_episode_pools():
 
 def test_a_ray_pool_is_an_episode_pool_once_built():
     ray_pool = object.__new__(RayEnvPool)  # (building one starts Ray actors: tests/esper_fx/distributed/test_ray_pool.py)
-    assert not isinstance(ray_pool, EpisodePool)  # steps_per_epoch is set by __init__, from the workers
-    ray_pool.steps_per_epoch = 1
-    assert isinstance(ray_pool, EpisodePool)
+    assert not isinstance(ray_pool, EpisodePool)  # steps_per_epoch comes from the workers once they are up
+    ray_pool._workers = [{"steps_per_epoch": 1}]
+    assert isinstance(ray_pool, EpisodePool) and ray_pool.steps_per_epoch == 1
