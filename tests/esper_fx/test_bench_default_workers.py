@@ -77,3 +77,26 @@ def test_the_default_workers_benchmarks_run_only_when_named():
     assert not set(ON_REQUEST) & set(selected(None))
     assert selected(["default_workers"]) == list(ON_REQUEST)
     assert selected(["default_workers_prove", "ray"]) == ["ray", "default_workers_prove"]
+
+
+def test_prove_rounds_compare_the_table_not_the_command_line_that_asked_for_it(tmp_path):
+    def run(cmd, **kwargs):
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True)
+        table = {"rows": [{"arm": "ppo", "accuracy_mean": 40.0 if "--env-workers" in cmd else 40.5}]}
+        (out / "prove.json").write_text(json.dumps({**table, "command": cmd, "config": {"env_workers": cmd[-1]},
+                                                    "wall_s": 3.0}))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    with pytest.raises(AssertionError, match=r"rows\[0\]\.accuracy_mean: 40\.5 != 40\.0 \(wall [0-9.]+ s by default"):
+        bench.one_round("prove", 0, tmp_path / "a", run)
+
+    def equal(cmd, **kwargs):
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True)
+        (out / "prove.json").write_text(json.dumps({"rows": [{"arm": "ppo", "accuracy_mean": 40.0}], "command": cmd,
+                                                    "config": {"env_workers": cmd[-1]}, "wall_s": 3.0}))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    round_ = bench.one_round("prove", 0, tmp_path / "b", equal)
+    assert set(round_) == {"default", "in_process"} and round_["default"]["wall_s"] >= 0
