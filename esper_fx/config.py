@@ -123,6 +123,9 @@ def _codes(names: Any) -> str:
 class TrainingConfig:
     # run
     task: Task = option(Task.CIFAR10, f"the task: {_codes(Task)}", metavar="NAME")
+    task_mix: tuple[str, ...] = option((), "tasks each episode draws one of (from its env's seed; the controller is "
+                                       "not told which): host variants that read `task`'s data, e.g. `shapes16 "
+                                       "shapes16_spatial shapes16_narrow`; empty: `task` alone", metavar="NAME")
     controller: str = option("ppo_lstm", f"the seed controller: {_codes(REGISTRY.names())} (`oracle` is a fixed "
                              "growth schedule, `config.oracle`; `ppo` stands for `ppo_lstm`)", metavar="NAME")
     n_episodes: int = option(100, "total episodes (batches of `n_envs`)", flag="--episodes", resume=True)
@@ -205,6 +208,7 @@ class TrainingConfig:
         self._validate_counts()
         self._validate_slots()
         self._validate_data()
+        self._validate_mix()
         self._validate_workers()
         self._validate_menu_and_rotation()
         self._set("reward", self.reward.for_run(self.task, self.ppo.gamma, self.min_cull_age))
@@ -227,7 +231,7 @@ class TrainingConfig:
         for name, cls in enums.items():
             self._set(name, check.enum(name, cls, getattr(self, name)))
         REGISTRY.canonical(check.text("controller", self.controller))
-        for name in ("slots", "env_devices", "blueprint_menu", "static_seeds"):
+        for name in ("slots", "env_devices", "blueprint_menu", "static_seeds", "task_mix"):
             value = getattr(self, name)
             if value is not None:
                 self._set(name, check.string_list(name, value))
@@ -277,6 +281,18 @@ class TrainingConfig:
                 f"Invalid slot configuration: slots {missing} are not injection points of task "
                 f"{self.task.value!r} (available: {list(available)})"
             )
+
+    def _validate_mix(self) -> None:
+        mix = tuple(name.lower() for name in self.task_mix)
+        for name in mix:
+            if name not in contracts.TASK_NAMES:
+                raise ValueError(f"task_mix: unknown task {name!r}; available tasks: {list(contracts.TASK_NAMES)}")
+            why = contracts.mix_mismatch(self.task.value, name)
+            if why:
+                raise ValueError(f"task_mix: {name!r} cannot share a run with task {self.task.value!r}: {why}")
+        if len(set(mix)) != len(mix):
+            raise ValueError(f"task_mix lists a task twice (got {list(mix)})")
+        self._set("task_mix", mix)
 
     def _validate_data(self) -> None:
         if self.lr_schedule not in contracts.LR_SCHEDULES:
@@ -520,7 +536,7 @@ def _plain(value: Any) -> Any:
 
 PRESET_NAMES: tuple[str, ...] = (
     "cifar10", "cifar10_deep", "tinystories", "shapes10", "pytext", "quickstart", "shapes10_quick", "heuristic",
-    "fashion_mnist",
+    "fashion_mnist", "mixed",
 )
 
 _CIFAR = {"task": "cifar10", "entropy_coef": 0.1}
@@ -554,6 +570,11 @@ FASHION_MNIST = {
     "synthetic_train_samples": 50000, "synthetic_test_samples": 10000,
 }
 
+# mixed: the quickstart over a task mix (docs/LEARNING.md): each episode draws one of three hosts on shapes16's
+# images, one that cannot see space (the quickstart's), one that can, and a narrow one; the controller has to
+# tell them apart from what it observes. More episodes than the quickstart: three tasks to learn.
+MIXED = {**QUICKSTART, "task_mix": ("shapes16", "shapes16_spatial", "shapes16_narrow"), "n_episodes": 192}
+
 _PRESETS: dict[str, dict[str, Any]] = {
     "cifar10": dict(_CIFAR),
     "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
@@ -563,6 +584,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
     "quickstart": QUICKSTART,
     "shapes10_quick": SHAPES10_QUICK,
     "fashion_mnist": FASHION_MNIST,
+    "mixed": MIXED,
     "heuristic": {
         "controller": "heuristic", "task": "cifar10", "n_episodes": 1, "n_envs": 1, "max_epochs": 75,
         "batch_size_per_env": 128, "max_train_batches": 50, "val_samples": 6400,

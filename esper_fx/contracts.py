@@ -196,6 +196,7 @@ class TaskFacts(NamedTuple):
     baseline_loss: float = 2.3
     target_loss: float = 0.3
     compute_rent_weight: float = 0.05
+    data: str | None = None  # the task whose dataset it reads (a host variant on another task's data); None: its own
 
 
 _CNN_TASK = dict(topology="cnn", kind="classification", num_slots=3, lifecycle_horizon=25, max_train_batches=None,
@@ -219,6 +220,10 @@ TASKS: Mapping[str, TaskFacts] = {
     # fashion_mnist: the real Fashion-MNIST files and a small 3x3 host (1 grey channel) at SGD 0.02, whose
     # 12-epoch accuracy is steadier than at 0.05 (`python -m hosts.data.difficulty fashion_mnist`)
     "fashion_mnist": TaskFacts(batch_size=128, host_lr=0.02, seed_lr=0.02, **_CNN_TASK),
+    # host variants on shapes16's images, for a task mix (TrainingConfig.task_mix; docs/LEARNING.md): a host
+    # that sees space (3x3 blocks of 16), and a narrow one (3x3 blocks of 4 channels)
+    "shapes16_spatial": TaskFacts(batch_size=128, host_lr=0.05, seed_lr=0.05, data="shapes16", **_CNN_TASK),
+    "shapes16_narrow": TaskFacts(batch_size=128, host_lr=0.05, seed_lr=0.05, data="shapes16", **_CNN_TASK),
 }
 # Host learning-rate schedules within an episode (hosts.env.lr_schedule): "constant" keeps the task's lr;
 # "cosine" decays it to zero over the episode's training steps (or over lr_schedule_steps).
@@ -239,6 +244,27 @@ def task_facts(task: str) -> TaskFacts:
     if key not in TASKS:
         raise ValueError(f"unknown task {task!r}; available tasks: {list(TASK_NAMES)}")
     return TASKS[key]
+
+
+def task_data_name(task: str) -> str:
+    """The task whose dataset `task` reads: its own, or the one a host variant names."""
+    key = str(getattr(task, "value", task)).lower()
+    return task_facts(key).data or key
+
+
+# what the tasks of one mix share, so that one dataset, one controller and one episode shape serve them all
+MIX_SHARED_FACTS = ("topology", "kind", "num_slots", "num_classes", "vocab_size", "block_size", "batch_size",
+                    "max_train_batches", "lifecycle_horizon", "typical_loss_delta_std", "baseline_loss",
+                    "target_loss", "compute_rent_weight")
+
+
+def mix_mismatch(task: str, variant: str) -> str | None:
+    """Why `variant` cannot join a task mix led by `task` (a different dataset, or a fact that differs), or None."""
+    if task_data_name(variant) != task_data_name(task):
+        return f"it reads {task_data_name(variant)!r}'s data, not {task_data_name(task)!r}'s"
+    a, b = task_facts(task), task_facts(variant)
+    differ = [name for name in MIX_SHARED_FACTS if getattr(a, name) != getattr(b, name)]
+    return f"its {', '.join(differ)} differ{'s' * (len(differ) == 1)}" if differ else None
 
 
 def task_slot_ids(task: str) -> tuple[str, ...]:

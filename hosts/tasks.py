@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from torch import nn
 
@@ -67,11 +69,21 @@ def _tinystories_host() -> nn.Module:
 HOST_FACTORIES: dict[str, Callable[[], nn.Module]] = {
     "cifar10": CNNHost.cifar10, "cifar10_deep": CNNHost.cifar10_deep, "shapes10": CNNHost.cifar10,
     "shapes16": CNNHost.pointwise, "tinystories": _tinystories_host, "pytext": TransformerHost.pytext,
-    "fashion_mnist": CNNHost.fashion,
+    "fashion_mnist": CNNHost.fashion, "shapes16_spatial": CNNHost.spatial, "shapes16_narrow": CNNHost.narrow,
 }
 
 
 _SPECS: dict[str, TaskSpec] = {name: TaskSpec(name, facts, HOST_FACTORIES[name]) for name, facts in TASKS.items()}
+
+
+MIX_SALT = 0x6D1C  # keeps the draw of an episode's task apart from every other use of the env's seed
+
+
+def mix_task(mix: Sequence[str], env_seed: int) -> TaskSpec:
+    """The task an episode of a task mix runs, drawn from its env's seed alone: every arm's episode on one
+    evaluation seed runs the same task, so the arms stay paired."""
+    index = int(np.random.default_rng([MIX_SALT, int(env_seed)]).integers(len(mix)))
+    return get_task(mix[index])
 
 
 def get_task(name: str) -> TaskSpec:

@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
 from esper_fx.config import AUTO, PRESET_NAMES, SEED_MAX, SEED_MIN, TrainingConfig
-from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS
+from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, default_tuning_seeds
 from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
 from esper_fx.errors import EXIT_OK, CommandParser, ConfigError
 from esper_fx.evaluation.comparison import MAX_EVAL_SEEDS
@@ -75,8 +75,9 @@ def build_parser() -> CommandParser:
                    help=f"number of evaluation seeds (default {DEFAULT_EVAL_SEEDS})")
     p.add_argument("--eval-seed-offset", type=int, default=DEFAULT_EVAL_SEED_OFFSET, metavar="K",
                    help=f"first evaluation seed (default {DEFAULT_EVAL_SEED_OFFSET})")
-    p.add_argument("--tuning-seeds", type=int, nargs="+", metavar="S", default=list(DEFAULT_TUNING_SEEDS),
-                   help=f"where best_fixed searches its schedule (default {' '.join(map(str, DEFAULT_TUNING_SEEDS))}); "
+    p.add_argument("--tuning-seeds", type=int, nargs="+", metavar="S", default=None,
+                   help=f"where best_fixed searches its schedule (default {' '.join(map(str, DEFAULT_TUNING_SEEDS))}, "
+                        f"and for a task mix {MIX_TUNING_SEEDS_PER_TASK} consecutive seeds from there per task); "
                         f"disjoint from training and evaluation seeds")
     p.add_argument("--checkpoint", metavar="RUN_DIR", help="evaluate this trained run instead of training one")
     add_set_option(p)
@@ -122,6 +123,8 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
             raise ProveError(str(exc)) from None
     from esper_fx.evaluation.comparison import check_disjoint, check_tuning_seeds
 
+    if args.tuning_seeds is None:
+        args.tuning_seeds = list(default_tuning_seeds(config))
     try:
         check_disjoint(config, seeds)
         if "best_fixed" in args.arms:

@@ -38,6 +38,7 @@ joined at `config.ray_address`, or started for the comparison.
 from __future__ import annotations
 
 import html
+from collections import Counter
 import math
 import sys
 from contextlib import contextmanager
@@ -48,9 +49,9 @@ import numpy as np
 
 from esper_fx.config import SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation import stats
-from esper_fx.evaluation.fair_controls import (BEST_FIXED, DEFAULT_TUNING_SEEDS, STATIC_MATCHED, flop_ratios,
-                                               matched_overrides, schedule_arm, schedule_name, search_best_fixed,
-                                               search_episodes)
+from esper_fx.evaluation.fair_controls import (BEST_FIXED, DEFAULT_TUNING_SEEDS, STATIC_MATCHED, best_by_task,
+                                               default_tuning_seeds, fixed_for, flop_ratios, matched_overrides,
+                                               schedule_arm, schedule_name, search_best_fixed, search_episodes)
 
 STATIC_FINAL = "static_final"
 BASELINE = "wait"
@@ -73,6 +74,7 @@ class ComparisonTable:
     seeds: list[int] = field(default_factory=list)
     partial: bool = False  # stopped before every arm ran on every seed: the episodes that finished
     controls: dict[str, Any] = field(default_factory=dict)  # best_fixed's search, static_matched's FLOP ratios
+    by_task: dict[str, dict[str, Any]] = field(default_factory=dict)  # a task mix: per task, its rows and pairs
 
     def row(self, arm: str) -> dict[str, Any]:
         for r in self.rows:
@@ -101,6 +103,12 @@ class ComparisonTable:
             lines += ["", "paired differences (a − b, pp, 95% interval over seeds):"]
             lines += [f"  {p['a']} vs {p['b']}: {p['mean']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]  "
                       f"{p['a']} {p['verdict']} {p['b']}" for p in self.pairs]
+        for task, part in self.by_task.items():
+            lines += ["", f"task {task} ({len(part['seeds'])} seeds):"]
+            lines += [f"  {r['arm']:<16} {r['accuracy_mean']:6.2f} ± {r['accuracy_sd']:5.2f}  germinated: "
+                      f"{choices(self.episodes[r['arm']], part['seeds'])}" for r in part["rows"]]
+            lines += [f"  {p['a']} vs {p['b']}: {p['mean']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]  {p['verdict']}"
+                      for p in part["pairs"]]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -125,15 +133,27 @@ class ComparisonTable:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (an unbounded interval, from one seed, is null)."""
-        pairs = [{k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in p.items()}
-                 for p in self.pairs]
+        pairs = [_json_pair(p) for p in self.pairs]
+        by_task = {task: {**part, "pairs": [_json_pair(p) for p in part["pairs"]]} for task, part in self.by_task.items()}
         return {"seeds": self.seeds, "partial": self.partial, "rows": self.rows, "pairs": pairs,
-                "controls": self.controls,
+                "controls": self.controls, "by_task": by_task,
                 "episodes": {arm: [e.to_dict() for e in eps] for arm, eps in self.episodes.items()}}
 
     def plot(self, path=None, title: str | None = None):
         """Accuracy per arm per seed, each seed's arms joined by a line (paired); the arm means marked."""
         return paired_arms(self, path=path, title=title)
+
+
+def _json_pair(pair: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in pair.items()}
+
+
+def choices(episodes: Sequence[Any], seeds: Sequence[int], attr: str = "germinations") -> str:
+    """An arm's growth decisions on these seeds, most frequent first: "r0c0=conv_light/gated@1 ×5, none ×3"
+    (`attr` "fossils": what it grew)."""
+    keep = set(seeds)
+    counts = Counter("+".join(getattr(e, attr, ())) or "none" for e in episodes if e.seed in keep)
+    return ", ".join(f"{name} ×{n}" for name, n in counts.most_common())
 
 
 def paired_arms(table: Any, path=None, title: str | None = None) -> Any:
@@ -151,8 +171,14 @@ def paired_arms(table: Any, path=None, title: str | None = None) -> Any:
     fig = Figure(figsize=(max(5.0, 1.3 * len(arms) + 2), 4.2), layout="constrained")
     ax = fig.add_subplot()
     xs = np.arange(len(arms))
-    for column in acc.T:
-        ax.plot(xs, column, color="0.6", linewidth=0.9, marker="o", markersize=3.5, alpha=0.8)
+    tasks = [getattr(e, "task", "") for e in table.episodes[arms[0]]]
+    colours = {t: f"C{i}" for i, t in enumerate(sorted(set(tasks)))} if len(set(tasks)) > 1 else {}
+    for column, task in zip(acc.T, tasks):  # a task mix: each seed's line in its task's colour
+        ax.plot(xs, column, color=colours.get(task, "0.6"), linewidth=0.9, marker="o", markersize=3.5, alpha=0.7)
+    for task, colour in colours.items():
+        mine = [i for i, t in enumerate(tasks) if t == task]
+        ax.hlines(acc[:, mine].mean(axis=1), xs - 0.18, xs + 0.18, color=colour, linewidth=2.0,
+                  label=f"{task} ({len(mine)} seeds)")
     ax.hlines(acc.mean(axis=1), xs - 0.25, xs + 0.25, color="black", linewidth=2.5, label="mean over seeds")
     verdicts = {p["a"]: p["verdict"] for p in table.pairs if p["b"] == "wait"}
     labels = [f"{a}\n({verdicts[a]} wait)" if a in verdicts else a for a in arms]
@@ -174,16 +200,18 @@ def paired_arms(table: Any, path=None, title: str | None = None) -> Any:
 def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int] = (900_000,), *,
             baseline: str | None = BASELINE, static_final_of: str | None = None, train_dir: str | None = None,
             progress: Callable[[str], None] | None = print, quiet_training: bool = True,
-            tuning_seeds: Sequence[int] = DEFAULT_TUNING_SEEDS) -> ComparisonTable:
+            tuning_seeds: Sequence[int] | None = None) -> ComparisonTable:
     """Train the learning arms on `config`, run every arm on every seed, and pair them (module docstring).
 
     Pairs: every arm against `baseline` (when it is an arm), and the first learned arm against every other.
     `train_dir`: where the learning arms' runs are written (`<train_dir>/<arm>`; None writes nothing).
-    `tuning_seeds`: where `best_fixed` searches (disjoint from training and evaluation seeds).
+    `tuning_seeds`: where `best_fixed` searches (disjoint from training and evaluation seeds; default
+    `fair_controls.default_tuning_seeds(config)`).
     """
     if not arms:
         raise ValueError("compare needs at least one arm")
     seeds = check_seeds(seeds)
+    tuning_seeds = default_tuning_seeds(config) if tuning_seeds is None else tuning_seeds
     if any(_is_control(arm, BEST_FIXED) for arm in arms.values()):
         tuning_seeds = [int(s) for s in tuning_seeds]
         check_tuning_seeds(config, tuning_seeds, seeds)
@@ -246,7 +274,8 @@ def episode_runner(config: TrainingConfig, n_episodes: int, say: Callable[[str],
 def evaluation_episodes(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int],
                         tuning_seeds: Sequence[int]) -> int:
     """How many evaluation episodes a comparison runs: every arm on every seed, and the best_fixed search."""
-    search = search_episodes(config, tuning_seeds) if any(_is_control(a, BEST_FIXED) for a in arms.values()) else 0
+    fixed = any(_is_control(a, BEST_FIXED) for a in arms.values())
+    search = search_episodes(config, tuning_seeds) + len(config.task_mix) * len(seeds) if fixed else 0
     return len(arms) * len(seeds) + search
 
 
@@ -269,8 +298,26 @@ def table_of(episodes: Mapping[str, list[Any]], trained: dict[str, Any], learned
     """The table of the arms' episodes (arms without any left out)."""
     episodes = {name: list(eps) for name, eps in episodes.items() if eps}
     rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
-    return ComparisonTable(rows, paired(episodes, baseline, learned[0] if learned else None), episodes, trained,
-                           seeds, partial, dict(controls or {}))
+    learned_arm = learned[0] if learned else None
+    return ComparisonTable(rows, paired(episodes, baseline, learned_arm), episodes, trained, seeds, partial,
+                           dict(controls or {}), by_task(episodes, baseline, learned_arm))
+
+
+def by_task(episodes: Mapping[str, list[Any]], baseline: str | None, learned: str | None) -> dict[str, dict[str, Any]]:
+    """A task mix's table per task (its seeds, its rows, its pairs); empty when every episode ran one task.
+    An evaluation seed runs the same task in every arm (`hosts.tasks.mix_task`), so each task's pairs are
+    paired too."""
+    tasks = sorted({getattr(e, "task", "") for eps in episodes.values() for e in eps})
+    if len(tasks) < 2:
+        return {}
+    out = {}
+    for task in tasks:
+        part = {name: [e for e in eps if e.task == task] for name, eps in episodes.items()}
+        part = {name: eps for name, eps in part.items() if eps}
+        seeds = sorted({e.seed for eps in part.values() for e in eps})
+        out[task] = {"seeds": seeds, "rows": [summarize_arm(name, eps) for name, eps in part.items()],
+                     "pairs": paired(part, baseline, learned)}
+    return out
 
 
 def _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_training, runner, trained, learned,
@@ -297,19 +344,30 @@ def _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_traini
             built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=matched_overrides(finished[source]))
         elif _is_control(arm, BEST_FIXED):
             best, table = search_best_fixed(config, tuning_seeds, runner.many, say)
+            per_task = best_by_task(config, table, tuning_seeds)
             controls[BEST_FIXED] = {"tuning_seeds": list(tuning_seeds), "chosen": schedule_name(best),
-                                    "budget_episodes": len(table) * len(tuning_seeds), "search": table}
+                                    "budget_episodes": len(table) * len(tuning_seeds), "search": table,
+                                    **({"by_task": per_task} if per_task else {})}
             built[name] = schedule_arm(name, config, best)
-        done = finished.setdefault(name, [])
-
-        def on_episode(e, done=done):
-            done.append(e)
-            say(f"compare: {e.arm} seed {e.seed}: accuracy {e.accuracy:.2f}% ({e.wall_s:.1f} s)")
-
-        finished[name] = runner.one(built[name], seeds, on_episode=on_episode)
+        _run_one(name, built[name], seeds, runner, finished, say)
+        if _is_control(arm, BEST_FIXED):  # a task mix: each task's best schedule, played on every task
+            for task, best in per_task.items():
+                _run_one(fixed_for(task), schedule_arm(fixed_for(task), config, best["config"]), seeds, runner,
+                         finished, say)
         if _is_control(arm, STATIC_MATCHED):
             ratios = flop_ratios(finished[name], finished[source])
             controls[STATIC_MATCHED] = {"source": source, "flop_ratio": {str(k): v for k, v in ratios.items()}}
+
+
+def _run_one(name: str, arm: Any, seeds: list[int], runner: Any, finished: dict, say: Callable[[str], None]) -> None:
+    """Every seed of one built arm, kept in `finished` as they come (a stop keeps what finished)."""
+    done = finished.setdefault(name, [])
+
+    def on_episode(e):
+        done.append(e)
+        say(f"compare: {e.arm} seed {e.seed}: accuracy {e.accuracy:.2f}% ({e.wall_s:.1f} s)")
+
+    finished[name] = runner.one(arm, seeds, on_episode=on_episode)
 
 
 def _is_control(arm: Any, kind: str) -> bool:

@@ -54,6 +54,8 @@ class Episode:
     params: float = float("nan")  # host and seed parameters at the end
     flops: dict[str, float] = field(default_factory=dict)  # hosts.env.compute.FLOP_FIELDS; {} when not counted
     compute_units: dict[str, float] = field(default_factory=dict)  # hosts.env.compute.ComputeMeter.units
+    task: str = ""  # the task the episode ran (a task mix draws it from the seed)
+    germinations: tuple[str, ...] = ()  # "slot=blueprint/blend@epoch" of every seed germinated, in order
 
     @property
     def training_flops(self) -> float:
@@ -70,7 +72,14 @@ class Episode:
                 "params_added": self.params_added, "germinated": self.germinated, "fossilized": self.fossilized,
                 "culled": self.culled, "fossils": list(self.fossils), "wall_s": self.wall_s, "params": self.params,
                 "training_flops": self.training_flops, "flops": dict(self.flops),
-                "compute_units": dict(self.compute_units)}
+                "compute_units": dict(self.compute_units), "task": self.task,
+                "germinations": list(self.germinations)}
+
+
+def germinations(events: Sequence[Any]) -> tuple[str, ...]:
+    """The episode's growth decisions from its events: "slot=blueprint/blend@epoch" per germination."""
+    return tuple(f"{e.slot_id}={e.data.get('blueprint')}/{e.data.get('blend')}@{e.epoch}" for e in events
+                 if e.event_type == EventType.SEED_GERMINATED)
 
 
 class Policy(NamedTuple):
@@ -135,7 +144,8 @@ class Arm:
         return Episode(self.name, int(seed), tuple(result.val_accs), float(record.seed_params[0]),
                        result.seeds_created, result.seeds_fossilized, culled, tuple(result.fossils),
                        time.perf_counter() - started, float(record.host_params[0] + record.seed_params[0]),
-                       {k: float(v) for k, v in result.flops.items()}, dict(result.compute_units))
+                       {k: float(v) for k, v in result.flops.items()}, dict(result.compute_units), result.task,
+                       germinations(record.events))
 
     def _runner(self, config: TrainingConfig) -> Runner:
         """A runner over a fresh pool for one episode; the jitted step is built once per arm."""

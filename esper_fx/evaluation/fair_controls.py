@@ -34,6 +34,7 @@ STATIC_MATCHED = "static_matched"
 BEST_FIXED = "best_fixed"
 NO_GROWTH = "no growth"
 DEFAULT_TUNING_SEEDS = (800_000,)
+MIX_TUNING_SEEDS_PER_TASK = 2  # a task mix: this many tuning seeds per task (each seed draws its own task)
 MATCH_TOLERANCE = 0.05  # static_matched's training FLOPs within 5% of the grown run's
 BLEND_FINALISTS = 3  # best_fixed's second round tries every other blend on this many of the first's best
 
@@ -120,6 +121,14 @@ def blend_round(table: Sequence[dict[str, Any]], config: TrainingConfig) -> list
             for blend in contracts.BLEND_NAMES if blend != row["config"]["blend"]]
 
 
+def default_tuning_seeds(config: TrainingConfig) -> tuple[int, ...]:
+    """Where `best_fixed` searches by default: DEFAULT_TUNING_SEEDS, or for a task mix consecutive seeds from
+    there, MIX_TUNING_SEEDS_PER_TASK per task (a seed's task is drawn from it, so the search sees the mix)."""
+    n = MIX_TUNING_SEEDS_PER_TASK * len(config.task_mix) if config.task_mix else len(DEFAULT_TUNING_SEEDS)
+    return tuple(range(DEFAULT_TUNING_SEEDS[0], DEFAULT_TUNING_SEEDS[0] + n)) if config.task_mix \
+        else DEFAULT_TUNING_SEEDS
+
+
 def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_many: Callable,
                       say: Callable[[str], None]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """(the best schedule, the search table: one row per schedule with its round and its accuracy per tuning
@@ -139,6 +148,33 @@ def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_m
     play(blend_round(table, config), 2)
     best = max(table, key=lambda row: row["accuracy_mean"])  # the first of equals: the simpler schedule
     return best["config"], table
+
+
+def best_by_task(config: TrainingConfig, table: Sequence[dict[str, Any]], tuning_seeds: Sequence[int]
+                 ) -> dict[str, dict[str, Any]]:
+    """A task mix: each task's best schedule in the search table, over the tuning seeds that drew it (a
+    tuning seed runs as env 0 of batch 0, so its task is `mix_task(mix, seed)`); {} without a mix. A task
+    no tuning seed drew is left out."""
+    from hosts.tasks import mix_task
+
+    if not config.task_mix:
+        return {}
+    tasks = [mix_task(config.task_mix, seed).name for seed in tuning_seeds]
+    out = {}
+    for task in config.task_mix:
+        mine = [i for i, t in enumerate(tasks) if t == task]
+        if not mine:
+            continue
+        score = lambda row: float(np.mean([row["accuracies"][i] for i in mine]))  # noqa: E731
+        best = max(table, key=score)  # the first of equals: the simpler schedule
+        out[task] = {"chosen": best["schedule"], "config": best["config"], "accuracy_mean": score(best),
+                     "tuning_seeds": [int(tuning_seeds[i]) for i in mine]}
+    return out
+
+
+def fixed_for(task: str) -> str:
+    """The arm that plays `task`'s best fixed schedule on every evaluation seed, whatever its task."""
+    return f"{BEST_FIXED}[{task}]"
 
 
 def search_episodes(config: TrainingConfig, tuning_seeds: Sequence[int]) -> int:

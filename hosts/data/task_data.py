@@ -23,6 +23,7 @@ import torch
 from hosts.data import external, fashion_mnist, pytext, shapes10
 from hosts.data.batching import EpochPlan, gather_augmented, pixel_table, table_images
 from hosts.models.layout import image_layout
+from esper_fx.contracts import task_data_name
 from hosts.tasks import TaskSpec
 
 SHAPES10_PAD = 0.0  # shapes10 is normalised to zero mean: its black padding is 0.0 (BEHAVIOUR §6.4)
@@ -112,26 +113,27 @@ def load_task_data(
     folder. A run passes every value explicitly.
     """
     device = torch.device(device)
-    if task.name in SHAPES_KNOBS:
+    name = task_data_name(task.name)  # (a host variant reads another task's data)
+    if name in SHAPES_KNOBS:
         sizes = {"n_train": synthetic_train_samples, "n_test": synthetic_test_samples, "data_seed": data_seed}
         x_tr, y_tr, x_te, y_te = shapes10.generate(**{k: v for k, v in sizes.items() if v is not None},
-                                                   device=device, knobs=SHAPES_KNOBS[task.name])
+                                                   device=device, knobs=SHAPES_KNOBS[name])
         return _classification(device, x_tr, y_tr, x_te, y_te, torch.full((3,), SHAPES10_PAD))
-    if task.name in ("cifar10", "cifar10_deep", "tinystories") and data_root is None:
+    if name in ("cifar10", "cifar10_deep", "tinystories") and data_root is None:
         raise ValueError(f"task {task.name!r} reads its dataset from disk: pass data_root")
-    if task.name in ("cifar10", "cifar10_deep"):
+    if name in ("cifar10", "cifar10_deep"):
         x_tr, y_tr, x_te, y_te = external.load_cifar10(data_root, download=download)
         return _classification(device, external.normalize_images(x_tr, device), y_tr,
                                external.normalize_images(x_te, device), y_te, external.normalized_black())
-    if task.name == "fashion_mnist":
+    if name == "fashion_mnist":
         x_tr, y_tr, x_te, y_te = fashion_mnist.load_fashion_mnist(data_root)
         norm = dict(mean=fashion_mnist.MEAN, std=fashion_mnist.STD)
         return _classification(device, external.normalize_images(x_tr, device, **norm), y_tr,
                                external.normalize_images(x_te, device, **norm), y_te,
                                external.normalized_black(**norm))
-    if task.name == "pytext":
+    if name == "pytext":
         return _lm(device, *pytext.build_pytext())
-    if task.name == "tinystories":
+    if name == "tinystories":
         return _lm(device, *external.load_tinystories(data_root, max_samples))
     raise ValueError(f"no data loader for task {task.name!r}")
 

@@ -67,7 +67,7 @@ from hosts.seeds.gradient_ratio import ratio_ema
 from hosts.signals.assembly import EnvView, SignalLayout, assemble_signals
 from hosts.signals.slots import count_available_slots, count_seeds
 from hosts.signals.tracker import SignalTracker
-from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, get_task
+from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, get_task, mix_task
 
 BATCH_SEED_STRIDE = 10000  # base_seed = seed + 10000·b (BEHAVIOUR §7.2 item 2)
 ENV_SEED_STRIDE = 1000  # env i seeds its RNGs with base_seed + 1000·i
@@ -127,7 +127,8 @@ class EnvPool:
         env_ids: Sequence[int] | None = None,
     ) -> None:
         self.config = cfg = config
-        self.task = get_task(cfg.task)
+        self.task = get_task(cfg.task)  # its data and its shared facts serve every task of a mix
+        self.mix: tuple[str, ...] = tuple(getattr(cfg, "task_mix", ()) or ())
         self.slot_ids: tuple[str, ...] = tuple(cfg.slot_ids)
         self.enabled: tuple[str, ...] = tuple(cfg.enabled_slots)
         self.menu: tuple[str, ...] = tuple(cfg.menu)
@@ -150,7 +151,7 @@ class EnvPool:
         self.epoch = 0
         self._phase: str | None = None
         self._last_actions: tuple[tuple[int, int, int, int], ...] = ()
-        self._host_costs = None  # hosts.env.compute.ModelCosts of the host; False where not countable
+        self._host_costs: dict[str, Any] = {}  # task -> its host's hosts.env.compute.ModelCosts; False: not countable
         self._steps_done = 0
 
     # ---------------------------------------------------------------- simple views
@@ -192,10 +193,10 @@ class EnvPool:
 
     def _build_env(self, i: int, env_seed: int) -> EnvState:
         device = self.env_device(i)
+        task = mix_task(self.mix, env_seed) if self.mix else self.task
         torch.manual_seed(env_seed)
         random.seed(env_seed)
-        model = MorphogeneticModel(self.task.build_host(), self.enabled, self.task.topology,
-                                   task_config=self.task).to(device)
+        model = MorphogeneticModel(task.build_host(), self.enabled, task.topology, task_config=task).to(device)
         for slot_id in self.enabled:
             model.slot(slot_id).isolate_gradients = True
         rng = EnvRng(device)
@@ -203,14 +204,14 @@ class EnvPool:
         amp = self._amp[device]
         # fp16: a fused SGD takes the scaler's found-inf flag on the device; any other optimizer makes
         # GradScaler.step read it back to the host (a synchronisation per step).
-        host_opt = torch.optim.SGD(model.host_parameters(), lr=self.task.host_lr, momentum=HOST_MOMENTUM,
+        host_opt = torch.optim.SGD(model.host_parameters(), lr=task.host_lr, momentum=HOST_MOMENTUM,
                                    weight_decay=HOST_WEIGHT_DECAY, fused=True if amp.use_scaler else None)
         return EnvState(
             index=i, device=device, model=model, host_optimizer=host_opt,
-            governor=Governor(model, random_guess_loss=self.task.random_guess_loss),
-            tracker=SignalTracker(), rng=rng, seed_lr=self.task.seed_lr,
+            governor=Governor(model, random_guess_loss=task.random_guess_loss),
+            tracker=SignalTracker(), rng=rng, seed_lr=task.seed_lr,
             scaler=torch.amp.GradScaler("cuda") if amp.use_scaler else None,
-            stream=self.streams.for_env(i, device),
+            stream=self.streams.for_env(i, device), task=task.name,
         )
 
     def _plant_static_seeds(self, model: MorphogeneticModel, rng: EnvRng, i: int) -> None:
@@ -279,12 +280,12 @@ class EnvPool:
 
     def _start_meter(self, env: EnvState, x: torch.Tensor) -> None:
         """The env's FLOP meter, from its first training batch (the host's costs measured once per pool)."""
-        if env.compute is not None or self._host_costs is False:
+        if env.compute is not None or self._host_costs.get(env.task) is False:
             return
-        if self._host_costs is None:
-            self._host_costs = model_costs(env.model, x) or False
-        if self._host_costs:
-            env.compute = ComputeMeter.fresh(self._host_costs)
+        if env.task not in self._host_costs:
+            self._host_costs[env.task] = model_costs(env.model, x) or False
+        if self._host_costs[env.task]:
+            env.compute = ComputeMeter.fresh(self._host_costs[env.task])
 
     def _caller_streams(self) -> dict:
         """Each CUDA env device's stream outside every env's context (see hosts.env.epoch_compute)."""
@@ -508,7 +509,7 @@ class EnvPool:
                 action_counts=tuple(c.action_counts), successful_action_counts=tuple(c.successful_action_counts),
                 val_accs=tuple(c.val_accs), fossils=_fossils(env, self.enabled),
                 flops={} if env.compute is None else env.compute.totals(),
-                compute_units={} if env.compute is None else env.compute.units(env.model),
+                compute_units={} if env.compute is None else env.compute.units(env.model), task=env.task,
             ))
         return out
 

@@ -91,6 +91,7 @@ class EpisodeResult:
     fossils: tuple[str, ...] = ()  # "slot=blueprint" of every seed FOSSILIZED now (the grown architecture)
     flops: dict[str, int] = field(default_factory=dict)  # hosts.env.compute.FLOP_FIELDS; {} when not counted
     compute_units: dict[str, float] = field(default_factory=dict)  # hosts.env.compute.ComputeMeter.units
+    task: str = ""  # the task the episode ran (a task mix draws one per episode)
 
 
 @dataclass
@@ -189,6 +190,7 @@ class EnvState:
     metrics: EpochMetrics | None = None
     epoch_work: Any = None  # hosts.env.epoch_compute.EpochWork of the running epoch
     compute: Any = None  # hosts.env.compute.ComputeMeter of the episode (from the first training step)
+    task: str = ""  # the task the episode runs (one of a task mix's, drawn from the env's seed)
 
     # ---------------------------------------------------------------- slots
     def slot(self, slot_id: str):

@@ -76,6 +76,17 @@ class CNNHost(nn.Module):
         return cls(num_classes=num_classes, widths=(16, 16, 16), kernel_size=1, pooled=(False, True, True))
 
     @classmethod
+    def spatial(cls, num_classes: int = CIFAR_CLASSES) -> "CNNHost":
+        """The shapes16 host with 3×3 blocks (the `shapes16_spatial` variant): it sees stripes, edges and
+        shapes by itself, so a seed has less to add."""
+        return cls(num_classes=num_classes, widths=(16, 16, 16), kernel_size=3, pooled=(False, True, True))
+
+    @classmethod
+    def narrow(cls, num_classes: int = CIFAR_CLASSES) -> "CNNHost":
+        """3×3 blocks of 4 channels (the `shapes16_narrow` variant): it sees space but holds little."""
+        return cls(num_classes=num_classes, widths=(4, 4, 4), kernel_size=3, pooled=(False, True, True))
+
+    @classmethod
     def fashion(cls, num_classes: int = CIFAR_CLASSES) -> "CNNHost":
         """The Fashion-MNIST host: grey input, FASHION_WIDTHS channels, 3×3 blocks, pools after every block."""
         return cls(num_classes=num_classes, widths=FASHION_WIDTHS, kernel_size=FASHION_KERNEL, in_channels=1)

@@ -12,7 +12,7 @@ from esper_fx.config import HeuristicConfig, TrainingConfig
 # Every default of a run (BEHAVIOUR §14.1). The reference's differ only in the LEARNING ones (docs/LEARNING.md):
 # the PPO settings (rl.config.REFERENCE_PPO), horizon_bootstrap, min_cull_age, one_seed_at_a_time; static_seeds is new.
 DEFAULTS = {
-    "task": "cifar10", "controller": "ppo_lstm", "n_episodes": 100, "n_envs": 4, "max_epochs": 25,
+    "task": "cifar10", "task_mix": [], "controller": "ppo_lstm", "n_episodes": 100, "n_envs": 4, "max_epochs": 25,
     "seed": 42, "slots": ["r0c1"], "max_seeds": None, "min_cull_age": 9, "one_seed_at_a_time": True, "germination_deadline": True,
     "static_seeds": [], "lr_schedule": "constant", "lr_schedule_steps": None, "train_steps_budget": None,
     "device": "auto", "env_devices": None,

@@ -112,6 +112,7 @@ def test_summary_has_required_lines():
 # field's JSON value. A field declared with a flag and missing here fails the coverage test below.
 SAMPLES = {
     "task": (["shapes10"], "shapes10"),
+    "task_mix": (["shapes10"], ["shapes10"]),  # (a mix of one: the sample task is shapes10, whose data no variant shares)
     "controller": (["heuristic"], "heuristic"),
     "n_episodes": (["7"], 7),
     "n_envs": (["3"], 3),

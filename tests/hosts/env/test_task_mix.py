@@ -1,0 +1,76 @@
+"""A task mix (TrainingConfig.task_mix): each episode's task drawn from its env's seed, one dataset for all."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from esper_fx.config import TrainingConfig
+from hosts.env import EnvPool
+from hosts.tasks import get_task, mix_task
+
+MIX = ("shapes16", "shapes16_spatial", "shapes16_narrow")
+
+
+@settings(deadline=None, max_examples=50)
+@given(st.integers(0, 2**31 - 1))
+def test_an_episodes_task_depends_on_its_env_seed_alone(seed):
+    assert mix_task(MIX, seed) is mix_task(MIX, seed)  # the same seed, the same task, every call
+    assert mix_task(MIX, seed).name in MIX
+    assert mix_task(MIX[:1], seed).name == MIX[0]
+
+
+def test_the_draw_reaches_every_task_about_equally():
+    counts = {name: 0 for name in MIX}
+    for seed in range(900_000, 900_600):
+        counts[mix_task(MIX, seed).name] += 1
+    assert all(150 <= n <= 250 for n in counts.values()), counts
+
+
+def test_the_variants_read_shapes16s_images_with_their_own_hosts():
+    blind, spatial, narrow = (get_task(name).build_host() for name in MIX)
+    assert blind.blocks[0][0].kernel_size == (1, 1) and spatial.blocks[0][0].kernel_size == (3, 3)
+    assert narrow.channels == (4, 4, 4) and spatial.channels == blind.channels == (16, 16, 16)
+
+
+def test_a_pool_builds_each_env_on_its_drawn_task_and_reports_it():
+    config = TrainingConfig(task="shapes16", task_mix=MIX, n_envs=4, max_epochs=1, device="cpu",
+                            slots=("r0c0", "r0c1", "r0c2"), synthetic_train_samples=256, synthetic_test_samples=64,
+                            batch_size_per_env=32, max_train_batches=1, data_split="full")
+    torch.set_num_threads(1)
+    pool = EnvPool(config)
+    drawn = set()
+    for b in range(3):
+        pool.begin(b, 4)
+        for env in pool.envs:
+            want = mix_task(MIX, config.seed + 10_000 * b + 1_000 * env.index)
+            assert env.task == want.name
+            assert env.model.host.blocks[0][0].kernel_size == ((1, 1) if want.name == "shapes16" else (3, 3))
+            assert env.model.host.channels == want.build_host().channels
+            drawn.add(env.task)
+        pool.step([[0, 0, 0, 0]] * 4)
+        assert [r.task for r in pool.episode_results()] == [env.task for env in pool.envs]
+    assert len(drawn) >= 2  # (12 episodes over 3 tasks)
+
+
+def test_without_a_mix_every_env_runs_the_task():
+    config = TrainingConfig(task="shapes16", n_envs=2, max_epochs=1, device="cpu", slots=("r0c0",),
+                            synthetic_train_samples=128, synthetic_test_samples=32, batch_size_per_env=32,
+                            max_train_batches=1)
+    pool = EnvPool(config)
+    pool.begin(0, 2)
+    assert [env.task for env in pool.envs] == ["shapes16", "shapes16"]
+
+
+@pytest.mark.parametrize("mix, needle", [
+    (("shapes16", "fashion_mnist"), "'fashion_mnist' cannot share a run with task 'shapes16': it reads "
+                                    "'fashion_mnist''s data"),
+    (("shapes16", "nope"), "task_mix: unknown task 'nope'"),
+    (("shapes16", "shapes16"), "task_mix lists a task twice"),
+])
+def test_a_mix_that_cannot_share_a_run_is_refused_naming_the_field(mix, needle):
+    with pytest.raises(ValueError, match="task_mix") as info:
+        TrainingConfig(task="shapes16", task_mix=mix)
+    assert needle in str(info.value)
