@@ -59,8 +59,13 @@ def test_a_task_mix_tunes_best_fixed_on_two_seeds_per_task_by_default():
     from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, default_tuning_seeds
 
     assert default_tuning_seeds(TrainingConfig.preset("quickstart")) == DEFAULT_TUNING_SEEDS
+    from hosts.tasks import mix_task
+
     mixed = TrainingConfig.preset("mixed")
-    assert default_tuning_seeds(mixed) == tuple(range(800_000, 800_006)) and len(mixed.task_mix) == 3
+    seeds = default_tuning_seeds(mixed)
+    drawn = [mix_task(mixed.task_mix, s).name for s in seeds]
+    assert sorted(drawn) == sorted(mixed.task_mix * 2)  # two seeds of each task
+    assert seeds[0] == 800_000 and list(seeds) == sorted(set(seeds))
 
 
 def test_each_task_gets_the_best_schedule_of_the_tuning_seeds_that_drew_it():
