@@ -133,7 +133,7 @@ class RayEnvPool:
     def begin(self, batch_index: int, n_active: int | None = None) -> dict[str, torch.Tensor]:
         n = self._check_active(n_active)
         self.wait_ready()
-        prefetched, self._prefetched = self._prefetched, None
+        prefetched, self._prefetched, self._results = self._prefetched, None, None  # (unread results: stale now)
         self._running = self._running_for(n)
         self._n_active, self.epoch = n, 1
         if prefetched is not None and prefetched[0] == (int(batch_index), n):

@@ -194,10 +194,11 @@ def test_a_begin_sent_ahead_is_the_begin_asked_for_and_keeps_the_running_results
         assert all(torch.equal(got[k], want[k]) for k in want)
         _wait_episode(ahead, 3)
         _wait_episode(plain, 3)
-        ahead.prefetch(2, 3)  # a begin for other envs than the one asked for next
+        ahead.prefetch(2, 3)  # a begin for other envs than the one asked for next, its results left unread
         got, want = ahead.begin(2, 2), plain.begin(2, 2)
         assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
         assert got["obs"].shape[0] == 2
+        assert ahead.episode_results() == plain.episode_results()  # batch 2's, not batch 1's unread ones
 
 
 def test_without_ray_env_workers_exit_2_with_the_install_line(monkeypatch, capsys, tmp_path):
