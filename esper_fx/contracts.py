@@ -152,6 +152,11 @@ BLEND_NAMES: tuple[str, ...] = ("linear", "sigmoid", "gated")
 NUM_BLENDS = len(BLEND_NAMES)
 NUM_OPS = len(LifecycleOp)
 
+def growth_name(slot: str, blueprint: str, blend: str, epoch: int) -> str:
+    """One growth decision as tables and logs name it: "slot=blueprint/blend@epoch" (a germination, or a
+    fixed schedule's)."""
+    return f"{slot}={blueprint}/{blend}@{epoch}"
+
 TOPOLOGIES: tuple[str, ...] = ("cnn", "transformer")
 
 # Every registered blueprint per topology (BEHAVIOUR §4.3, §4.4). hosts.seeds.blueprints registers exactly these.

@@ -77,7 +77,8 @@ def build_parser() -> CommandParser:
                    help=f"first evaluation seed (default {DEFAULT_EVAL_SEED_OFFSET})")
     p.add_argument("--tuning-seeds", type=int, nargs="+", metavar="S", default=None,
                    help=f"where best_fixed searches its schedule (default {' '.join(map(str, DEFAULT_TUNING_SEEDS))}, "
-                        f"and for a task mix the first seeds from there that draw each task, {MIX_TUNING_SEEDS_PER_TASK} per task); "
+                        f"and for a task mix the first seeds from there that draw each task, "
+                        f"{MIX_TUNING_SEEDS_PER_TASK} per task); "
                         f"disjoint from training and evaluation seeds")
     p.add_argument("--checkpoint", metavar="RUN_DIR", help="evaluate this trained run instead of training one")
     add_set_option(p)

@@ -134,7 +134,8 @@ class ComparisonTable:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (an unbounded interval, from one seed, is null)."""
         pairs = [_json_pair(p) for p in self.pairs]
-        by_task = {task: {**part, "pairs": [_json_pair(p) for p in part["pairs"]]} for task, part in self.by_task.items()}
+        by_task = {task: {**part, "pairs": [_json_pair(p) for p in part["pairs"]]}
+                   for task, part in self.by_task.items()}
         return {"seeds": self.seeds, "partial": self.partial, "rows": self.rows, "pairs": pairs,
                 "controls": self.controls, "by_task": by_task,
                 "episodes": {arm: [e.to_dict() for e in eps] for arm, eps in self.episodes.items()}}

@@ -27,7 +27,7 @@ from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import EventType, signal_columns
+from esper_fx.contracts import EventType, growth_name, signal_columns
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.training.loop import BatchTally, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch
 from esper_fx.controllers.ppo import frozen
@@ -77,9 +77,10 @@ class Episode:
 
 
 def germinations(events: Sequence[Any]) -> tuple[str, ...]:
-    """The episode's growth decisions from its events: "slot=blueprint/blend@epoch" per germination."""
-    return tuple(f"{e.slot_id}={e.data.get('blueprint')}/{e.data.get('blend')}@{e.epoch}" for e in events
-                 if e.event_type == EventType.SEED_GERMINATED)
+    """The episode's growth decisions from its events, each named as a fixed schedule is
+    (`contracts.growth_name`: "slot=blueprint/blend@epoch")."""
+    return tuple(growth_name(e.slot_id, e.data.get("blueprint"), e.data.get("blend"), e.epoch)
+                 for e in events if e.event_type == EventType.SEED_GERMINATED)
 
 
 class Policy(NamedTuple):

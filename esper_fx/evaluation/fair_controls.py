@@ -99,7 +99,8 @@ def schedule_grid(config: TrainingConfig) -> list[dict[str, Any] | None]:
 def schedule_name(schedule: dict[str, Any] | None) -> str:
     if schedule is None:
         return NO_GROWTH
-    return f"{schedule['slot']}={schedule['blueprint']}/{schedule['blend']}@{schedule['germinate_epoch']}"
+    return contracts.growth_name(schedule["slot"], schedule["blueprint"], schedule["blend"],
+                                 schedule["germinate_epoch"])
 
 
 def schedule_arm(name: str, config: TrainingConfig, schedule: dict[str, Any] | None):
@@ -121,18 +122,24 @@ def blend_round(table: Sequence[dict[str, Any]], config: TrainingConfig) -> list
             for blend in contracts.BLEND_NAMES if blend != row["config"]["blend"]]
 
 
+def episode_task(config: TrainingConfig, seed: int) -> str:
+    """The task an evaluation (or tuning) episode on `seed` runs: `config.task`, or for a task mix the one its
+    env draws (the episode is env 0 of batch 0, so the env's seed is `seed`)."""
+    from hosts.tasks import mix_task
+
+    return mix_task(config.task_mix, seed).name if config.task_mix else config.task.value
+
+
 def default_tuning_seeds(config: TrainingConfig) -> tuple[int, ...]:
     """Where `best_fixed` searches by default: DEFAULT_TUNING_SEEDS, or for a task mix the first seeds from
     there that draw each task, MIX_TUNING_SEEDS_PER_TASK per task (chosen by the task a seed draws, never by
     an outcome: consecutive seeds can miss a task, as 800000–800005 miss shapes16_spatial)."""
-    from hosts.tasks import mix_task
-
     if not config.task_mix:
         return DEFAULT_TUNING_SEEDS
     wanted = dict.fromkeys(config.task_mix, MIX_TUNING_SEEDS_PER_TASK)
     seeds, seed = [], DEFAULT_TUNING_SEEDS[0]
     while any(wanted.values()):
-        task = mix_task(config.task_mix, seed).name
+        task = episode_task(config, seed)
         if wanted[task]:
             seeds.append(seed)
             wanted[task] -= 1
@@ -164,13 +171,10 @@ def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_m
 def best_by_task(config: TrainingConfig, table: Sequence[dict[str, Any]], tuning_seeds: Sequence[int]
                  ) -> dict[str, dict[str, Any]]:
     """A task mix: each task's best schedule in the search table, over the tuning seeds that drew it (a
-    tuning seed runs as env 0 of batch 0, so its task is `mix_task(mix, seed)`); {} without a mix. A task
-    no tuning seed drew is left out."""
-    from hosts.tasks import mix_task
-
+    tuning seed's task is `episode_task`); {} without a mix. A task no tuning seed drew is left out."""
     if not config.task_mix:
         return {}
-    tasks = [mix_task(config.task_mix, seed).name for seed in tuning_seeds]
+    tasks = [episode_task(config, seed) for seed in tuning_seeds]
     out = {}
     for task in config.task_mix:
         mine = [i for i, t in enumerate(tasks) if t == task]

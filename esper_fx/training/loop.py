@@ -287,7 +287,7 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     """E episodes of T epochs and the end-of-batch update: the new state, the batch's row, its events and
     its reward components (written by `write_batch`; nothing is written here)."""
     config, b = runner.config, progress.next_batch_idx
-    n_active = min(config.n_envs, config.n_episodes - progress.episodes_completed)
+    n_active = batch_envs(config, progress.episodes_completed)
     started = time.perf_counter()
     entropy_coef = config.entropy_coefficient(int(np.asarray(getattr(learner.controller, "train_steps", 0))))
     episode = runner.to_device(runner.episode_fn(learner.reward_norm, n_active))
@@ -295,7 +295,7 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     record = BatchTally.start(runner.spec, n_active)
     for t in range(1, config.max_epochs + 1):
         episode, signals = run_epoch(runner, learner, episode, signals, b, t, record)
-    n_next = min(config.n_envs, config.n_episodes - progress.episodes_completed - n_active)
+    n_next = batch_envs(config, progress.episodes_completed + n_active)
     if n_next > 0:  # Ray workers build the next batch's envs during the update
         runner.pool.prefetch(b + 1, n_next)
     update_started = time.perf_counter()
@@ -307,6 +307,11 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
                               config.slot_ids, entropy_coef, time.perf_counter() - started)
     learner, progress = advance(learner, progress, summary)
     return learner, progress, summary, batch_events(batch, summary), batch.reward_components
+
+
+def batch_envs(config: TrainingConfig, episodes_completed: int) -> int:
+    """The envs the next batch runs once `episodes_completed` episodes are done (0: none is left)."""
+    return max(0, min(config.n_envs, config.n_episodes - episodes_completed))
 
 
 def run_epoch(runner: Runner, learner: LearnerState, episode: step.EpisodeState, signals: dict, b: int, t: int,

@@ -88,3 +88,14 @@ def test_each_task_gets_the_best_schedule_of_the_tuning_seeds_that_drew_it():
         assert best[task]["tuning_seeds"] == [s for s, t in zip(seeds, tasks) if t == task]
     assert best_by_task(TrainingConfig.preset("quickstart"), table, seeds) == {}
     assert fixed_for("shapes16") == "best_fixed[shapes16]"
+
+
+def test_an_episodes_task_is_the_configs_or_its_seeds_draw():
+    from esper_fx.config import TrainingConfig
+    from esper_fx.evaluation.fair_controls import episode_task
+    from hosts.tasks import mix_task
+
+    mixed = TrainingConfig.preset("mixed")
+    assert [episode_task(mixed, s) for s in range(900_000, 900_008)] == \
+        [mix_task(mixed.task_mix, s).name for s in range(900_000, 900_008)]
+    assert episode_task(TrainingConfig.preset("quickstart"), 900_000) == "shapes16"

@@ -38,3 +38,10 @@ def test_a_ray_pool_is_an_episode_pool_once_built():
     assert not isinstance(ray_pool, EpisodePool)  # steps_per_epoch comes from the workers once they are up
     ray_pool._workers = [{"steps_per_epoch": 1}]
     assert isinstance(ray_pool, EpisodePool) and ray_pool.steps_per_epoch == 1
+
+
+def test_the_next_batch_runs_the_envs_the_episodes_left_allow():
+    from esper_fx.training.loop import batch_envs
+
+    config = TrainingConfig(task="shapes10", n_envs=3, n_episodes=5, device="cpu")
+    assert [batch_envs(config, done) for done in (0, 3, 5, 6)] == [3, 2, 0, 0]
