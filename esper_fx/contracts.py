@@ -375,6 +375,7 @@ SIGNAL_FIELDS: Mapping[str, tuple[str, str]] = {
     "host_stabilized": ("[E]", "int32"),  # 0 / 1 latch
     "host_params": ("[E]", "float32"),
     "seed_params": ("[E]", "float32"),  # active_seed_params: all slots holding a seed, fossils included
+    "seed_flop_share": ("[E]", "float32"),  # active seeds' training FLOPs per step / the host's (0: no count)
     "num_contributing_fossilized": ("[E]", "int32"),
     "total_seeds": ("[E]", "int32"),
     "panic": ("[E]", "bool"),  # governor panicked (and rolled back) this epoch: reward gets -10

@@ -198,7 +198,7 @@ _DEFAULT_TASK = TASKS["cifar10"]
 # The reward fields a run sets (its flat keys: JSON, command line); every other field is a constant, or is
 # taken from the run (`RewardConfig.for_run`).
 REWARD_SETTINGS: tuple[str, ...] = ("reward_family", "reward_mode", "param_budget", "param_penalty_weight",
-                                    "sparse_reward_scale")
+                                    "sparse_reward_scale", "flop_rent_weight")
 
 
 @dataclass(frozen=True)
@@ -218,6 +218,10 @@ class RewardConfig:
     param_budget: int = 500000
     param_penalty_weight: float = 0.1
     sparse_reward_scale: float = 1.0
+    # the growth reward's rent per training FLOP (LEARNING.md §8): reward charged per epoch for each host's
+    # worth of seed FLOPs in a training step, so one epoch of seeds as costly as the host costs this much
+    # (0: no FLOP rent, the growth reward as it was)
+    flop_rent_weight: float = 0.0
     # taken from the run (for_run)
     gamma: float = PPOConfig.gamma
     min_cull_age: float = 1.0  # epochs: a CULL of a younger seed pays the young-cull penalty (a run: its own)
@@ -307,6 +311,7 @@ class RewardConfig:
         _store(self, "param_budget", check.at_least_one("param_budget", self.param_budget))
         check.positive("sparse_reward_scale", self.sparse_reward_scale)
         check.non_negative("param_penalty_weight", self.param_penalty_weight)
+        check.non_negative("flop_rent_weight", self.flop_rent_weight)
         reward_fn_name(self.reward_family, self.reward_mode)
 
     @property

@@ -470,7 +470,9 @@ def growth(signals: Signals, actions: jax.Array, reward_state: RewardState, conf
     with a seed counted only once it is fossilized (w_commit = 1; a FOSSILIZE on the last step counts).
     Nothing is paid for churn: a germinate → cull cycle moves the return only through what the seed did to
     val_acc. The accuracy is paid as it rises, so keeping a seed that helps is rewarded at once, and leaving
-    it unfossilized is charged at the end. Rent: −w_rent·ln(1 + seed_params/host_params) per step.
+    it unfossilized is charged at the end. Rent: −w_rent·ln(1 + seed_params/host_params) per step, and a
+    FLOP rent −w_flop·φ per step, φ = `seed_flop_share` (the live seeds' FLOPs per training step over the
+    host's), so a seed pays w_flop per epoch for each host's worth of compute it adds (w_flop = 0: none).
     """
     chex.assert_rank(actions, 2)
     acc = _f32(signals, "val_acc")
@@ -483,6 +485,7 @@ def growth(signals: Signals, actions: jax.Array, reward_state: RewardState, conf
         "uncommitted": jnp.where(_is_terminal(signals), -config.growth_accuracy_weight * risk, 0.0),
         "rent": rent(_f32(signals, "seed_params"), _f32(signals, "host_params"), config.growth_rent_weight,
                      jnp.inf),
+        "flop_rent": -config.flop_rent_weight * _f32(signals, "seed_flop_share"),
         "governor": jnp.where(panic, config.growth_rollback_penalty, 0.0),
         "auto_cull": _f32(signals, "pending_penalty"),
     }

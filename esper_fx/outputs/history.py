@@ -53,6 +53,7 @@ class BatchSummary:
     # the batch's compute, summed over its envs: hosts.env.compute.FLOP_FIELDS -> FLOPs ({} when not counted)
     flops: dict[str, float] = field(default_factory=dict)
     env_training_flops: list[float] = field(default_factory=list)  # per env: its episode's training FLOPs
+    env_tasks: list[str] = field(default_factory=list)  # per env: the task its episode drew (a task mix only)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -92,7 +93,8 @@ class BatchRecord:
 
 def summarize_batch(record: BatchRecord, batch: int, episodes_before: int, recent_avg_acc: Sequence[float],
                     menu: Sequence[str], slot_ids: Sequence[str], entropy_coef: float,
-                    wall_time_s: float) -> BatchSummary:
+                    wall_time_s: float, mixed: bool = False) -> BatchSummary:
+    """One batch's summary; `mixed` (a task mix) also records which task each env's episode drew."""
     results = record.env_results
     accs = [float(r.final_val_acc) for r in results]
     avg_acc = float(np.mean(accs))
@@ -123,6 +125,7 @@ def summarize_batch(record: BatchRecord, batch: int, episodes_before: int, recen
         wall_time_s=wall_time_s,
         flops=batch_flops(results),
         env_training_flops=[float(r.flops["training_flops"]) for r in results if r.flops],
+        env_tasks=[str(r.task) for r in results] if mixed else [],
     )
 
 

@@ -304,7 +304,8 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     record.update_s = time.perf_counter() - update_started
     batch = record.finish(runner.pool, episode, ppo, skipped)
     summary = summarize_batch(batch, b, progress.episodes_completed, progress.recent_avg_acc, config.menu,
-                              config.slot_ids, entropy_coef, time.perf_counter() - started)
+                              config.slot_ids, entropy_coef, time.perf_counter() - started,
+                              mixed=bool(config.task_mix))
     learner, progress = advance(learner, progress, summary)
     return learner, progress, summary, batch_events(batch, summary), batch.reward_components
 

@@ -108,6 +108,11 @@ class ComputeMeter:
             later = [s for s in active if order.index(s) > order.index(cf)]
             self.counts["counterfactual_flops"] += n * (self.costs.host_after[cf] + sum(seeds[s] for s in later))
 
+    def seed_share(self, model) -> float:
+        """The seeds' share of a training step now: Σ forward FLOPs of the seeds in an active stage over the
+        host's (a training step's backward scales both alike). A reward's FLOP rent reads it each epoch."""
+        return sum(self.costs.seed(model, s) for s in _active(model)) / self.costs.host
+
     @classmethod
     def fresh(cls, host_costs: ModelCosts) -> "ComputeMeter":
         """A meter for a new env sharing the host's measured costs (seeds are measured per env)."""

@@ -435,6 +435,7 @@ class EnvPool:
             panic=m.panic, pending_penalty=counters.pending_auto_cull_penalty,
             contributions={s: c for s, (sid, c) in m.contributions.items() if env.seed_id(s) == sid},
             acc_at_germination=dict(counters.acc_at_germination),
+            seed_flop_share=env.compute.seed_share(env.model) if env.compute is not None else 0.0,
         )
 
     # ---------------------------------------------------------------- BEHAVIOUR §7.3 step 10, §7.4

@@ -41,7 +41,7 @@ ENV_INT_FIELDS = (
 )
 ENV_FLOAT_FIELDS = (
     "val_acc", "val_loss", "train_acc", "train_loss", "acc_delta", "loss_delta", "host_max_acc",
-    "host_params", "seed_params", "pending_penalty",
+    "host_params", "seed_params", "seed_flop_share", "pending_penalty",
 )
 ENV_BOOL_FIELDS = ("panic",)
 SLOT_VALUE_FIELDS = ("slot_contribution", "slot_acc_at_germination")
@@ -77,6 +77,7 @@ class EnvView:
     pending_penalty: float
     contributions: Mapping[str, float]  # c of this epoch, only for cf slots still holding the same seed
     acc_at_germination: Mapping[str, float]
+    seed_flop_share: float = 0.0  # hosts.env.compute.ComputeMeter.seed_share (0 where the host has no count)
 
 
 # ------------------------------------------------------------------------------------------
@@ -176,7 +177,7 @@ def _env_rows(view: EnvView, layout: SignalLayout) -> tuple[list[int], list[floa
             active + fossilized]
     floats = [t.val_acc, t.val_loss, t.train_acc, t.train_loss, t.accuracy_delta, t.loss_delta,
               view.host_max_acc, view.host_params, active_seed_params(view.reports, layout.enabled),
-              view.pending_penalty]
+              view.seed_flop_share, view.pending_penalty]
     return ints, floats, [bool(view.panic)]
 
 

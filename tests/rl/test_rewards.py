@@ -724,6 +724,24 @@ def test_growth_rent_and_rollback_penalty():
     assert comps["governor"] == CFG.growth_rollback_penalty
 
 
+@settings(deadline=None, max_examples=30)
+@given(share=st.floats(0, 8, width=32), weight=st.sampled_from([0.0, 0.02, 0.5]))
+def test_growth_flop_rent_charges_the_seeds_share_of_a_step(share, weight):
+    """flop_rent = −w_flop·seed_flop_share; w_flop = 0 (the default) is the growth reward as it was."""
+    s = make_signals(val_acc=20.0, seed_flop_share=share)
+    config = dataclasses.replace(CFG, flop_rent_weight=weight)
+    reward, comps, _ = run("growth", s, act(W), rewards.RewardState.init(1, 3)._replace(
+        acc_prev=jnp.full((1,), 20.0, jnp.float32)), config)
+    assert comps["flop_rent"] == pytest.approx(-weight * share, rel=1e-5, abs=1e-6)
+    assert reward == pytest.approx(sum(comps.values()), abs=1e-5)
+    assert run("growth", s, act(W), None, CFG)[1]["flop_rent"] == 0.0
+
+
+def test_flop_rent_weight_must_not_be_negative():
+    with pytest.raises(ValueError, match="flop_rent_weight"):
+        rewards.RewardConfig(flop_rent_weight=-0.1)
+
+
 @settings(deadline=None, max_examples=40)
 @given(st.lists(st.tuples(st.floats(0, 100), st.floats(-5, 20), st.sampled_from([W, FO, CU]),
                           st.sampled_from([TRAINING, BLENDING, PROBATIONARY, FOSSILIZED])), min_size=1, max_size=8))

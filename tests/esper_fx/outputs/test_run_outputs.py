@@ -351,6 +351,28 @@ def test_console_on_a_terminal_draws_a_progress_bar_with_episodes_and_eta(capsys
     assert "First action after" in shown and "(1 batches left)" in shown
 
 
+def test_a_task_mix_batch_line_names_each_envs_task():
+    from esper_fx.outputs.events import format_batch_lines
+    plain = BatchSummary(**{**_empty_summary(), "env_accuracies": [12.5, 60.0]})
+    assert "env acc [12.5, 60.0]" in format_batch_lines(plain, 4)[0]
+    mixed = BatchSummary(**{**_empty_summary(), "env_accuracies": [12.5, 60.0],
+                            "env_tasks": ["shapes16", "shapes16_spatial"]})
+    assert "env acc [12.5 shapes16, 60.0 shapes16_spatial]" in format_batch_lines(mixed, 4)[0]
+
+
+def test_summarize_batch_records_the_tasks_only_for_a_task_mix():
+    from types import SimpleNamespace
+    from esper_fx.outputs.history import BatchRecord, summarize_batch
+    results = [SimpleNamespace(final_val_acc=acc, host_max_acc=acc, action_counts=[1, 0, 0, 0],
+                               successful_action_counts=[1, 0, 0, 0], seeds_created=0, seeds_fossilized=0,
+                               contributing_fossilized=0, rollbacks=0, flops={}, task=task)
+               for acc, task in ((12.5, "shapes16"), (60.0, "shapes16_spatial"))]
+    record = BatchRecord(results, [1.0, 6.0], [], {}, None, {}, [0.0, 0.0])
+    args = (record, 0, 0, [], ["noop"], ["r0c0"], 0.02, 1.0)
+    assert summarize_batch(*args).env_tasks == []
+    assert summarize_batch(*args, mixed=True).env_tasks == ["shapes16", "shapes16_spatial"]
+
+
 def _empty_summary() -> dict:
     return dict(batch=0, episodes_completed=0, env_accuracies=[], avg_accuracy=0.0, rolling_avg_accuracy=0.0,
                 avg_reward=0.0, env_rewards=[], host_max_accuracies=[], env_seed_params=[], action_counts={},

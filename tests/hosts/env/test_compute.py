@@ -46,3 +46,18 @@ def test_seed_stages_are_booked_apart_and_evaluation_is_not_training():
     assert t["counterfactual_flops"] == 5 * meter.costs.host_after["r0c0"]
     assert t["training_flops"] == 3 * 8 * 3 * host + 2 * 8 * 3 * seed
     assert t["total_flops"] == t["training_flops"] + t["validation_flops"] + t["counterfactual_flops"]
+
+
+def test_seed_share_is_the_active_seeds_forward_flops_over_the_hosts():
+    model = _model()
+    meter = ComputeMeter(ModelCosts.of(model, (1, 4, 4)))
+    assert meter.seed_share(model) == 0.0
+    assert model.germinate("r0c0", "conv_light").passed
+    assert meter.seed_share(model) == 0.0  # germinated, not yet training: it costs nothing
+    model.slot("r0c0").advance_stage(SeedStage.TRAINING)
+    seed = 2 * 2 * 9 * 2 * 4 + 4 * 8 + 8  # conv_light on 2x2x2, as above
+    assert meter.seed_share(model) == seed / meter.costs.host
+    before = meter.totals()["seed_isolated_flops"]
+    meter.train_step(model, 8)  # the share is what one training step books for the seeds, per host FLOP
+    booked = meter.totals()["seed_isolated_flops"] - before
+    assert booked == meter.seed_share(model) * 8 * 3 * meter.costs.host

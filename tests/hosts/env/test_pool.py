@@ -762,3 +762,14 @@ def test_a_gated_blend_draws_its_gate_from_its_own_env_whatever_runs_beside_it(s
     together, alone = gate_of_env0((0, 1)), gate_of_env0((0,))
     assert len(together) == len(alone) > 0
     assert all(torch.equal(a, b) for a, b in zip(together, alone))
+
+
+def test_seed_flop_share_follows_the_seeds_that_train(shapes10_data):
+    """The signal a FLOP rent reads: 0 with no seed, then the env's meter's seed share once its seed trains."""
+    pool = make_pool(shapes10_data, n_envs=1)
+    assert pool.run_epoch()["seed_flop_share"].tolist() == [0.0]
+    pool.apply(germinate_all(pool))
+    signals = pool.run_epoch()
+    env = pool.envs[0]
+    share = env.compute.seed_share(env.model)
+    assert share > 0.0 and signals["seed_flop_share"].tolist() == [pytest.approx(share)]
