@@ -182,6 +182,10 @@ class TrainingConfig:
     # The gradient features of each slot in the observation: false drops them and shrinks the observation
     # by 10 per slot (so a checkpoint trained with one value cannot resume with the other; resume checks it).
     use_telemetry: bool = True
+    # The observation's parameter count (feature 21) as ln(1 + count) instead of the count: hosts of a task mix
+    # differ in size by 10x, and on the raw scale the two small ones lie a sixth of a standard deviation apart
+    # (docs/LEARNING.md §8). Off by default, so every earlier run observes what it did.
+    observe_log_params: bool = False
     telemetry_level: TelemetryLevel = option(TelemetryLevel.NORMAL, "what goes into `events.jsonl`: `debug` adds "
                                              "every reward component of every epoch")
     # outputs
@@ -244,7 +248,7 @@ class TrainingConfig:
                 self._set(name, section.from_dict(value))
             elif not isinstance(value, section):
                 raise ValueError(f"{name} must be a {section.__name__} or a mapping (got {value!r})")
-        for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "one_seed_at_a_time",
+        for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "observe_log_params", "one_seed_at_a_time",
                      "germination_deadline", "tensorboard", "report"):
             check.boolean(name, getattr(self, name))
 

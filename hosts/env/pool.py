@@ -107,7 +107,7 @@ class EnvPool:
     Every option comes from `config`, the run's configuration: an `esper_fx.config.TrainingConfig`, where
     each field is declared and documented once (hosts may not import it, so the pool reads the fields it
     needs by name: task, n_envs, max_epochs, seed, slot_ids, enabled_slots, menu, max_seeds, min_cull_age,
-    one_seed_at_a_time, germination_deadline, static_seeds, use_telemetry, device, env_devices, amp,
+    one_seed_at_a_time, germination_deadline, static_seeds, use_telemetry, observe_log_params, device, env_devices, amp,
     amp_dtype, and the data fields `hosts.data.feed.DataFeed.from_config` reads). `data` is the run's pre-built `hosts.data.feed.DataFeed` (or a
     `hosts.data.task_data.TaskData`, wrapped in a feed with the config's settings; None builds a feed
     from the config), so datasets are built once per run. `nan_faults` lists (env, epoch) pairs at which
@@ -140,7 +140,8 @@ class EnvPool:
         self.data: PoolData = build_pool_data(cfg, self.task, self._env_devices, data)
         self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, cfg.max_epochs, cfg.max_seeds,
                                    cfg.use_telemetry, cfg.min_cull_age, cfg.one_seed_at_a_time,
-                                   _germinate_until(cfg, self.task))
+                                   _germinate_until(cfg, self.task),
+                                   bool(getattr(cfg, "observe_log_params", False)))
         self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
         self.use_streams = bool(use_streams)
         self.streams = EnvStreams(self.use_streams)

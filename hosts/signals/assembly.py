@@ -62,6 +62,7 @@ class SignalLayout:
     min_cull_age: int  # CULL is masked for younger seeds (the run's TrainingConfig.min_cull_age)
     one_seed_at_a_time: bool = False  # GERMINATE is masked while a seed is developing
     germinate_until: int | None = None  # the last epoch GERMINATE is open (None: every epoch)
+    log_params: bool = False  # the observation's parameter count as ln(1 + count) (observe_log_params)
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,7 @@ def _per_slot_extras(views: Sequence[EnvView], layout: SignalLayout, device) -> 
 def _observations(views: Sequence[EnvView], layout: SignalLayout, device) -> torch.Tensor:
     rows = [
         build_observation(v.tracker, layout.max_epochs, v.host_params, v.reports, layout.enabled,
-                          layout.slot_ids, layout.menu, layout.max_seeds, layout.use_telemetry)
+                          layout.slot_ids, layout.menu, layout.max_seeds, layout.use_telemetry, layout.log_params)
         for v in views
     ]
     return stack_observations(rows, device)

@@ -63,8 +63,9 @@ def seed_utilization(total_seeds: int, max_seeds: int | None) -> float:
     return total_seeds / max_seeds
 
 
-def base_features(signals: TrackerSignals, total_params: int, utilization: float) -> list[float]:
-    """Features 0..22 (BEHAVIOUR §8.2)."""
+def base_features(signals: TrackerSignals, total_params: int, utilization: float,
+                  log_params: bool = False) -> list[float]:
+    """Features 0..22 (BEHAVIOUR §8.2); `log_params`: feature 21 is ln(1 + total_params)."""
     features = [
         float(signals.epoch),
         float(signals.global_step),
@@ -79,7 +80,7 @@ def base_features(signals: TrackerSignals, total_params: int, utilization: float
         safe(signals.best_val_loss, LOSS_DEFAULT),
         *(safe(v, LOSS_DEFAULT) for v in _left_pad(signals.loss_history_5)),
         *_left_pad(signals.accuracy_history_5),
-        float(total_params),
+        math.log1p(total_params) if log_params else float(total_params),
         float(utilization),
     ]
     assert len(features) == NUM_BASE_FEATURES
@@ -145,6 +146,7 @@ def build_observation(
     menu: Sequence[str],
     max_seeds: int | None,
     use_telemetry: bool,
+    log_params: bool = False,
 ) -> list[float]:
     """The raw observation of one env, a list of D floats (BEHAVIOUR §8.1)."""
     enabled = tuple(enabled_slot_ids)
@@ -154,7 +156,7 @@ def build_observation(
     seeds = seeded_slots(reports, enabled)
     total_params = host_params + active_seed_params(reports, enabled)
     utilization = seed_utilization(sum(count_seeds(reports, enabled)), max_seeds)
-    obs = base_features(signals, total_params, utilization)
+    obs = base_features(signals, total_params, utilization, log_params)
     for sid in slot_ids:
         obs.extend(slot_block(seeds.get(sid), menu))
     if use_telemetry:

@@ -26,7 +26,7 @@ DEFAULTS = {
     "entropy_coef_start": None, "entropy_coef_end": None, "entropy_coef_min": 0.0,
     "entropy_anneal_episodes": 0, "horizon_bootstrap": False, "reward_family": "contribution", "reward_mode": "shaped",
     "param_budget": 500000, "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "flop_rent_weight": 0.0,
-    "discard_rolled_back_envs": False, "use_telemetry": True, "telemetry_level": "normal",
+    "discard_rolled_back_envs": False, "use_telemetry": True, "observe_log_params": False, "telemetry_level": "normal",
     "run_dir": None, "resume_path": None,
     "checkpoint_every": 10, "tensorboard": True, "report": True,
 }

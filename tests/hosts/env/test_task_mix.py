@@ -74,3 +74,21 @@ def test_a_mix_that_cannot_share_a_run_is_refused_naming_the_field(mix, needle):
     with pytest.raises(ValueError, match="task_mix") as info:
         TrainingConfig(task="shapes16", task_mix=mix)
     assert needle in str(info.value)
+
+
+@pytest.mark.parametrize("log_params", [False, True])
+def test_the_observation_carries_each_hosts_size_raw_or_on_a_log_scale(log_params):
+    """observe_log_params: feature 21 is ln(1 + params), so the mix's hosts lie far apart on it."""
+    import math
+
+    from esper_fx.contracts import OBS_TOTAL_PARAMS
+    config = TrainingConfig(task="shapes16", task_mix=MIX, n_envs=4, max_epochs=1, device="cpu",
+                            slots=("r0c0", "r0c1", "r0c2"), synthetic_train_samples=256, synthetic_test_samples=64,
+                            batch_size_per_env=32, max_train_batches=1, data_split="full",
+                            observe_log_params=log_params)
+    torch.set_num_threads(1)
+    pool = EnvPool(config)
+    signals = pool.begin(0, 4)
+    for env, row in zip(pool.envs, signals["obs"].tolist()):
+        params = env.model.host_param_count()
+        assert row[OBS_TOTAL_PARAMS] == pytest.approx(math.log1p(params) if log_params else params)

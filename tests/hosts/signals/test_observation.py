@@ -73,10 +73,10 @@ def first_signals(val_loss: float = 2.3, val_acc: float = 11.0, train_loss: floa
 
 
 def observe(signals=None, reports=None, enabled=("r0c1",), slot_ids=SLOTS, menu=MENU,
-            max_seeds=None, telemetry=True, max_epochs=T) -> list[float]:
+            max_seeds=None, telemetry=True, max_epochs=T, log_params=False) -> list[float]:
     return build_observation(
         signals or first_signals(), max_epochs, HOST_PARAMS, reports or {}, enabled, slot_ids, menu,
-        max_seeds, telemetry,
+        max_seeds, telemetry, log_params,
     )
 
 
@@ -166,6 +166,14 @@ def test_total_params_adds_every_seed_fossils_included_but_no_empty_or_dormant_s
     }
     obs = observe(reports=reports, enabled=SLOTS)
     assert obs[OBS_TOTAL_PARAMS] == HOST_PARAMS + 1200
+
+
+def test_log_params_observes_the_same_count_on_a_log_scale_and_nothing_else():
+    reports = {"r0c0": report("r0c0", SeedStage.BLENDING, seed_params=200)}
+    raw = observe(reports=reports, enabled=SLOTS)
+    logged = observe(reports=reports, enabled=SLOTS, log_params=True)
+    assert logged[OBS_TOTAL_PARAMS] == pytest.approx(math.log1p(HOST_PARAMS + 200))
+    assert logged[:OBS_TOTAL_PARAMS] + logged[OBS_TOTAL_PARAMS + 1:] == raw[:OBS_TOTAL_PARAMS] + raw[OBS_TOTAL_PARAMS + 1:]
 
 
 def test_seed_utilization_is_total_seeds_over_max_seeds():
