@@ -197,7 +197,7 @@ def trained_run(tmp_path_factory):
 @pytest.mark.parametrize("sets, field", [
     (["task=shapes16"], "task"), (["slots=[\"r0c0\"]"], "slots"), (["lstm_hidden_dim=64"], "lstm_hidden_dim"),
     (["controller=ppo_mlp"], "controller"), (["max_epochs=5"], "max_epochs"),
-    (["use_telemetry=false"], "use_telemetry"),
+    (["use_telemetry=false"], "use_telemetry"), (["observe_log_params=true"], "observe_log_params"),
 ])
 def test_a_checkpoint_is_not_evaluated_with_other_shape_fields(trained_run, sets, field, tmp_path, capsys,
                                                                 monkeypatch):
