@@ -107,8 +107,9 @@ class EnvPool:
     Every option comes from `config`, the run's configuration: an `esper_fx.config.TrainingConfig`, where
     each field is declared and documented once (hosts may not import it, so the pool reads the fields it
     needs by name: task, n_envs, max_epochs, seed, slot_ids, enabled_slots, menu, max_seeds, min_cull_age,
-    one_seed_at_a_time, germination_deadline, static_seeds, use_telemetry, observe_log_params, device, env_devices, amp,
-    amp_dtype, and the data fields `hosts.data.feed.DataFeed.from_config` reads). `data` is the run's pre-built `hosts.data.feed.DataFeed` (or a
+    one_seed_at_a_time, germination_deadline, static_seeds, use_telemetry, observe_log_params, device,
+    env_devices, amp, amp_dtype, and the data fields `hosts.data.feed.DataFeed.from_config` reads). `data` is
+    the run's pre-built `hosts.data.feed.DataFeed` (or a
     `hosts.data.task_data.TaskData`, wrapped in a feed with the config's settings; None builds a feed
     from the config), so datasets are built once per run. `nan_faults` lists (env, epoch) pairs at which
     the env's host is poisoned with NaN after training (fault injection: the governor then panics
