@@ -51,7 +51,7 @@ DEFAULT_EVAL_SEED_OFFSET = 900_000
 LEARNED_ARMS = {"ppo": True, "ppo_sampled": False}  # arm -> greedy
 # Fields a trained policy's shapes (or what its observations mean) depend on: `--checkpoint` keeps them.
 # (n_envs is not one: evaluation runs one env per episode.)
-POLICY_FIELDS = tuple(name for name in SHAPE_FIELDS if name != "n_envs") + ("observe_log_params",)
+POLICY_FIELDS = tuple(name for name in SHAPE_FIELDS if name != "n_envs")
 
 
 ProveError = ConfigError  # a bad flag or configuration: one line, exit 2, nothing written

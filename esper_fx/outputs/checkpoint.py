@@ -55,9 +55,10 @@ REQUIRED = {"config": dict, "next_batch_idx": int, "episodes_completed": int, "b
 _NAME = re.compile(r"(?:\.(?P<kind>tmp|old)-)?batch-(?P<batch>\d+)(?:-[0-9a-f]+)?")
 _PREFERENCE = {None: 2, "tmp": 1, "old": 0}  # of two copies of one batch: installed, newer, older
 
-# Fields that fix the shapes of the controller and the observation: a resume must not change them.
-SHAPE_FIELDS = ("task", "n_envs", "max_epochs", "slots", "use_telemetry", "blueprint_menu", "controller",
-                "lstm_hidden_dim")
+# Fields that fix the shapes of the controller and the observation, or what an observation means: a resume
+# must not change them (nor `prove --checkpoint`, but for n_envs).
+SHAPE_FIELDS = ("task", "n_envs", "max_epochs", "slots", "use_telemetry", "observe_log_params", "blueprint_menu",
+                "controller", "lstm_hidden_dim")
 
 
 class CheckpointError(SetupError, RuntimeError):
@@ -433,10 +434,11 @@ def _plain(value: Any) -> Any:
 
 def check_compatible(manifest: Mapping[str, Any], config_dict: Mapping[str, Any],
                      architecture: Mapping[str, Any]) -> None:
-    """Shape-relevant fields must match the checkpoint's (ResumeMismatchError, a ValueError, naming the field)."""
+    """Shape-relevant fields must match the checkpoint's (ResumeMismatchError, a ValueError, naming the field).
+    A field the checkpoint's config lacks came later, and the run resumed from it has that field's default."""
     saved = manifest["config"]
     for name in SHAPE_FIELDS:
-        if saved.get(name) != config_dict.get(name):
+        if name in saved and saved[name] != config_dict.get(name):
             raise ResumeMismatchError(
                 f"cannot resume: {name} differs from the checkpoint ({_plain(saved.get(name))!r} in the "
                 f"checkpoint, {_plain(config_dict.get(name))!r} now)"

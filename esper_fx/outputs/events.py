@@ -621,9 +621,8 @@ def nonfinite_warning(counts: Mapping[str, int]) -> str:
 
 
 def format_batch_lines(entry: BatchSummary, total_episodes: int) -> list[str]:
-    accs = ", ".join(f"{a:.1f}" for a in entry.env_accuracies)
-    if entry.env_tasks:  # a task mix: each env's accuracy with the task it drew
-        accs = ", ".join(f"{a:.1f} {task}" for a, task in zip(entry.env_accuracies, entry.env_tasks))
+    tasks = entry.env_tasks or [""] * len(entry.env_accuracies)  # a task mix names each env's task
+    accs = ", ".join(f"{a:.1f} {task}".rstrip() for a, task in zip(entry.env_accuracies, tasks))
     lines = [
         f"BATCH {entry.batch} | Episodes {entry.episodes_completed}/{total_episodes} | env acc [{accs}]",
         f"  Avg {entry.avg_accuracy:.2f}% (rolling {entry.rolling_avg_accuracy:.2f}%), reward "

@@ -99,19 +99,22 @@ class ComputeMeter:
             bucket = STAGE_BUCKETS[model.slot(slot_id).state.stage]
             self.counts[f"seed_{bucket}_flops"] += batch * per * self.costs.seed(model, slot_id)
 
+    def active_seeds(self, model) -> dict[str, int]:
+        """Slot -> forward FLOPs per sample of each seed in an active stage (measured once per seed)."""
+        return {slot_id: self.costs.seed(model, slot_id) for slot_id in _active(model)}
+
     def validation(self, model, cf_slots, n: int) -> None:
-        active = _active(model)
-        seeds = {s: self.costs.seed(model, s) for s in active}
+        seeds = self.active_seeds(model)
         self.counts["validation_flops"] += n * (self.costs.host + sum(seeds.values()))
         order = list(model.slot_order)
         for cf in cf_slots:
-            later = [s for s in active if order.index(s) > order.index(cf)]
+            later = [s for s in seeds if order.index(s) > order.index(cf)]
             self.counts["counterfactual_flops"] += n * (self.costs.host_after[cf] + sum(seeds[s] for s in later))
 
     def seed_share(self, model) -> float:
         """The seeds' share of a training step now: Σ forward FLOPs of the seeds in an active stage over the
         host's (a training step's backward scales both alike). A reward's FLOP rent reads it each epoch."""
-        return sum(self.costs.seed(model, s) for s in _active(model)) / self.costs.host
+        return sum(self.active_seeds(model).values()) / self.costs.host
 
     @classmethod
     def fresh(cls, host_costs: ModelCosts) -> "ComputeMeter":
@@ -123,8 +126,8 @@ class ComputeMeter:
         now held ("slot=blueprint"), and the episode's training steps and samples."""
         out = {"host": float(self.costs.host), "train_steps": float(self.train_steps),
                "train_samples": float(self.train_samples)}
-        for slot_id in _active(model):
-            out[f"{slot_id}={model.slot(slot_id).state.blueprint_id}"] = float(self.costs.seed(model, slot_id))
+        for slot_id, flops in self.active_seeds(model).items():
+            out[f"{slot_id}={model.slot(slot_id).state.blueprint_id}"] = float(flops)
         return out
 
     def totals(self) -> dict[str, int]:

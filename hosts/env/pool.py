@@ -142,7 +142,7 @@ class EnvPool:
         self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, cfg.max_epochs, cfg.max_seeds,
                                    cfg.use_telemetry, cfg.min_cull_age, cfg.one_seed_at_a_time,
                                    _germinate_until(cfg, self.task),
-                                   bool(getattr(cfg, "observe_log_params", False)))
+                                   cfg.observe_log_params)
         self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
         self.use_streams = bool(use_streams)
         self.streams = EnvStreams(self.use_streams)

@@ -78,7 +78,7 @@ class EnvView:
     pending_penalty: float
     contributions: Mapping[str, float]  # c of this epoch, only for cf slots still holding the same seed
     acc_at_germination: Mapping[str, float]
-    seed_flop_share: float = 0.0  # hosts.env.compute.ComputeMeter.seed_share (0 where the host has no count)
+    seed_flop_share: float  # hosts.env.compute.ComputeMeter.seed_share (0 where the host has no FLOP count)
 
 
 # ------------------------------------------------------------------------------------------

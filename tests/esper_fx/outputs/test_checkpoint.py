@@ -302,3 +302,15 @@ def test_restore_args_name_the_templates_sharding(tmp_path):
     args = ckpt.restore_args(jax.device_put(_jax_trees(0.0), cpu))
     leaves = jax.tree_util.tree_leaves(args, is_leaf=lambda x: isinstance(x, ocp.RestoreArgs))
     assert leaves and all(isinstance(a, ocp.ArrayRestoreArgs) and a.sharding.device_set == {cpu} for a in leaves)
+
+
+def test_a_field_the_policy_depends_on_must_match_unless_the_checkpoint_predates_it():
+    from esper_fx.config import TrainingConfig
+    from esper_fx.errors import ResumeMismatchError
+
+    now = TrainingConfig().to_dict()
+    ckpt.check_compatible({"config": dict(now)}, now, {})
+    with pytest.raises(ResumeMismatchError, match="observe_log_params differs"):
+        ckpt.check_compatible({"config": {**now, "observe_log_params": True}}, now, {})
+    older = {k: v for k, v in now.items() if k != "observe_log_params"}  # saved before the field existed
+    ckpt.check_compatible({"config": older}, now, {})
