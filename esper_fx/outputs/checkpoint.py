@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from esper_fx.config import TrainingConfig
 from esper_fx.errors import OutputError, ResumeMismatchError, SetupError
 from esper_fx.outputs.durable import fsync_dir, fsync_tree, install_dir, replace_link, write_durably
 
@@ -435,10 +436,11 @@ def _plain(value: Any) -> Any:
 def check_compatible(manifest: Mapping[str, Any], config_dict: Mapping[str, Any],
                      architecture: Mapping[str, Any]) -> None:
     """Shape-relevant fields must match the checkpoint's (ResumeMismatchError, a ValueError, naming the field).
-    A field the checkpoint's config lacks came later, and the run resumed from it has that field's default."""
-    saved = manifest["config"]
+    A field the checkpoint's config lacks came later: that run had the field's default, so the resumed run
+    must have it too."""
+    saved = {**TrainingConfig().to_dict(), **manifest["config"]}
     for name in SHAPE_FIELDS:
-        if name in saved and saved[name] != config_dict.get(name):
+        if saved.get(name) != config_dict.get(name):
             raise ResumeMismatchError(
                 f"cannot resume: {name} differs from the checkpoint ({_plain(saved.get(name))!r} in the "
                 f"checkpoint, {_plain(config_dict.get(name))!r} now)"

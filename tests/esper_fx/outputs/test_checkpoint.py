@@ -314,3 +314,5 @@ def test_a_field_the_policy_depends_on_must_match_unless_the_checkpoint_predates
         ckpt.check_compatible({"config": {**now, "observe_log_params": True}}, now, {})
     older = {k: v for k, v in now.items() if k != "observe_log_params"}  # saved before the field existed
     ckpt.check_compatible({"config": older}, now, {})
+    with pytest.raises(ResumeMismatchError, match="observe_log_params differs"):  # that run had the default
+        ckpt.check_compatible({"config": older}, {**now, "observe_log_params": True}, {})
