@@ -134,12 +134,23 @@ class TrainingConfig:
     seed: int = option(42, "run seed")
     slots: tuple[str, ...] = option(("r0c1",), "enabled slots, e.g. `r0c0 r0c1`", metavar="SLOT")
     max_seeds: int | None = None
-    min_cull_age: int = 9  # [fix] CULL waits until a seed could have finished blending (reference: 1, later 5)
+    lifecycle: str = option("reference", "the seed lifecycle's clock: `reference` (the reference's stage durations, "
+                            "in epochs) or `proportional` (its proportions in 150-epoch episodes, scaled to "
+                            "`max_epochs`; the blend ramps per training step at the chosen tempo; BEHAVIOUR §2.14)",
+                            metavar="NAME")
+    # [fix] CULL waits until a seed could have finished blending; None: the lifecycle's earliest fossilize age
+    # (9 under the reference's clock; the reference itself: 1, later 5). Read it as `cull_age`.
+    min_cull_age: int | None = None
     one_seed_at_a_time: bool = True  # [fix] no GERMINATE while a seed is developing (the reference: False)
     germination_deadline: bool = True  # [fix] no GERMINATE once its seed could not be fossilized before T
     static_seeds: tuple[str, ...] = ()  # "slot=blueprint": seeds planted fossilized before epoch 1 (static_final)
-    lr_schedule: str = "constant"  # the network's SGD lr within an episode: contracts.LR_SCHEDULES
-    lr_schedule_steps: int | None = None  # training steps a cosine decays over; None: the episode's
+    lr_schedule: str = option("constant", "the network's SGD rate within an episode, host and seeds: `constant`, "
+                              "`cosine` (to zero) or `wsd` (warmup, stable, then a linear decay to zero over the "
+                              "last `lr_decay_fraction` of the steps)", metavar="NAME")
+    lr_schedule_steps: int | None = None  # training steps a cosine or wsd schedule spans; None: the episode's
+    lr_warmup_fraction: float = 0.0  # wsd: the first fraction of the steps warms the rate up from lr₀/W
+    lr_decay_fraction: float = 0.2  # wsd: the last fraction of the steps decays the rate linearly to zero
+    seed_lr_rewarm_steps: int = 0  # a seed's rate warms up over its first N training steps (0: at once)
     train_steps_budget: int | None = None  # at most this many training steps per episode, spread evenly over
     # its epochs (static_matched's compute budget); None: every epoch's steps
     # devices and data
@@ -215,7 +226,8 @@ class TrainingConfig:
         self._validate_mix()
         self._validate_workers()
         self._validate_menu_and_rotation()
-        self._set("reward", self.reward.for_run(self.task, self.ppo.gamma, self.min_cull_age))
+        self._set("reward", self.reward.for_run(self.task, self.ppo.gamma, self.cull_age,
+                                                self.lifecycle_timings.legitimacy))
 
     def __getattr__(self, name: str) -> Any:
         """The flat keys of the nested groups read through: `config.lr` is `config.ppo.lr`."""
@@ -265,7 +277,9 @@ class TrainingConfig:
                 f"num_minibatches must be <= n_envs (got num_minibatches={self.ppo.num_minibatches}, "
                 f"n_envs={self.n_envs})"
             )
-        self._set("min_cull_age", check.at_least_one("min_cull_age", self.min_cull_age))
+        self._set("min_cull_age", check.optional_at_least("min_cull_age", self.min_cull_age, 1))
+        if self.lifecycle not in contracts.LIFECYCLES:
+            raise ValueError(f"lifecycle must be one of {list(contracts.LIFECYCLES)} (got {self.lifecycle!r})")
 
     def _validate_slots(self) -> None:
         if not self.slots:
@@ -302,6 +316,15 @@ class TrainingConfig:
         if self.lr_schedule not in contracts.LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {list(contracts.LR_SCHEDULES)} (got {self.lr_schedule!r})")
         self._set("lr_schedule_steps", check.optional_at_least("lr_schedule_steps", self.lr_schedule_steps, 1))
+        for name in ("lr_warmup_fraction", "lr_decay_fraction"):
+            value = check.number(name, getattr(self, name))
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1] (got {value})")
+        if self.lr_warmup_fraction + self.lr_decay_fraction > 1.0:
+            raise ValueError(f"lr_warmup_fraction + lr_decay_fraction must be at most 1 (got "
+                             f"{self.lr_warmup_fraction} + {self.lr_decay_fraction})")
+        self._set("seed_lr_rewarm_steps", check.int_between("seed_lr_rewarm_steps", self.seed_lr_rewarm_steps, 0,
+                                                            2**31 - 1))
         self._set("train_steps_budget", check.optional_at_least("train_steps_budget", self.train_steps_budget, 1))
         for name in ("batch_size_per_env", "val_samples", "val_batch_size", "num_workers"):
             self._set(name, check.optional_at_least(name, getattr(self, name), 1 if name != "num_workers" else 0))
@@ -402,6 +425,17 @@ class TrainingConfig:
     @property
     def state_dim(self) -> int:
         return contracts.obs_dim(self.num_slots, self.use_telemetry, self.num_blueprints)
+
+    @property
+    def lifecycle_timings(self) -> contracts.LifecycleTimings:
+        """The run's stage durations (BEHAVIOUR §2.14): its lifecycle at T = max_epochs for its task's horizon."""
+        return contracts.lifecycle_timings(self.lifecycle, self.max_epochs, contracts.task_facts(self.task).lifecycle_horizon)
+
+    @property
+    def cull_age(self) -> int:
+        """The minimum age of a seed a controller may CULL: `min_cull_age`, or the lifecycle's earliest
+        fossilize age at the standard tempo."""
+        return self.min_cull_age if self.min_cull_age is not None else self.lifecycle_timings.earliest_fossilize_age()
 
     @property
     def controller_name(self) -> str:

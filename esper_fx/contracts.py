@@ -131,8 +131,9 @@ def sort_slot_ids(slot_ids: Iterable[str]) -> list[str]:
 # BEHAVIOUR §1.5 Action heads, ops, blends, blueprint menus
 # --------------------------------------------------------------------------------------
 
-ACTION_HEADS: tuple[str, ...] = ("slot", "blueprint", "blend", "op")
-HEAD_SLOT, HEAD_BLUEPRINT, HEAD_BLEND, HEAD_OP = range(4)
+ACTION_HEADS: tuple[str, ...] = ("slot", "blueprint", "blend", "op", "tempo")
+HEAD_SLOT, HEAD_BLUEPRINT, HEAD_BLEND, HEAD_OP, HEAD_TEMPO = range(5)
+NUM_HEADS = len(ACTION_HEADS)
 
 
 class LifecycleOp(IntEnum):
@@ -151,11 +152,16 @@ class BlendAlgorithm(IntEnum):
 BLEND_NAMES: tuple[str, ...] = ("linear", "sigmoid", "gated")
 NUM_BLENDS = len(BLEND_NAMES)
 NUM_OPS = len(LifecycleOp)
+# the blend's tempo (BEHAVIOUR §2.14): how long its ramp lasts, chosen with GERMINATE like the blend
+TEMPO_NAMES: tuple[str, ...] = ("fast", "standard", "slow")
+NUM_TEMPOS = len(TEMPO_NAMES)
+DEFAULT_TEMPO = TEMPO_NAMES.index("standard")
 
-def growth_name(slot: str, blueprint: str, blend: str, epoch: int) -> str:
-    """One growth decision as tables and logs name it: "slot=blueprint/blend@epoch" (a germination, or a
-    fixed schedule's)."""
-    return f"{slot}={blueprint}/{blend}@{epoch}"
+def growth_name(slot: str, blueprint: str, blend: str, epoch: int, tempo: str | None = None) -> str:
+    """One growth decision as tables and logs name it: "slot=blueprint/blend@epoch", with the blend's tempo
+    when it is not the standard one ("slot=blueprint/blend:fast@epoch"; a germination, or a fixed schedule's)."""
+    pace = f":{tempo}" if tempo not in (None, "standard") else ""
+    return f"{slot}={blueprint}/{blend}{pace}@{epoch}"
 
 TOPOLOGIES: tuple[str, ...] = ("cnn", "transformer")
 
@@ -231,8 +237,9 @@ TASKS: Mapping[str, TaskFacts] = {
     "shapes16_narrow": TaskFacts(batch_size=128, host_lr=0.05, seed_lr=0.05, data="shapes16", **_CNN_TASK),
 }
 # Host learning-rate schedules within an episode (hosts.env.lr_schedule): "constant" keeps the task's lr;
-# "cosine" decays it to zero over the episode's training steps (or over lr_schedule_steps).
-LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
+# "cosine" decays it to zero over the episode's training steps (or over lr_schedule_steps); "wsd" warms up,
+# holds, then decays linearly to zero over the last fraction of them.
+LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "wsd")
 
 # The run's default data_root (TrainingConfig.data_root). A task with a default place of its own reads its
 # files from there while data_root is left at this value: Fashion-MNIST from where Debian's and Ubuntu's
@@ -282,7 +289,7 @@ def task_slot_ids(task: str) -> tuple[str, ...]:
 # --------------------------------------------------------------------------------------
 
 NUM_BASE_FEATURES = 23
-SLOT_BLOCK_FIXED = 4  # is_active, stage, alpha, improvement; then the B-wide blueprint one-hot
+SLOT_BLOCK_FIXED = 4  # is_active, stage, alpha, improvement; then the B-wide blueprint one-hot, the tempo one-hot
 TELEMETRY_BLOCK = 10
 DEFAULT_NUM_BLUEPRINTS = 5
 
@@ -308,7 +315,7 @@ SLOT_IS_ACTIVE = 0
 SLOT_STAGE = 1
 SLOT_ALPHA = 2
 SLOT_IMPROVEMENT = 3
-SLOT_BLUEPRINT_ONEHOT = 4  # ... 4 + B - 1
+SLOT_BLUEPRINT_ONEHOT = 4  # ... 4 + B - 1, then the tempo one-hot at 4 + B ... 4 + B + 2
 
 # Offsets within a telemetry block (BEHAVIOUR §8.4).
 TEL_GRAD_NORM = 0
@@ -324,11 +331,16 @@ TEL_TEMPORAL = 9
 
 
 def slot_block_size(num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> int:
+    return SLOT_BLOCK_FIXED + num_blueprints + NUM_TEMPOS
+
+
+def slot_tempo_onehot(num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> int:
+    """The offset of the tempo one-hot within a slot block."""
     return SLOT_BLOCK_FIXED + num_blueprints
 
 
 def obs_dim(num_slots: int, telemetry: bool = True, num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> int:
-    """D = 23 + (4 + B)·S + 10·S·[telemetry]; 80 for the cifar10 defaults."""
+    """D = 23 + (4 + B + 3)·S + 10·S·[telemetry]; 89 for the cifar10 defaults."""
     if num_slots < 1:
         raise ValueError(f"num_slots must be >= 1 (got {num_slots})")
     dim = NUM_BASE_FEATURES + slot_block_size(num_blueprints) * num_slots
@@ -360,6 +372,7 @@ SIGNAL_FIELDS: Mapping[str, tuple[str, str]] = {
     "mask_blueprint": ("[E, B]", "bool"),
     "mask_blend": ("[E, 3]", "bool"),
     "mask_op": ("[E, 4]", "bool"),
+    "mask_tempo": ("[E, 3]", "bool"),  # the tempos a seed germinated now may take (BEHAVIOUR §2.14)
     "mask_slot_op": ("[E, 4, S]", "bool"),  # [fix] the slots each op can act on (op-major)
     # per env
     "epoch": ("[E]", "int32"),  # t, 1..T
@@ -444,8 +457,8 @@ def unpack_signals(packed: Mapping[str, Any], columns: Mapping[str, SignalColumn
 # Per-head sizes given S and B.
 
 
-def head_sizes(num_slots: int, num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> tuple[int, int, int, int]:
-    return (num_slots, num_blueprints, NUM_BLENDS, NUM_OPS)
+def head_sizes(num_slots: int, num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> tuple[int, ...]:
+    return (num_slots, num_blueprints, NUM_BLENDS, NUM_OPS, NUM_TEMPOS)
 
 
 # --------------------------------------------------------------------------------------
@@ -467,7 +480,7 @@ class EpisodePool(Protocol):
         then the first epoch; returns its signals."""
 
     def step(self, actions: Any, bootstrap: bool = ...) -> Any:
-        """Execute the epoch's actions [E, 4], then run the next epoch (none after the last)."""
+        """Execute the epoch's actions [E, 5], then run the next epoch (none after the last)."""
 
     def episode_results(self) -> list:
         """Per-env totals of the episode batch so far."""
@@ -502,3 +515,109 @@ class EventType(StrEnum):
 MIN_FOSSILIZE_CONTRIBUTION = 1.0  # pp: G5, the contributing-fossil count, fossilize shaping
 MIN_PROBATION_EPOCHS = 5  # epochs: probation timeout floor, fossilize legitimacy l = min(1, eis / 5)
 GOVERNOR_DEATH_PENALTY = 10.0  # reward units: a governor panic (the `panic` signal) pays -10
+
+
+# --------------------------------------------------------------------------------------
+# BEHAVIOUR §2.14 The lifecycle's clock: how long each stage lasts, in one of two settings
+# --------------------------------------------------------------------------------------
+# `reference`: the reference's absolute timings, set by the task's lifecycle horizon h (25 for the CNN
+# tasks): dwell max(1, int(0.1·h)), G2 and G3 at >= 3 epochs in stage, a blend ramp of 3, 5 or 8 epochs
+# (fast, standard, slow: the tempo; standard is the reference's 5), probation timeout max(5, int(0.1·h)).
+# `proportional`: the same stages at the proportions of the reference's 150-epoch episodes (10 epochs in
+# TRAINING, blends of 3, 5 or 8 epochs, a 15-epoch probation), scaled to the run's T = max_epochs; the
+# ramp ticks once per training step instead of once per epoch, G2 measures the host's improvement from the
+# accuracy at germination, the controller chooses the tempo, and a fossil stops isolating the host from
+# its seed (the reference keeps a CNN seed's input detached for ever, so the host upstream of a fossil
+# never learns again, while a static copy's planted seed trains with it). At T = 150 its durations are the
+# reference's there.
+
+LIFECYCLES: tuple[str, ...] = ("reference", "proportional")
+TEMPO_BLEND_EPOCHS: tuple[int, ...] = (3, 5, 8)  # the reference's blend per tempo, in epochs
+PROPORTIONAL_EPISODE = 150  # the reference's episode length the proportional lifecycle scales from
+PROPORTIONAL_DWELL = 10  # epochs in TRAINING there
+PROPORTIONAL_PROBATION = 15  # epochs of probation there (0.1 · 150, the reference's own rule)
+PROPORTIONAL_MIN_PROBATION_TIMEOUT = 2  # decisions a probationary seed gets at least, in a short episode
+REFERENCE_MIN_STAGE_EPOCHS = 3  # G2 and G3: epochs in stage (reference)
+
+
+class LifecycleTimings(NamedTuple):
+    """A run's stage durations. Epoch counts are whole; `blend` is in epochs and may be fractional (its ramp
+    then ticks per training step)."""
+
+    lifecycle: str
+    max_epochs: int  # T
+    dwell: int  # epochs in TRAINING before G2 is tried
+    min_stage: int  # G2's and G3's minimum epochs in stage
+    blend: tuple[float, ...]  # blend ramp per tempo (fast, standard, slow), epochs
+    ramp_per_step: bool  # the ramp ticks once per training step (else once per epoch)
+    probation_timeout: int  # epochs in PROBATIONARY before the automatic cull
+    legitimacy: int  # epochs in PROBATIONARY for the whole fossilize shaping (reward)
+    baseline_at_germination: bool  # G2's improvement counts from the accuracy at germination
+    tempos: tuple[int, ...]  # the tempos a controller may choose (the reference: standard only)
+    release_on_fossilize: bool  # a fossil's input stops being detached: the host upstream co-adapts through it
+
+    def blend_epochs(self, tempo: int = DEFAULT_TEMPO) -> int:
+        """Whole epochs a blend of `tempo` spans."""
+        return max(1, math.ceil(self.blend[tempo] - 1e-9))
+
+    def earliest_fossilize_age(self, tempo: int = DEFAULT_TEMPO) -> int:
+        """Epochs from a germination to the first decision that can fossilize its seed if every gate passes
+        at once: TRAINING, BLENDING, then the next decision (9 for the reference at the standard tempo)."""
+        training = max(self.dwell, self.min_stage)
+        return training + max(self.blend_epochs(tempo), self.min_stage) + 1
+
+    def blend_ticks(self, tempo: int, episode_steps: int) -> int:
+        """Ticks of a `tempo` ramp: its epochs (reference), or its share of the episode's training steps."""
+        if not self.ramp_per_step:
+            return self.blend_epochs(tempo)
+        return max(1, _round_half_up(self.blend[tempo] / self.max_epochs * episode_steps))
+
+    def germinate_until(self) -> int:
+        """The last epoch whose decision can germinate a seed that could still be fossilized before T, at the
+        fastest tempo allowed."""
+        return self.max_epochs - min(self.earliest_fossilize_age(k) for k in self.tempos)
+
+    def tempo_mask(self, epoch: int, deadline: bool) -> tuple[bool, ...]:
+        """The tempos a seed germinated at `epoch` may take: those allowed, and with a germination deadline
+        only those that could still be fossilized before T (all allowed ones if none could)."""
+        allowed = [k in self.tempos for k in range(NUM_TEMPOS)]
+        if deadline:
+            in_time = [ok and epoch + self.earliest_fossilize_age(k) <= self.max_epochs
+                       for k, ok in enumerate(allowed)]
+            if any(in_time):
+                allowed = in_time
+        return tuple(allowed)
+
+    def scale_epochs(self, epochs: int, horizon: int) -> int:
+        """An epoch count written for an h-epoch episode, in this lifecycle: unchanged for the reference, else
+        scaled to T (at least 1). The heuristic's waits use it."""
+        if self.lifecycle == "reference":
+            return int(epochs)
+        return max(1, _round_half_up(epochs * self.max_epochs / horizon)) if epochs > 0 else 0
+
+
+def _round_half_up(x: float) -> int:
+    return int(math.floor(x + 0.5))
+
+
+def lifecycle_timings(lifecycle: str, max_epochs: int, horizon: int | None) -> LifecycleTimings:
+    """The stage durations of `lifecycle` for T = `max_epochs` and the task's lifecycle horizon (None: no
+    task, the slot's defaults: dwell 1, probation timeout 5)."""
+    if lifecycle not in LIFECYCLES:
+        raise ValueError(f"lifecycle must be one of {list(LIFECYCLES)} (got {lifecycle!r})")
+    if lifecycle == "reference":
+        dwell = 1 if horizon is None else max(1, int(horizon * 0.1))
+        timeout = MIN_PROBATION_EPOCHS if horizon is None else max(MIN_PROBATION_EPOCHS, int(horizon * 0.1))
+        return LifecycleTimings("reference", int(max_epochs), dwell, REFERENCE_MIN_STAGE_EPOCHS,
+                                tuple(float(b) for b in TEMPO_BLEND_EPOCHS), False, timeout,
+                                MIN_PROBATION_EPOCHS, False, (DEFAULT_TEMPO,), False)
+    scale = int(max_epochs) / PROPORTIONAL_EPISODE
+
+    def epochs(n: int, floor: int = 1) -> int:
+        return max(floor, _round_half_up(n * scale))
+
+    return LifecycleTimings(
+        "proportional", int(max_epochs), epochs(PROPORTIONAL_DWELL), epochs(REFERENCE_MIN_STAGE_EPOCHS),
+        tuple(b * scale for b in TEMPO_BLEND_EPOCHS), True,
+        epochs(PROPORTIONAL_PROBATION, PROPORTIONAL_MIN_PROBATION_TIMEOUT), epochs(MIN_PROBATION_EPOCHS), True,
+        tuple(range(NUM_TEMPOS)), True)

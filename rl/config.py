@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from esper_fx.contracts import (
     BLEND_NAMES,
+    TEMPO_NAMES,
     BLUEPRINT_MENUS,
     GOVERNOR_DEATH_PENALTY,
     MIN_FOSSILIZE_CONTRIBUTION,
@@ -207,9 +208,9 @@ class RewardConfig:
     reference's cull age of 1 epoch).
 
     Three kinds of field: the settings of `REWARD_SETTINGS` (which family and mode, the sparse reward's
-    constants), set by a run; `gamma`, `min_cull_age` and the task's loss scale, taken from the run
-    (`for_run`: the run's `TrainingConfig` fills them in, so they have one home each: its `gamma`, its
-    `min_cull_age`, the task table); and the reward's fixed constants. Frozen and hashable; importing
+    constants), set by a run; `gamma`, `min_cull_age`, `legitimacy_epochs` and the task's loss scale, taken
+    from the run (`for_run`: the run's `TrainingConfig` fills them in, so they have one home each: its
+    `gamma`, its `cull_age`, its lifecycle, the task table); and the reward's fixed constants. Frozen and hashable; importing
     `rl.rewards` makes it a jax pytree (family and mode static, every number a leaf).
     """
 
@@ -279,7 +280,7 @@ class RewardConfig:
     fossilize_ransomware_improvement: float = -0.2
     fossilize_ransomware_penalty: float = -0.3
     min_fossilize_contribution: float = MIN_FOSSILIZE_CONTRIBUTION
-    legitimacy_epochs: float = float(MIN_PROBATION_EPOCHS)
+    legitimacy_epochs: float = float(MIN_PROBATION_EPOCHS)  # a run: its lifecycle's (BEHAVIOUR §2.14)
     # cull shaping
     cull_empty_penalty: float = -0.2
     cull_young_penalty: float = -0.3
@@ -318,12 +319,13 @@ class RewardConfig:
     def reward_fn_name(self) -> str:
         return reward_fn_name(self.reward_family, self.reward_mode)
 
-    def for_run(self, task: str, gamma: float, min_cull_age: int) -> "RewardConfig":
-        """These settings with the values a run gives the reward: its γ, its cull age and its task's loss
-        scale (`esper_fx.contracts.TASKS`)."""
+    def for_run(self, task: str, gamma: float, min_cull_age: int,
+                legitimacy_epochs: int = MIN_PROBATION_EPOCHS) -> "RewardConfig":
+        """These settings with the values a run gives the reward: its γ, its cull age, its lifecycle's
+        legitimacy epochs and its task's loss scale (`esper_fx.contracts.TASKS`)."""
         facts = task_facts(task)
         return dataclasses.replace(
-            self, gamma=float(gamma), min_cull_age=float(min_cull_age),
+            self, gamma=float(gamma), min_cull_age=float(min_cull_age), legitimacy_epochs=float(legitimacy_epochs),
             typical_loss_delta_std=facts.typical_loss_delta_std, compute_rent_weight=facts.compute_rent_weight,
             baseline_loss=facts.baseline_loss, target_loss=facts.target_loss)
 
@@ -360,6 +362,7 @@ class HeuristicConfig:
     blueprint_penalty_decay: float = 0.5  # multiplier per epoch; entries < 0.1 are deleted
     blueprint_penalty_threshold: float = 3.0
     blend: str = "sigmoid"
+    tempo: str = "standard"  # the blend's tempo (BEHAVIOUR §2.14): the reference's own, a fixed choice
     ransomware_contribution_threshold: float = 0.1  # pp
     ransomware_improvement_threshold: float = 0.0  # pp
     blueprint_rotation: tuple[str, ...] | None = None  # None -> the topology's default rotation
@@ -370,6 +373,8 @@ class HeuristicConfig:
                                                                  self.blueprint_rotation))
         if not isinstance(self.blend, str) or self.blend not in BLEND_NAMES:
             raise ValueError(f"heuristic.blend must be one of {list(BLEND_NAMES)} (got {self.blend!r})")
+        if not isinstance(self.tempo, str) or self.tempo not in TEMPO_NAMES:
+            raise ValueError(f"heuristic.tempo must be one of {list(TEMPO_NAMES)} (got {self.tempo!r})")
         for name in ("plateau_epochs_to_germinate", "min_epochs_before_germinate",
                      "cull_after_epochs_without_improvement", "embargo_epochs_after_cull"):
             _store(self, name, check.int_between(f"heuristic.{name}", getattr(self, name), 0, COUNT_MAX))
@@ -415,17 +420,20 @@ def section_from_dict(cls: type, section: str, d: Any) -> Any:
 
 @dataclass(frozen=True)
 class OracleConfig:
-    """Germinate `blueprint` with blend `blend` in `slot` at epoch `germinate_epoch`, fossilize at the first
-    epoch it is allowed, never cull. The defaults are the quickstart's (shapes16) best fixed schedule."""
+    """Germinate `blueprint` with blend `blend` at `tempo` in `slot` at epoch `germinate_epoch`, fossilize at
+    the first epoch it is allowed, never cull. The defaults are the quickstart's (shapes16) best fixed schedule."""
 
     slot: str = "r0c0"
     blueprint: str = "conv_light"
     blend: str = "sigmoid"
     germinate_epoch: int = 1
+    tempo: str = "standard"
 
     def __post_init__(self) -> None:
         if self.blend not in BLEND_NAMES:
             raise ValueError(f"oracle.blend must be one of {list(BLEND_NAMES)} (got {self.blend!r})")
+        if self.tempo not in TEMPO_NAMES:
+            raise ValueError(f"oracle.tempo must be one of {list(TEMPO_NAMES)} (got {self.tempo!r})")
         for name in ("slot", "blueprint"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"oracle.{name} must be a string (got {getattr(self, name)!r})")

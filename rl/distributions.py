@@ -1,4 +1,4 @@
-"""Masked categorical distributions for the four factored action heads (BEHAVIOUR §9.2–§9.4).
+"""Masked categorical distributions for the five factored action heads (BEHAVIOUR §9.2–§9.4).
 
 Every function here is a pure jnp function over logits `[..., n]` and bool masks `[..., n]`
 (True = allowed). Masked logits are replaced by −1e4 (finite in fp16 and bf16); sampling is
@@ -31,10 +31,11 @@ class Masks(NamedTuple):
     blueprint: jax.Array
     blend: jax.Array
     op: jax.Array
+    tempo: jax.Array
 
     @classmethod
     def from_signals(cls, signals) -> "Masks":
-        """The four `mask_*` fields of a signals pytree."""
+        """The five `mask_*` fields of a signals pytree."""
         return cls(*(signals[f"mask_{head}"] for head in contracts.ACTION_HEADS))
 
 
@@ -108,7 +109,7 @@ def row_is_valid(logits: jax.Array, mask: jax.Array) -> jax.Array:
 
 
 # ------------------------------------------------------------------------------------------
-# the four heads together (actions and log-probs are `[..., 4]` in head order)
+# the five heads together (actions and log-probs are `[..., 5]` in head order)
 # ------------------------------------------------------------------------------------------
 
 
@@ -121,10 +122,10 @@ def assert_heads(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> Non
 
 
 def pad_heads(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> tuple[jax.Array, jax.Array]:
-    """Stack the heads into `[..., 4, n_max]` logits and masks; padding entries are masked out.
+    """Stack the heads into `[..., 5, n_max]` logits and masks; padding entries are masked out.
 
     A padded entry gets probability exactly 0 (its −1e4 logit underflows), so every per-head
-    quantity computed on the stack equals the one computed head by head, with a quarter of the ops.
+    quantity computed on the stack equals the one computed head by head, in one op instead of five.
     """
     assert_heads(logits, masks)
     n_max = max(lg.shape[-1] for lg in logits)
@@ -140,7 +141,7 @@ def pad_heads(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> tuple[
 def sample_heads(
     key: jax.Array, logits: Sequence[jax.Array], masks: Sequence[jax.Array], deterministic: bool = False
 ) -> tuple[jax.Array, jax.Array]:
-    """Sample every head independently: (actions int32 `[..., 4]`, log-probs `[..., 4]`)."""
+    """Sample every head independently: (actions int32 `[..., 5]`, log-probs `[..., 5]`)."""
     assert_heads(logits, masks)
     stacked, stacked_mask = pad_heads(logits, masks)
     actions = sample(key, stacked, stacked_mask, deterministic)
@@ -160,8 +161,8 @@ def sample_heads_op_first(
 ) -> tuple[jax.Array, jax.Array, Masks]:
     """Draw the op, then every other head with the slot mask of that op ([fix] LEARNING.md).
 
-    π(a|s) = π_op(op|s)·π_slot(slot|s, mask(op))·π_bp·π_blend: still one network pass, the heads only
-    coupled through the mask. Returns (actions `[..., 4]`, log-probs `[..., 4]`, the masks used), and the
+    π(a|s) = π_op(op|s)·π_slot(slot|s, mask(op))·π_bp·π_blend·π_tempo: still one network pass, the heads only
+    coupled through the mask. Returns (actions `[..., 5]`, log-probs `[..., 5]`, the masks used), and the
     masks used are the ones the update must score the actions with.
     """
     key_op, key_rest = jax.random.split(key)
@@ -174,14 +175,14 @@ def sample_heads_op_first(
 
 
 def heads_log_prob(logits: Sequence[jax.Array], masks: Sequence[jax.Array], actions: jax.Array) -> jax.Array:
-    """Per-head log-probs `[..., 4]` of the taken `actions [..., 4]`."""
+    """Per-head log-probs `[..., 5]` of the taken `actions [..., 5]`."""
     assert_heads(logits, masks)
     chex.assert_shape(actions, jnp.shape(logits[0])[:-1] + (len(logits),))
     return masked_log_prob(*pad_heads(logits, masks), actions)
 
 
 def heads_entropy(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> jax.Array:
-    """Per-head normalised entropies `[..., 4]`."""
+    """Per-head normalised entropies `[..., 5]`."""
     assert_heads(logits, masks)
     return normalized_entropy(*pad_heads(logits, masks))
 
@@ -198,16 +199,17 @@ def heads_valid(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> jax.
 
 
 def causal_masks(op: jax.Array) -> jax.Array:
-    """m_h from the taken op, bool `[..., 4]`: slot unless WAIT; blueprint, blend on GERMINATE; op always."""
+    """m_h from the taken op, bool `[..., 5]`: slot unless WAIT; blueprint, blend, tempo on GERMINATE; op
+    always."""
     op = jnp.asarray(op)
     chex.assert_type(op, int)
     slot = op != contracts.LifecycleOp.WAIT
     germinate = op == contracts.LifecycleOp.GERMINATE
-    return jnp.stack([slot, germinate, germinate, jnp.ones_like(slot)], axis=-1)
+    return jnp.stack([slot, germinate, germinate, jnp.ones_like(slot), germinate], axis=-1)
 
 
 def causal_advantages(advantages: jax.Array, op: jax.Array) -> jax.Array:
-    """Per-head advantages A_h = A·m_h, `[..., 4]` in head order."""
+    """Per-head advantages A_h = A·m_h, `[..., 5]` in head order."""
     chex.assert_type(advantages, float)
     chex.assert_equal_shape([advantages, op])
     return jnp.where(causal_masks(op), advantages[..., None], jnp.zeros_like(advantages)[..., None])

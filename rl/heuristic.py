@@ -1,6 +1,6 @@
 """The rule-based controller of BEHAVIOUR §13 in jnp, vectorised over envs.
 
-`decide(state, signals, params) -> (actions [E, 4] int32, new_state)` reads the signals pytree
+`decide(state, signals, params) -> (actions [E, 5] int32, new_state)` reads the signals pytree
 (`esper_fx.contracts.SIGNAL_FIELDS`) and keeps one decision state per env. `params` is static
 (hashable): build it with `HeuristicParams.from_config` or `HeuristicParams.from_training_config` from
 the settings of `rl.config.HeuristicConfig`, and jit with `jax.jit(decide, static_argnums=2)`.
@@ -8,6 +8,7 @@ the settings of `rl.config.HeuristicConfig`, and jit with `jax.jit(decide, stati
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, NamedTuple, Sequence
 
 import chex
@@ -27,6 +28,8 @@ INITIAL_LAST_CULL_EPOCH = -100
 INITIAL_LAST_DECAY_EPOCH = -1
 # Blueprint head value emitted when the op does not use it (BEHAVIOUR §13.2).
 UNUSED_BLUEPRINT = 1
+# The settings counted in epochs, written for the reference's episodes: a run's lifecycle scales them.
+EPOCH_WAITS = ("min_epochs_before_germinate", "cull_after_epochs_without_improvement", "embargo_epochs_after_cull")
 
 _WAIT = int(contracts.LifecycleOp.WAIT)
 _GERMINATE = int(contracts.LifecycleOp.GERMINATE)
@@ -47,6 +50,7 @@ class HeuristicParams(NamedTuple):
     rotation: tuple[int, ...]  # blueprint-menu indices, in rotation order
     blend_index: int  # index of rules.blend in ("linear", "sigmoid", "gated")
     num_blueprints: int  # B = len(menu)
+    tempo_index: int = contracts.DEFAULT_TEMPO  # index of rules.tempo in ("fast", "standard", "slow")
 
     @classmethod
     def from_config(cls, heuristic: HeuristicConfig, menu: Sequence[str], topology: str) -> "HeuristicParams":
@@ -55,11 +59,17 @@ class HeuristicParams(NamedTuple):
         rotation = heuristic.rotation(topology)
         check_rotation(rotation, menu)
         return cls(rules=heuristic, rotation=tuple(menu.index(name) for name in rotation),
-                   blend_index=contracts.BLEND_NAMES.index(heuristic.blend), num_blueprints=len(menu))
+                   blend_index=contracts.BLEND_NAMES.index(heuristic.blend), num_blueprints=len(menu),
+                   tempo_index=contracts.TEMPO_NAMES.index(heuristic.tempo))
 
     @classmethod
     def from_training_config(cls, config: Any) -> "HeuristicParams":
-        return cls.from_config(config.heuristic, config.menu, config.topology)
+        """The run's heuristic: its settings, with their epoch waits in the run's lifecycle (BEHAVIOUR §2.14:
+        unchanged under the reference's clock, scaled to the episode under the proportional one)."""
+        timings = config.lifecycle_timings
+        horizon = contracts.task_facts(config.task).lifecycle_horizon
+        waits = {name: timings.scale_epochs(getattr(config.heuristic, name), horizon) for name in EPOCH_WAITS}
+        return cls.from_config(dataclasses.replace(config.heuristic, **waits), config.menu, config.topology)
 
 
 class HeuristicState(NamedTuple):
@@ -216,7 +226,7 @@ def _select(take_first: jax.Array, a: Decision, b: Decision) -> Decision:
 
 
 def decide(state: HeuristicState, signals: Signals, params: HeuristicParams):
-    """One heuristic decision per env: (actions [E, 4] int32 in head order, new state)."""
+    """One heuristic decision per env: (actions [E, 5] int32 in head order, new state)."""
     assert_state(state, assert_signals(signals)[0])
     epoch = jnp.asarray(signals["epoch"], jnp.int32)
     state = decay_penalties(state, epoch, params)
@@ -232,7 +242,8 @@ def decide(state: HeuristicState, signals: Signals, params: HeuristicParams):
     )
     state = record_culls(state, decision, signals, params)
     blend = jnp.full_like(decision.op, params.blend_index)
-    actions = jnp.stack([decision.slot, decision.blueprint, blend, decision.op], axis=1).astype(jnp.int32)
+    tempo = jnp.full_like(decision.op, params.tempo_index)
+    actions = jnp.stack([decision.slot, decision.blueprint, blend, decision.op, tempo], axis=1).astype(jnp.int32)
     return actions, state
 
 

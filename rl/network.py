@@ -1,8 +1,8 @@
 """The factored actor-critic of BEHAVIOUR §10 as a Flax linen module.
 
 obs [E, L, D] → Linear(D→128) → LayerNorm → ReLU → LSTM(128→H), scanned over L from a given carry
-(h, c) → LayerNorm = z → five heads Linear(H→64) → ReLU → Linear(64→n): slot S, blueprint B, blend 3,
-op 4, value 1. The LSTM has fused kernels W_x [128×4H], W_h [H×4H] and one bias [4H] (gate order
+(h, c) → LayerNorm = z → six heads Linear(H→64) → ReLU → Linear(64→n): slot S, blueprint B, blend 3,
+op 4, tempo 3, value 1. The LSTM has fused kernels W_x [128×4H], W_h [H×4H] and one bias [4H] (gate order
 i, f, g, o; forget slice = 2.0). Init: orthogonal √2 for hidden Linears, 0.01 for the policy outputs,
 1.0 for the value output, one orthogonal matrix each for W_x and W_h; zero biases. LayerNorm eps 1e-5.
 `recurrent=False` gives the BEHAVIOUR §10.3 MLP ablation (Linear(128→H) + ReLU, empty carry).
@@ -105,7 +105,7 @@ class Head(nn.Module):
         return nn.Dense(self.n, kernel_init=_orthogonal(self.out_gain), bias_init=zeros, name="out")(x)
 
 
-HEAD_MODULES = ("slot_head", "blueprint_head", "blend_head", "op_head")
+HEAD_MODULES = tuple(f"{head}_head" for head in contracts.ACTION_HEADS)
 VALUE_MODULE = "value_head"
 
 
@@ -133,6 +133,7 @@ class ActorCritic(nn.Module):
         self.blueprint_head = Head(sizes[1], self.head_hidden, POLICY_OUT_GAIN)
         self.blend_head = Head(sizes[2], self.head_hidden, POLICY_OUT_GAIN)
         self.op_head = Head(sizes[3], self.head_hidden, POLICY_OUT_GAIN)
+        self.tempo_head = Head(sizes[4], self.head_hidden, POLICY_OUT_GAIN)
         self.value_head = Head(1, self.head_hidden, VALUE_OUT_GAIN)
 
     def initial_carry(self, n_envs: int) -> Carry:
@@ -160,7 +161,7 @@ class ActorCritic(nn.Module):
         else:
             x = nn.relu(self.mlp(x))
         z = self.core_norm(x)
-        heads = (self.slot_head, self.blueprint_head, self.blend_head, self.op_head)
+        heads = (self.slot_head, self.blueprint_head, self.blend_head, self.op_head, self.tempo_head)
         logits = tuple(head(z) for head in heads)
         if masks is not None:
             logits = tuple(dist.masked_logits(lg, m) for lg, m in zip(logits, masks))

@@ -65,7 +65,7 @@ def _value_head_mask(params) -> Any:
 
 
 def param_segments(params) -> np.ndarray:
-    """Static per-element module index of the raveled params: HEAD_MODULES + value → 0..4, trunk → 5."""
+    """Static per-element module index of the raveled params: HEAD_MODULES + value → 0..5, trunk → 6."""
     modules = HEAD_MODULES + (VALUE_MODULE,)
     parts = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
@@ -125,17 +125,17 @@ def entropy_coefficient(cfg: PPOConfig, n_envs: int, train_steps: jax.Array) -> 
 
 
 class ActOutput(NamedTuple):
-    actions: jax.Array  # [E, 4] int32 (slot, blueprint, blend, op)
-    log_probs: jax.Array  # [E, 4] per head
+    actions: jax.Array  # [E, 5] int32 (slot, blueprint, blend, op, tempo)
+    log_probs: jax.Array  # [E, 5] per head
     value: jax.Array  # [E]
     carry: Carry  # post-step carry
     ok: jax.Array  # [E] bool: every head had a valid action and finite logits
 
 
 class Evaluation(NamedTuple):
-    log_probs: jax.Array  # [E, L, 4]
+    log_probs: jax.Array  # [E, L, 5]
     values: jax.Array  # [E, L]
-    entropy: jax.Array  # [E, L, 4] normalised
+    entropy: jax.Array  # [E, L, 5] normalised
 
 
 @partial(jax.jit, static_argnames=("network", "deterministic"))
@@ -175,7 +175,7 @@ def value(state: TrainState, obs, carry: Carry) -> jax.Array:
 def evaluate(network: ActorCritic, params, obs, actions, masks: dist.Masks, carry0: Carry, resets=None) -> Evaluation:
     """Re-run whole sequences `[E, L, D]` from `carry0`: per-head log-probs, values, entropies."""
     chex.assert_rank(obs, 3)
-    chex.assert_shape(actions, obs.shape[:2] + (4,))
+    chex.assert_shape(actions, obs.shape[:2] + (contracts.NUM_HEADS,))
     out, _ = network.apply({"params": params}, obs, carry0, resets=resets)
     return Evaluation(
         dist.heads_log_prob(out.logits, masks, actions),
@@ -225,8 +225,8 @@ class Batch(NamedTuple):
     """Training data for a group of env rows `[G, T, ...]`; `valid` marks the steps that count."""
 
     obs: jax.Array
-    actions: jax.Array  # [G, T, 4]
-    old_log_probs: jax.Array  # [G, T, 4]
+    actions: jax.Array  # [G, T, 5]
+    old_log_probs: jax.Array  # [G, T, 5]
     old_values: jax.Array  # [G, T]
     advantages: jax.Array  # [G, T] normalised
     returns: jax.Array  # [G, T]
@@ -236,26 +236,26 @@ class Batch(NamedTuple):
 
 
 def head_weights(actions: jax.Array, valid: jax.Array) -> jax.Array:
-    """m_h ∧ valid, bool `[..., 4]`: the causal relevance of each head at each valid step."""
-    chex.assert_shape(actions, jnp.shape(valid) + (4,))
+    """m_h ∧ valid, bool `[..., 5]`: the causal relevance of each head at each valid step."""
+    chex.assert_shape(actions, jnp.shape(valid) + (contracts.NUM_HEADS,))
     chex.assert_type([actions, valid], [int, bool])
     return dist.causal_masks(actions[..., contracts.HEAD_OP]) & valid[..., None]
 
 
 def _head_counts(m: jax.Array) -> jax.Array:
-    """n_h = max(Σ_t m_h, 1), `[4]`."""
+    """n_h = max(Σ_t m_h, 1), `[5]`."""
     return jnp.maximum(jnp.sum(m, axis=tuple(range(m.ndim - 1))), 1).astype(jnp.float32)
 
 
 def _check_per_head(per_head: jax.Array, m: jax.Array) -> None:
-    """A per-head quantity `[..., 4]` (float) and its causal mask of the same shape (bool)."""
+    """A per-head quantity `[..., 5]` (float) and its causal mask of the same shape (bool)."""
     chex.assert_equal_shape([per_head, m])
-    chex.assert_axis_dimension(per_head, -1, 4)
+    chex.assert_axis_dimension(per_head, -1, contracts.NUM_HEADS)
     chex.assert_type([per_head, m], [float, bool])
 
 
 def policy_loss(log_ratio: jax.Array, adv: jax.Array, m: jax.Array, clip_ratio: float) -> tuple[jax.Array, jax.Array]:
-    """(Σ_h L_h, L_h `[4]`) with L_h = −(1/n_h)·Σ m_h·min(r·A_h, clip(r, 1±ε)·A_h)."""
+    """(Σ_h L_h, L_h `[5]`) with L_h = −(1/n_h)·Σ m_h·min(r·A_h, clip(r, 1±ε)·A_h)."""
     _check_per_head(log_ratio, m)
     chex.assert_shape(adv, log_ratio.shape[:-1])
     ratio = jnp.exp(log_ratio)
@@ -280,7 +280,7 @@ def value_loss(values, old_values, returns, valid, clip_value: bool = PPOConfig.
 
 
 def entropy_bonus(entropy: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(L_ent = −Σ_h E_h, E_h `[4]`) with E_h = (1/n_h)·Σ m_h·H_norm,h."""
+    """(L_ent = −Σ_h E_h, E_h `[5]`) with E_h = (1/n_h)·Σ m_h·H_norm,h."""
     _check_per_head(entropy, m)
     axes = tuple(range(m.ndim - 1))
     per_head = jnp.sum(jnp.where(m, entropy, 0.0), axis=axes) / _head_counts(m)
@@ -296,7 +296,7 @@ def approx_kl(log_ratio: jax.Array, m: jax.Array, valid: jax.Array) -> jax.Array
 
 
 def approx_kl_per_head(log_ratio: jax.Array, m: jax.Array) -> jax.Array:
-    """KL_h = (1/n_h)·Σ_t m_h·((r − 1) − ln r), `[4]`: each head's KL3 over the steps where it acted.
+    """KL_h = (1/n_h)·Σ_t m_h·((r − 1) − ln r), `[5]`: each head's KL3 over the steps where it acted.
 
     The whole-batch `approx_kl` divides a head's terms by every valid step, so a head that acts on a few
     steps (slot, blueprint and blend act on GERMINATE only) can move far while the total stays small."""
@@ -348,7 +348,7 @@ def ppo_loss(params, network: ActorCritic, batch: Batch, beta, cfg: PPOConfig) -
 
 def flat_grad_norms(flat_grads: jax.Array, segments: np.ndarray) -> dict[str, jax.Array]:
     """Global and per-head L2 norms (before clipping) of a raveled gradient; `segments` from
-    `param_segments`. grad_norm_per_head is `[5]`: slot, blueprint, blend, op heads, value head."""
+    `param_segments`. grad_norm_per_head is `[6]`: slot, blueprint, blend, op, tempo heads, value head."""
     chex.assert_rank(flat_grads, 1)
     chex.assert_equal_shape([flat_grads, segments])
     per_module = jax.ops.segment_sum(flat_grads**2, segments, num_segments=len(METRIC_HEADS) + 1)
@@ -559,7 +559,7 @@ def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
     Metrics, averaged over the executed gradient steps (or from the last KL check if none ran):
     loss, policy_loss, value_loss, entropy (mean over heads of the causally masked mean normalised
     entropy), entropy_{head}, policy_loss_{head}, approx_kl, clip_fraction and ratio_mean/max/min
-    (op head), grad_norm and grad_norm_{slot,blueprint,blend,op,value} (before clipping). Also
+    (op head), grad_norm and grad_norm_{slot,blueprint,blend,op,tempo,value} (before clipping). Also
     explained_variance, n_transitions, entropy_coef (β), early_stop (int32 [2]: (u, group), or (−1, −1)),
     early_stopped, nonfinite_skipped, n_steps_taken and skipped (no valid transition: nothing changed).
     And, measured after the update over the whole batch (`after_update`): approx_kl_after, entropy_after

@@ -5,7 +5,7 @@ Every reward function has the same signature
     reward_fn(signals, actions, reward_state, config) -> (reward [E], components, new_reward_state)
 
 - `signals`: the host -> controller dict of arrays (`esper_fx.contracts.SIGNAL_FIELDS`).
-- `actions`: int32 [E, 4] in head order (slot, blueprint, blend, op). The *target* is the sampled
+- `actions`: int32 [E, 5] in head order (slot, blueprint, blend, op, tempo). The *target* is the sampled
   slot for every op, WAIT included (BEHAVIOUR §12.2).
 - `reward_state`: `RewardState` (phi_prev [E, S], the PBRS memory of BEHAVIOUR §12.4).
 - `config`: `RewardConfig`, an immutable pytree of every constant (it may be traced or static).
@@ -317,7 +317,7 @@ def next_phi_prev(signals: Signals, t: Target, op: jax.Array, phi_prev: jax.Arra
 
 
 def _check_inputs(signals: Signals, actions: jax.Array, reward_state: RewardState) -> None:
-    """A reward function's inputs: the signals, actions int `[E, 4]`, the PBRS memory `[E, S]`."""
+    """A reward function's inputs: the signals, actions int `[E, 5]`, the PBRS memory `[E, S]`."""
     chex.assert_shape(reward_state.phi_prev, assert_signals(signals, actions))
 
 

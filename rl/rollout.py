@@ -1,7 +1,7 @@
 """The fixed-shape rollout buffer of BEHAVIOUR §11.2, held in JAX as one pytree `[E, T, ...]`.
 
 One row per env with T step slots. Each step stores the normalised obs (what the policy saw) and the
-raw obs (for the observation-normaliser update), actions and old log-probs per head `[4]`, V(s_t), the
+raw obs (for the observation-normaliser update), actions and old log-probs per head `[5]`, V(s_t), the
 normalised and raw rewards, done / truncated flags, the bootstrap value, the pre-action masks per head,
 and, at step 0, the initial carry of the env (training re-runs each row from it, BEHAVIOUR §10.2).
 `valid[e, t] = t < step_count[e]`; invalid steps keep all-True dummy masks so the masked softmax stays
@@ -31,8 +31,8 @@ class StepData(NamedTuple):
 
     obs: jax.Array  # [E, D] normalised
     raw_obs: jax.Array  # [E, D]
-    actions: jax.Array  # [E, 4] int32
-    log_probs: jax.Array  # [E, 4]
+    actions: jax.Array  # [E, 5] int32
+    log_probs: jax.Array  # [E, 5]
     values: jax.Array  # [E]
     rewards: jax.Array  # [E] normalised
     raw_rewards: jax.Array  # [E]
@@ -47,8 +47,8 @@ class StepData(NamedTuple):
 class Rollout:
     obs: jax.Array  # [E, T, D] normalised
     raw_obs: jax.Array  # [E, T, D]
-    actions: jax.Array  # [E, T, 4] int32
-    log_probs: jax.Array  # [E, T, 4]
+    actions: jax.Array  # [E, T, 5] int32
+    log_probs: jax.Array  # [E, T, 5]
     values: jax.Array  # [E, T]
     rewards: jax.Array  # [E, T] normalised
     raw_rewards: jax.Array  # [E, T]
@@ -93,8 +93,8 @@ def init(
     masks = Masks(*(jnp.ones((e, t, n), bool) for n in contracts.head_sizes(num_slots, num_blueprints)))
     carry = () if hidden_dim is None else (jnp.zeros((e, hidden_dim)), jnp.zeros((e, hidden_dim)))
     return Rollout(
-        obs=f32(obs_dim), raw_obs=f32(obs_dim), actions=jnp.zeros((e, t, 4), jnp.int32),
-        log_probs=f32(4), values=f32(), rewards=f32(), raw_rewards=f32(), dones=flag(), truncated=flag(),
+        obs=f32(obs_dim), raw_obs=f32(obs_dim), actions=jnp.zeros((e, t, contracts.NUM_HEADS), jnp.int32),
+        log_probs=f32(contracts.NUM_HEADS), values=f32(), rewards=f32(), raw_rewards=f32(), dones=flag(), truncated=flag(),
         bootstrap=f32(), masks=masks, carry0=carry, step_count=jnp.zeros((e,), jnp.int32),
         overflow=jnp.zeros((), bool),
     )
@@ -140,7 +140,7 @@ def append(rollout: Rollout, t, step: StepData, active: jax.Array | None = None)
 def _check_step(rollout: Rollout, step: StepData) -> None:
     e = rollout.n_envs
     chex.assert_shape([step.obs, step.raw_obs], (e, rollout.obs.shape[-1]))
-    chex.assert_shape([step.actions, step.log_probs], (e, 4))
+    chex.assert_shape([step.actions, step.log_probs], (e, contracts.NUM_HEADS))
     chex.assert_type(step.actions, int)
     chex.assert_shape([step.values, step.rewards, step.raw_rewards, step.dones, step.truncated, step.bootstrap], (e,))
     chex.assert_shape(list(step.masks), [(e, buf.shape[-1]) for buf in rollout.masks])

@@ -12,6 +12,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from esper_fx import contracts
 from esper_fx.contracts import SIGNAL_FIELDS
 
 PER_ENV_FIELDS: tuple[str, ...] = tuple(k for k, (shape, _) in SIGNAL_FIELDS.items() if shape == "[E]")
@@ -19,12 +20,12 @@ PER_SLOT_FIELDS: tuple[str, ...] = tuple(k for k, (shape, _) in SIGNAL_FIELDS.it
 
 
 def assert_signals(signals: Mapping[str, jax.Array], actions: jax.Array | None = None) -> tuple[int, int]:
-    """The per-env fields are `[E]`, the per-slot fields `[E, S]`, `actions` (if given) int `[E, 4]`.
+    """The per-env fields are `[E]`, the per-slot fields `[E, S]`, `actions` (if given) int `[E, 5]`.
     Returns (E, S)."""
     e, s = jnp.shape(signals["slot_occupied"])
     chex.assert_shape([signals[k] for k in PER_ENV_FIELDS if k in signals], (e,))
     chex.assert_shape([signals[k] for k in PER_SLOT_FIELDS if k in signals], (e, s))
     if actions is not None:
-        chex.assert_shape(actions, (e, 4))
+        chex.assert_shape(actions, (e, contracts.NUM_HEADS))
         chex.assert_type(actions, int)
     return e, s

@@ -197,7 +197,7 @@ def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def sample_heads(logits: Sequence[torch.Tensor], generator: torch.Generator | None = None):
-    """Sample every head of `[E, n]` masked logits: (actions int64 `[E, 4]`, log-probs `[E, 4]`)."""
+    """Sample every head of `[E, n]` masked logits: (actions int64 `[E, 5]`, log-probs `[E, 5]`)."""
     actions, log_probs = [], []
     for lg in logits:
         lp = F.log_softmax(lg, dim=-1)
@@ -242,7 +242,7 @@ def act(
     carry: Carry,
     generator: torch.Generator | None = None,
 ):
-    """One policy step without gradients: (actions `[E, 4]`, log-probs `[E, 4]`, value `[E]`, new carry)."""
+    """One policy step without gradients: (actions `[E, 5]`, log-probs `[E, 5]`, value `[E]`, new carry)."""
     logits, value, carry = net.step(obs, carry, masks)
     actions, log_probs = sample_heads(logits, generator)
     return actions, log_probs, value, carry

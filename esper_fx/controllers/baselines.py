@@ -22,10 +22,11 @@ def first_true(mask: jax.Array) -> jax.Array:
 
 
 def wait_actions(signals) -> jax.Array:
-    """Op WAIT on the first enabled slot; blueprint 1 and blend 0 (irrelevant for WAIT)."""
+    """Op WAIT on the first enabled slot; blueprint 1, blend 0 and the standard tempo (irrelevant for WAIT)."""
     slot = first_true(signals["mask_slot"])
     ones = jnp.ones_like(slot)
-    return jnp.stack([slot, ones, jnp.zeros_like(slot), jnp.full_like(slot, int(contracts.LifecycleOp.WAIT))], -1)
+    return jnp.stack([slot, ones, jnp.zeros_like(slot), jnp.full_like(slot, int(contracts.LifecycleOp.WAIT)),
+                      jnp.full_like(slot, contracts.DEFAULT_TEMPO)], -1)
 
 
 def uniform_masked_sample(key: jax.Array, mask: jax.Array) -> jax.Array:
@@ -60,9 +61,10 @@ def build_random(spec: ControllerSpec) -> Controller:
 # ----------------------------------------------------------------------------------------------
 
 
-def oracle_actions(signals, slot: int, blueprint: int, blend: int, germinate_epoch: int) -> jax.Array:
-    """GERMINATE (slot, blueprint, blend) at `germinate_epoch` into an empty slot; FOSSILIZE that slot whenever
-    it holds a PROBATIONARY seed; WAIT otherwise. Never CULL. Indices are head indices."""
+def oracle_actions(signals, slot: int, blueprint: int, blend: int, germinate_epoch: int,
+                   tempo: int = contracts.DEFAULT_TEMPO) -> jax.Array:
+    """GERMINATE (slot, blueprint, blend, tempo) at `germinate_epoch` into an empty slot; FOSSILIZE that slot
+    whenever it holds a PROBATIONARY seed; WAIT otherwise. Never CULL. Indices are head indices."""
     epoch = jnp.asarray(signals["epoch"])
     empty = ~jnp.asarray(signals["slot_occupied"])[:, slot]
     stage = jnp.asarray(signals["slot_stage"])[:, slot]
@@ -71,15 +73,15 @@ def oracle_actions(signals, slot: int, blueprint: int, blend: int, germinate_epo
     op = jnp.where(germinate, int(contracts.LifecycleOp.GERMINATE),
                    jnp.where(fossilize, int(contracts.LifecycleOp.FOSSILIZE), int(contracts.LifecycleOp.WAIT)))
     column = lambda v: jnp.full_like(epoch, v)  # noqa: E731
-    return jnp.stack([column(slot), column(blueprint), column(blend), op], -1).astype(jnp.int32)
+    return jnp.stack([column(slot), column(blueprint), column(blend), op, column(tempo)], -1).astype(jnp.int32)
 
 
 def build_oracle(spec: ControllerSpec) -> Controller:
-    """`oracle`: the schedule of `config.oracle` (slot, blueprint, blend, germinate_epoch)."""
+    """`oracle`: the schedule of `config.oracle` (slot, blueprint, blend, germinate_epoch, tempo)."""
     cfg, config = spec.config.oracle, spec.config
     cfg.check_against(config.enabled_slots, spec.menu, spec.max_epochs)
     indices = (config.slot_ids.index(cfg.slot), spec.menu.index(cfg.blueprint), contracts.BLEND_NAMES.index(cfg.blend),
-               cfg.germinate_epoch)
+               cfg.germinate_epoch, contracts.TEMPO_NAMES.index(cfg.tempo))
     return Controller(name="oracle",
                       act=lambda state, carry, signals, key: (oracle_actions(signals, *indices), {}, carry))
 

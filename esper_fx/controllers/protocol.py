@@ -4,13 +4,13 @@ A controller bundle has five functions over pytrees:
 
     init(key, spec)                      -> state
     initial_carry(n_envs)                -> carry        (LSTM state, heuristic decision state, or ())
-    act(state, carry, signals, key)      -> (actions [E, 4] int32, aux, new_carry)
+    act(state, carry, signals, key)      -> (actions [E, 5] int32, aux, new_carry)
     value(state, carry, signals)         -> [E] float32  (bootstrap at truncation)
     update(state, rollout, key)          -> (new_state, metrics)
 
 `signals` is the host's signals pytree (esper_fx.contracts.SIGNAL_FIELDS) as jax arrays, plus
 "obs_norm": the observation normalised with the run's frozen statistics. `aux` carries per-head
-log-probs [E, 4] ("log_probs") and values [E] ("value") for learning controllers.
+log-probs [E, 5] ("log_probs") and values [E] ("value") for learning controllers.
 
 The registry (`esper_fx.controllers.registry`, jax-free so the configuration can check names) maps names
 to constructors `constructor(spec) -> Controller`; `get(name)` returns the constructor,
@@ -90,7 +90,7 @@ class Controller:
 def make_controller(act: Callable, init: Callable | None = None, name: str = "custom") -> Controller:
     """A non-learning controller from one or two pure functions.
 
-    `act(state, carry, signals, key)` may return just the actions [E, 4], or the full
+    `act(state, carry, signals, key)` may return just the actions [E, 5], or the full
     `(actions, aux, new_carry)` triple; `init(key, spec)` builds its (static) state.
     """
 

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from esper_fx.contracts import NUM_HEADS
 from esper_fx.errors import DeviceUnavailableError, RunFailure
 from esper_fx.config import TrainingConfig
 from esper_fx.distributed.runtime import RaySession, RayStartError, require_ray  # noqa: F401 (re-exported)
@@ -166,8 +167,8 @@ class RayEnvPool:
         if not self._running:
             raise RuntimeError("RayEnvPool.step called before begin(b)")
         rows = _action_array(actions)
-        if rows.shape != (self._n_active, 4):
-            raise ValueError(f"actions must be [{self._n_active}, 4] (got {list(rows.shape)})")
+        if rows.shape != (self._n_active, NUM_HEADS):
+            raise ValueError(f"actions must be [{self._n_active}, {NUM_HEADS}] (got {list(rows.shape)})")
         args = [(rows[self.slices[w].start:min(self.slices[w].stop, self._n_active)], bootstrap)
                 for w in self._running]
         self.stats["bytes_out"] += rows.nbytes
@@ -261,7 +262,7 @@ def uses_cuda(config: TrainingConfig) -> bool:
 
 
 def _action_array(actions) -> np.ndarray:
-    """[E, 4] actions (torch, numpy or nested lists) -> an int32 numpy array."""
+    """[E, 5] actions (torch, numpy or nested lists) -> an int32 numpy array."""
     if isinstance(actions, torch.Tensor):
         actions = actions.detach().cpu().numpy()
     return np.ascontiguousarray(np.asarray(actions), dtype=np.int32)

@@ -342,7 +342,8 @@ def _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_traini
             built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=_fossils_of(finished[source]))
         elif _is_control(arm, STATIC_MATCHED):
             source = _static_source(static_final_of, learned, arms, STATIC_MATCHED)
-            built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=matched_overrides(finished[source]))
+            built[name] = ev.Arm.build(name, config, STATIC_FINAL,
+                                       per_seed=matched_overrides(finished[source], config.lr_schedule))
         elif _is_control(arm, BEST_FIXED):
             best, table = search_best_fixed(config, tuning_seeds, runner.many, say)
             per_task = best_by_task(config, table, tuning_seeds)

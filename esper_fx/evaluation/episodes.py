@@ -78,8 +78,8 @@ class Episode:
 
 def germinations(events: Sequence[Any]) -> tuple[str, ...]:
     """The episode's growth decisions from its events, each named as a fixed schedule is
-    (`contracts.growth_name`: "slot=blueprint/blend@epoch")."""
-    return tuple(growth_name(e.slot_id, e.data.get("blueprint"), e.data.get("blend"), e.epoch)
+    (`contracts.growth_name`: "slot=blueprint/blend@epoch", the tempo after the blend unless standard)."""
+    return tuple(growth_name(e.slot_id, e.data.get("blueprint"), e.data.get("blend"), e.epoch, e.data.get("tempo"))
                  for e in events if e.event_type == EventType.SEED_GERMINATED)
 
 

@@ -6,18 +6,21 @@ fixed growth schedule.
   network costs more per step than the host did before its seeds grew, so it gets fewer steps: a budget of
   n = round(G / (3·B·F)) steps (`train_steps_budget`), spread evenly over the same epochs, where G is the
   grown run's training FLOPs, B the samples per step and F the static network's forward FLOPs per sample
-  (host plus its fossils, `hosts.env.compute`). Its learning rate decays by a cosine to zero over those n
-  steps. Its epochs may take more steps than the grown run's (`max_train_batches` lifted: a grown run whose
+  (host plus its fossils, `hosts.env.compute`). Its learning rate decays to zero over those n steps. Its epochs may take more steps than the grown run's (`max_train_batches` lifted: a grown run whose
   seeds were culled spent FLOPs that a host-only rebuild needs more steps to match), up to what the
   training split holds. The rounding leaves the two within half a step of each other; the measured ratio
-  is kept per seed.
-- `best_fixed`: one fixed schedule (slot, blueprint, blend, germination epoch), or no growth at all, played
-  in every episode whatever happens, found on tuning seeds that are neither training nor evaluation seeds
-  in two rounds: every schedule of `schedule_grid` (each slot × blueprint × germination epoch with the
-  oracle's blend, and no growth), then every other blend on the `BLEND_FINALISTS` best growing schedules
-  of that round (`blend_round`). The best mean accuracy of both rounds wins and is then run on the
-  evaluation seeds. The budget is (len(grid) + BLEND_FINALISTS × (blends − 1)) × len(tuning seeds)
-  episodes (31 per tuning seed on a three-slot task with four blueprints), and the table is kept.
+  is kept per seed. Both arms end fully decayed where the grown run decays: its schedule (cosine or wsd) is
+  replayed over the static run's own steps (`matched_schedule`); against a constant rate it is a cosine.
+- `best_fixed`: one fixed schedule (slot, blueprint, blend, tempo, germination epoch), or no growth at all,
+  played in every episode whatever happens, found on tuning seeds that are neither training nor evaluation
+  seeds in up to three rounds: every schedule of `schedule_grid` (each slot × blueprint × germination epoch
+  with the oracle's blend and tempo, and no growth), then every other blend on the `BLEND_FINALISTS` best
+  growing schedules of that round (`blend_round`), then, where the lifecycle lets a controller choose the
+  tempo, every other tempo on the `BLEND_FINALISTS` best growing schedules so far (`tempo_round`). The best
+  mean accuracy of all rounds wins and is then run on the evaluation seeds. The budget is (len(grid) +
+  BLEND_FINALISTS × (blends − 1) + BLEND_FINALISTS × (tempos − 1)) × len(tuning seeds) episodes (31 per
+  tuning seed on a three-slot task with four blueprints under the reference's clock, 37 under the
+  proportional one), and the table is kept.
 """
 
 from __future__ import annotations
@@ -57,12 +60,20 @@ def matched_steps(episode: Any) -> tuple[int, float]:
     return steps, steps * step_flops / grown
 
 
-def matched_overrides(source: Sequence[Any]) -> Callable[[int], dict[str, Any]]:
-    """Per evaluation seed, the config changes of the static_matched episode (its fossils, steps, cosine)."""
+def matched_schedule(grown_schedule: str) -> str:
+    """static_matched's rate schedule over its own budget: the grown run's, decayed; a grown run at a constant
+    rate is matched by a cosine to zero (the stricter control), one that decays by the same decay."""
+    return "cosine" if grown_schedule == "constant" else grown_schedule
+
+
+def matched_overrides(source: Sequence[Any], grown_schedule: str = "constant") -> Callable[[int], dict[str, Any]]:
+    """Per evaluation seed, the config changes of the static_matched episode (its fossils, its steps, its
+    decaying schedule over them: `matched_schedule`)."""
     by_seed = {}
     for e in source:
         steps, _ = matched_steps(e)
-        by_seed[e.seed] = {"static_seeds": tuple(e.fossils), "train_steps_budget": steps, "lr_schedule": "cosine",
+        by_seed[e.seed] = {"static_seeds": tuple(e.fossils), "train_steps_budget": steps,
+                           "lr_schedule": matched_schedule(grown_schedule), "lr_schedule_steps": None,
                            "max_train_batches": 0}  # the budget, not the per-epoch cap, sets the steps
     return lambda seed: dict(by_seed[seed])
 
@@ -92,7 +103,7 @@ def schedule_grid(config: TrainingConfig) -> list[dict[str, Any] | None]:
         for blueprint in blueprints:
             for epoch in germination_epochs(config.max_epochs):
                 grid.append({"slot": slot, "blueprint": blueprint, "blend": config.oracle.blend,
-                             "germinate_epoch": epoch})
+                             "germinate_epoch": epoch, "tempo": config.oracle.tempo})
     return grid
 
 
@@ -100,7 +111,7 @@ def schedule_name(schedule: dict[str, Any] | None) -> str:
     if schedule is None:
         return NO_GROWTH
     return contracts.growth_name(schedule["slot"], schedule["blueprint"], schedule["blend"],
-                                 schedule["germinate_epoch"])
+                                 schedule["germinate_epoch"], schedule.get("tempo"))
 
 
 def schedule_arm(name: str, config: TrainingConfig, schedule: dict[str, Any] | None):
@@ -116,10 +127,24 @@ def schedule_arm(name: str, config: TrainingConfig, schedule: dict[str, Any] | N
 def blend_round(table: Sequence[dict[str, Any]], config: TrainingConfig) -> list[dict[str, Any]]:
     """The second round: each other blend on the BLEND_FINALISTS best growing schedules of `table` (stable
     order: the first of equals, as in the grid)."""
+    return [{**config_, "blend": blend} for config_ in _finalists(table)
+            for blend in contracts.BLEND_NAMES if blend != config_["blend"]]
+
+
+def tempo_round(table: Sequence[dict[str, Any]], config: TrainingConfig) -> list[dict[str, Any]]:
+    """The third round: each other tempo the lifecycle allows on the BLEND_FINALISTS best growing schedules
+    of `table` (none under the reference's clock, which allows the standard tempo alone)."""
+    tempos = [contracts.TEMPO_NAMES[k] for k in config.lifecycle_timings.tempos]
+    if len(tempos) < 2:
+        return []
+    return [{**config_, "tempo": tempo} for config_ in _finalists(table)
+            for tempo in tempos if tempo != config_.get("tempo", "standard")]
+
+
+def _finalists(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The schedules of the BLEND_FINALISTS best growing rows (stable order: the first of equals)."""
     growing = [row for row in table if row["config"] is not None]
-    finalists = sorted(growing, key=lambda row: -row["accuracy_mean"])[:BLEND_FINALISTS]
-    return [{**row["config"], "blend": blend} for row in finalists
-            for blend in contracts.BLEND_NAMES if blend != row["config"]["blend"]]
+    return [row["config"] for row in sorted(growing, key=lambda row: -row["accuracy_mean"])[:BLEND_FINALISTS]]
 
 
 def episode_task(config: TrainingConfig, seed: int) -> str:
@@ -164,6 +189,9 @@ def search_best_fixed(config: TrainingConfig, tuning_seeds: Sequence[int], run_m
 
     play(schedule_grid(config), 1)
     play(blend_round(table, config), 2)
+    extra = tempo_round(table, config)
+    if extra:
+        play(extra, 3)
     best = max(table, key=lambda row: row["accuracy_mean"])  # the first of equals: the simpler schedule
     return best["config"], table
 
@@ -193,5 +221,8 @@ def fixed_for(task: str) -> str:
 
 
 def search_episodes(config: TrainingConfig, tuning_seeds: Sequence[int]) -> int:
-    """At most how many episodes the search runs (both rounds; the second may find fewer finalists)."""
-    return (len(schedule_grid(config)) + BLEND_FINALISTS * (len(contracts.BLEND_NAMES) - 1)) * len(tuning_seeds)
+    """At most how many episodes the search runs (every round; the later ones may find fewer finalists)."""
+    tempos = len(config.lifecycle_timings.tempos)
+    per_seed = (len(schedule_grid(config)) + BLEND_FINALISTS * (len(contracts.BLEND_NAMES) - 1)
+                + BLEND_FINALISTS * (tempos - 1))
+    return per_seed * len(tuning_seeds)

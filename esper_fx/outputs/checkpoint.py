@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from esper_fx.contracts import ACTION_HEADS
 from esper_fx.config import TrainingConfig
 from esper_fx.errors import OutputError, ResumeMismatchError, SetupError
 from esper_fx.outputs.durable import fsync_dir, fsync_tree, install_dir, replace_link, write_durably
@@ -59,7 +60,9 @@ _PREFERENCE = {None: 2, "tmp": 1, "old": 0}  # of two copies of one batch: insta
 # Fields that fix the shapes of the controller and the observation, or what an observation means: a resume
 # must not change them (nor `prove --checkpoint`, but for n_envs).
 SHAPE_FIELDS = ("task", "n_envs", "max_epochs", "slots", "use_telemetry", "observe_log_params", "blueprint_menu",
-                "controller", "lstm_hidden_dim")
+                "controller", "lstm_hidden_dim", "lifecycle")
+# The action heads of a checkpoint written before the manifest named them (before the tempo head).
+FOUR_HEADS = ("slot", "blueprint", "blend", "op")
 
 
 class CheckpointError(SetupError, RuntimeError):
@@ -424,8 +427,20 @@ def _restore_trees(path: Path, template: Mapping[str, Any]) -> dict[str, Any]:
                                   f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc!r}") from exc
 
 
+def check_heads(manifest: Mapping[str, Any]) -> None:
+    """A checkpoint's controller must act with this version's action heads (`contracts.ACTION_HEADS`): one
+    written before the tempo head (BEHAVIOUR §2.14) is refused by name, whatever its controller."""
+    saved = tuple(manifest.get("architecture", {}).get("action_heads", FOUR_HEADS))
+    if saved != ACTION_HEADS:
+        path = manifest.get("_path", "the checkpoint")
+        raise CheckpointError(
+            f"checkpoint {path} was written for the action heads {list(saved)}; this esper_fx acts with "
+            f"{list(ACTION_HEADS)} (the tempo head came later): train a new run, or use the esper_fx that wrote it")
+
+
 def load_trees(manifest: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
-    """The checkpoint's pytrees, shaped like `template` and placed on its arrays' devices."""
+    """The checkpoint's pytrees, shaped like `template` and placed on its arrays' devices (after `check_heads`)."""
+    check_heads(manifest)
     return _restore_trees(Path(manifest["_path"]) / STATE, template)
 
 
@@ -438,6 +453,7 @@ def check_compatible(manifest: Mapping[str, Any], config_dict: Mapping[str, Any]
     """Shape-relevant fields must match the checkpoint's (ResumeMismatchError, a ValueError, naming the field).
     A field the checkpoint's config lacks came later: that run had the field's default, so the resumed run
     must have it too."""
+    check_heads(manifest)
     saved = {**TrainingConfig().to_dict(), **manifest["config"]}
     for name in SHAPE_FIELDS:
         if saved.get(name) != config_dict.get(name):

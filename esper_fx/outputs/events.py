@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence, TextIO
 
 from esper_fx.outputs.checkpoint import has_checkpoint
 from esper_fx.outputs.durable import append_text, replace_text
-from esper_fx.contracts import EventType
+from esper_fx.contracts import ACTION_HEADS, EventType
 from esper_fx.errors import OutputError, RunDirectoryError
 from esper_fx.outputs.history import OP_NAMES, BatchSummary
 
@@ -642,7 +642,8 @@ def format_batch_lines(entry: BatchSummary, total_episodes: int) -> list[str]:
             + (f" early-stop {ppo['early_stop']}" if ppo.get("early_stopped") else "")
         )
         if "approx_kl_after" in ppo:
-            heads = " ".join(f"{h} {ppo[f'entropy_after_{h}']:.2f}" for h in ("slot", "blueprint", "blend", "op"))
+            heads = " ".join(f"{h} {ppo[f'entropy_after_{h}']:.2f}" for h in ACTION_HEADS
+                             if f"entropy_after_{h}" in ppo)
             lines.append(f"  after the update: KL {ppo['approx_kl_after']:.2e}, entropy {heads}, "
                          f"{int(ppo.get('n_steps_taken', 0))} steps")
     total = sum(entry.action_counts.values())

@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from esper_fx.contracts import BLEND_NAMES, SeedStage, SlotIdError, sort_slot_ids
+from esper_fx.contracts import ACTION_HEADS, BLEND_NAMES, TEMPO_NAMES, SeedStage, SlotIdError, sort_slot_ids
 from esper_fx.outputs.events import load_events
 from esper_fx.outputs.history import OP_NAMES, BatchSummary, as_summaries
 
@@ -66,7 +66,7 @@ _METRIC_LABELS: Mapping[str, str] = {
 }
 _PPO_ENTROPY_KEYS: tuple[tuple[str, str], ...] = (
     ("entropy", "total"), ("entropy_slot", "slot"), ("entropy_blueprint", "blueprint"),
-    ("entropy_blend", "blend"), ("entropy_op", "op"),
+    ("entropy_blend", "blend"), ("entropy_op", "op"), ("entropy_tempo", "tempo"),
 )
 _PPO_PANELS: tuple[tuple[str, str], ...] = (
     ("approx_kl", "approx KL"), ("clip_fraction", "clip fraction"),
@@ -455,7 +455,7 @@ def _head_labels(entries: Sequence[BatchSummary], head: str, size: int) -> list[
     last = entries[-1] if entries else None
     names: Sequence[str] = {
         "slot": last.slot_ids if last else (), "blueprint": last.menu if last else (),
-        "blend": BLEND_NAMES, "op": OP_NAMES,
+        "blend": BLEND_NAMES, "op": OP_NAMES, "tempo": TEMPO_NAMES,
     }[head]
     return [str(names[i]) if i < len(names) else f"{head} {i}" for i in range(size)]
 
@@ -475,7 +475,7 @@ def _draw_head(ax: Axes, head: str, counts: np.ndarray, labels: Sequence[str],
                success: Mapping[str, float]) -> None:
     total = counts.sum()
     fractions = counts / total if total > 0 else np.zeros_like(counts)
-    bars = ax.bar(range(len(counts)), fractions, color=f"C{('slot', 'blueprint', 'blend', 'op').index(head)}",
+    bars = ax.bar(range(len(counts)), fractions, color=f"C{ACTION_HEADS.index(head)}",
                   gid=f"head:{head}")
     ax.set_xticks(range(len(counts)), labels, rotation=30 if len(counts) > 4 else 0, ha="right"
                   if len(counts) > 4 else "center", fontsize=8)
@@ -494,18 +494,20 @@ def plot_action_distribution(history: Any, batches: Any = None, *, fig: Figure |
     """Fraction of decisions per option of each action head, summed over the chosen batches.
 
     history: RunResult-like or list of history entries. batches: None (all), a batch number, an iterable of
-    batch numbers, or a slice over batch numbers. Four bar charts (slot, blueprint labelled by the menu, blend,
-    op); each head's bars sum to 1. Op bars also show the success rate from `successful_action_counts`.
+    batch numbers, or a slice over batch numbers. One bar chart per head (slot, blueprint labelled by the menu,
+    blend, op, tempo); each head's bars sum to 1. Op bars also show the success rate from
+    `successful_action_counts`. A run recorded before the tempo head has no tempo counts: its panel says so.
     """
     entries = _select_batches(_as_history(history), batches)
-    fig = _new_figure(fig, (10.0, 6.5))
-    axes = fig.subplots(2, 2).ravel()
+    fig = _new_figure(fig, (10.0, 9.0))
+    axes = fig.subplots(3, 2).ravel()
     success = _op_success_rates(entries)
-    for ax, head in zip(axes, ("slot", "blueprint", "blend", "op")):
+    for ax, head in zip(axes, ACTION_HEADS):
         counts = _sum_counts(entries, head)
         if counts.size == 0:
-            counts = np.zeros(len(_head_labels(entries, head, 0)) or {"blend": 3, "op": 4}.get(head, 1))
+            counts = np.zeros(len(_head_labels(entries, head, 0)) or {"blend": 3, "op": 4, "tempo": 3}.get(head, 1))
         _draw_head(ax, head, counts, _head_labels(entries, head, counts.size), success)
+    axes[-1].set_axis_off()
     chosen = [e.batch for e in entries]
     span = f"batches {min(chosen)}–{max(chosen)}" if chosen else "no batches"
     fig.suptitle(f"Action distribution per head ({span}, {len(entries)} batch(es))", fontsize=11)

@@ -14,7 +14,7 @@ Tags (the step is the batch):
     seeds/germinated, seeds/fossilized, seeds/contributing_fossilized, seeds/culled, seeds/rollbacks,
     seeds/params_held_mean
     ops/{OP}, ops_successful/{OP}                                (the op head's choices, summed over envs)
-    choices/{head}/{option}                                      (every head's choices: slot, blueprint, blend)
+    choices/{head}/{option}                                      (every head's choices: slot, blueprint, blend, tempo)
     ppo/{metric}                                                 (losses, approx_kl, clip_fraction, entropy and
                                                                   entropy_{head}, explained_variance, grad_norm,
                                                                   ...; skipped updates as ppo/skipped = 1)
@@ -35,7 +35,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
-from esper_fx.contracts import BLEND_NAMES
+from esper_fx.contracts import BLEND_NAMES, TEMPO_NAMES
 from esper_fx.outputs.history import BatchSummary
 
 TB_SUBDIR = "tb"
@@ -55,7 +55,8 @@ def _number(value: Any) -> float | None:
 
 
 def _option_labels(summary: BatchSummary, head: str, size: int) -> list[str]:
-    known = {"slot": summary.slot_ids, "blueprint": summary.menu, "blend": BLEND_NAMES}.get(head, ())
+    known = {"slot": summary.slot_ids, "blueprint": summary.menu, "blend": BLEND_NAMES,
+             "tempo": TEMPO_NAMES}.get(head, ())
     return [known[i] if i < len(known) else str(i) for i in range(size)]
 
 

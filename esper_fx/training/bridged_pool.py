@@ -5,7 +5,7 @@
 a torch tensor:
 
     signals = pool.begin(b, n_active)           # fresh envs for batch b, epoch 1: packed jax signals
-    result = pool.step(actions)                 # the epoch's actions [E, 4] (host rows) -> EpochResult
+    result = pool.step(actions)                 # the epoch's actions [E, 5] (host rows) -> EpochResult
 
 The signals cross as three buffers, one per dtype (`esper_fx.contracts.signal_columns`,
 `hosts.signals.assembly.pack_signals`): three zero-copy conversions instead of one per field. The jitted
@@ -60,7 +60,7 @@ class BridgedPool:
         return self._signals.tree
 
     def step(self, actions: Any, bootstrap: bool = False) -> EpochResult:
-        """Execute the epoch's actions [E, 4] (host rows: a numpy array or nested lists); returns the next
+        """Execute the epoch's actions [E, 5] (host rows: a numpy array or nested lists); returns the next
         epoch's signals, or after the last epoch (when `bootstrap`) the post-action bootstrap signals."""
         started = time.perf_counter()
         applied, signals = self.pool.step(actions, bootstrap=bootstrap)

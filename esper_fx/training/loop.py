@@ -32,7 +32,7 @@ from esper_fx.outputs import report
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig, absolute_paths
 from esper_fx.distributed.auto import choose_workers, fallback_line
-from esper_fx.contracts import ACTION_HEADS, EpisodePool, EventType, SignalColumn, signal_columns, unpack_signals
+from esper_fx.contracts import ACTION_HEADS, NUM_HEADS, EpisodePool, EventType, SignalColumn, signal_columns, unpack_signals
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.errors import ControllerError, DataError
 from esper_fx.outputs.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary
@@ -322,14 +322,14 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: step.EpisodeState,
     started = time.perf_counter()
     episode, out = runner.step_fn(episode, learner.controller, learner.obs_rms, signals, learner.root_key,
                                   np.array([b, t], np.int32))
-    decision = np.asarray(out.decision)  # the epoch's one read-back: [E, 5] = actions, ok
+    decision = np.asarray(out.decision)  # the epoch's one read-back: [E, 6] = actions, ok
     runner.console.action_ready(b, t)
-    check_actions(decision[:, 4] != 0, b, t, learner.controller, signals, runner.columns)
+    check_actions(decision[:, NUM_HEADS] != 0, b, t, learner.controller, signals, runner.columns)
     record.controller_s += time.perf_counter() - started
     if last:
         record.seed_params = host_field(signals, runner.columns, "seed_params")
         record.host_params = host_field(signals, runner.columns, "host_params")
-    result = runner.pool.step(decision[:, :4], bootstrap=last and runner.bootstrap_fn is not None)
+    result = runner.pool.step(decision[:, :NUM_HEADS], bootstrap=last and runner.bootstrap_fn is not None)
     if result.bootstrap is not None:
         values = runner.bootstrap_fn(learner.controller, episode.carry, learner.obs_rms, result.bootstrap)
         episode = step.with_bootstrap(episode, values)

@@ -20,6 +20,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 
+from esper_fx.contracts import ACTION_HEADS
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.config import TrainingConfig
 from esper_fx.outputs.history import ROLLING_WINDOW, BatchSummary, as_summaries
@@ -123,6 +124,7 @@ def architecture(config: TrainingConfig, controller: Any) -> dict[str, Any]:
     return {
         "state_dim": config.state_dim, "slot_ids": list(config.slot_ids), "num_blueprints": config.num_blueprints,
         "controller": controller.name, "hidden_size": config.ppo.lstm_hidden_dim,
+        "action_heads": list(ACTION_HEADS),
     }
 
 

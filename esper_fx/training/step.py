@@ -10,7 +10,7 @@ unpack the signals (one [E, W] buffer per dtype, `contracts.unpack_signals`) -> 
 from (root key, controller name, b, t) -> normalise the observation with the frozen statistics -> act ->
 reward -> normalise the reward -> append to the rollout (learning controllers only). `clock` is the int32
 pair (b, t), t = 1..T, the step's only per-epoch input besides the signals; `out.decision` packs the
-actions and the validity flags into one [E, 5] array, the one thing the loop reads back. `make_bootstrap`
+actions and the validity flags into one [E, 6] array, the one thing the loop reads back. `make_bootstrap`
 values the post-action signals of the last epoch; `make_new_episode` builds an episode's starting state in
 one call. Every random stream of batch b derives from (root key, b) — the action stream also from the
 controller's name — so a resumed run repeats the uninterrupted one.
@@ -69,11 +69,11 @@ class EpisodeState(NamedTuple):
 class StepOut(NamedTuple):
     """What one epoch's step produced besides the new episode state."""
 
-    actions: jax.Array  # [E, 4] int32
+    actions: jax.Array  # [E, 5] int32
     reward: jax.Array  # [E] raw
     components: dict  # reward term -> [E]
     ok: jax.Array  # [E] bool: the policy had a valid action and finite logits for every head
-    decision: jax.Array  # [E, 5] int32: the actions, then ok as 0 / 1 (read back once per epoch)
+    decision: jax.Array  # [E, 6] int32: the actions, then ok as 0 / 1 (read back once per epoch)
 
 
 def new_episode(controller: Any, spec: Any, reward_norm: RewardNormalizer, n_envs: int) -> EpisodeState:

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-from esper_fx.contracts import BLEND_NAMES, MIN_FOSSILIZE_CONTRIBUTION, EventType, LifecycleOp, SeedStage
+from esper_fx.contracts import (
+    ACTION_HEADS,
+    BLEND_NAMES,
+    MIN_FOSSILIZE_CONTRIBUTION,
+    NUM_TEMPOS,
+    TEMPO_NAMES,
+    EventType,
+    LifecycleOp,
+    SeedStage,
+)
 
 from hosts.env.state import EnvState
 
@@ -23,19 +32,22 @@ class Action(NamedTuple):
     blueprint: int
     blend: int
     op: int
+    tempo: int
 
 
 def decode_actions(rows: Sequence[Sequence[int]], n_envs: int, num_slots: int, num_blueprints: int,
                    first_env: int = 0) -> list[Action]:
-    """[E, 4] rows -> Actions; an index outside its head raises ValueError naming the head and the env
+    """[E, 5] rows -> Actions; an index outside its head raises ValueError naming the head and the env
     (row i is env first_env + i: a pool running a slice of the envs passes its first one)."""
     if len(rows) != n_envs:
         raise ValueError(f"actions must have one row per env: expected {n_envs}, got {len(rows)}")
-    sizes = {"slot": num_slots, "blueprint": num_blueprints, "blend": len(BLEND_NAMES), "op": len(LifecycleOp)}
+    sizes = {"slot": num_slots, "blueprint": num_blueprints, "blend": len(BLEND_NAMES), "op": len(LifecycleOp),
+             "tempo": NUM_TEMPOS}
     out = []
     for env, row in enumerate(rows, start=first_env):
-        if len(row) != 4:
-            raise ValueError(f"env {env}: an action row has 4 entries (slot, blueprint, blend, op), got {row}")
+        if len(row) != len(ACTION_HEADS):
+            raise ValueError(f"env {env}: an action row has {len(ACTION_HEADS)} entries "
+                             f"({', '.join(ACTION_HEADS)}), got {row}")
         action = Action(*(int(v) for v in row))
         for head, size in sizes.items():
             value = getattr(action, head)
@@ -56,15 +68,15 @@ def _germinate(env: EnvState, target: str, action: Action, menu: Sequence[str], 
         return False
     counters = env.counters
     seed_id = f"env{env.index}_seed_{counters.seeds_created}"
-    blueprint, blend = menu[action.blueprint], BLEND_NAMES[action.blend]
+    blueprint, blend, tempo = menu[action.blueprint], BLEND_NAMES[action.blend], TEMPO_NAMES[action.tempo]
     counters.acc_at_germination[target] = val_acc
     with env.rng.activate():  # the blueprint's init draws from this env's stream
-        env.model.germinate(target, blueprint, blend=blend, seed_id=seed_id)
+        env.model.germinate(target, blueprint, blend=blend, seed_id=seed_id, tempo=action.tempo, accuracy=val_acc)
     counters.seeds_created += 1
     env.seed_optimizers.pop(target, None)  # stale optimizer / EMA of an earlier seed
     counters.ratio_ema.pop(target, None)
-    env.event(EventType.SEED_GERMINATED, epoch, target, seed_id, f"germinated {blueprint} ({blend})",
-              blueprint=blueprint, blend=blend)
+    env.event(EventType.SEED_GERMINATED, epoch, target, seed_id, f"germinated {blueprint} ({blend}, {tempo})",
+              blueprint=blueprint, blend=blend, tempo=tempo)
     return True
 
 

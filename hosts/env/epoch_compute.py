@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from esper_fx.contracts import EventType, SeedStage
-from hosts.env.lr_schedule import apply_lr
+from hosts.env.lr_schedule import apply_lr, rewarm_factor
 from hosts.seeds.gradient_ratio import gradient_ratio, gradient_stats, seed_gradient_norm
 
 
@@ -224,19 +224,35 @@ def _optimizers(env, slot_ids) -> list[torch.optim.Optimizer]:
     return [env.host_optimizer] + env.seed_optimizers_in_order(slot_ids)
 
 
+def set_rates(env, slot_ids, lr_scale: float | None, rewarm_steps: int = 0) -> None:
+    """Every optimizer's lr for the coming step (`hosts.env.lr_schedule`): the host's at `lr_scale` × its base
+    lr, each seed's at that times its re-warm factor; nothing changes under a constant schedule without
+    re-warming. Counts the step of every seed optimizer."""
+    if lr_scale is not None:
+        apply_lr([env.host_optimizer], lr_scale)
+    for slot_id in slot_ids:
+        entry = env.seed_optimizers.get(slot_id)
+        if entry is None or entry.optimizer is None:
+            continue
+        if lr_scale is not None or rewarm_steps > 0:
+            apply_lr([entry.optimizer], (1.0 if lr_scale is None else lr_scale)
+                     * rewarm_factor(entry.steps, rewarm_steps))
+        entry.steps += 1
+
+
 def train_step(env, x: torch.Tensor, y: torch.Tensor, *, slot_ids, amp: AmpSettings, measure: bool,
-               epoch: int, lr_scale: float | None = None) -> None:
-    """One training step of one env; nothing is read back to the host. `lr_scale` (a scheduled run) sets
-    every optimizer's lr to that multiple of its base lr first (`hosts.env.lr_schedule`)."""
+               epoch: int, lr_scale: float | None = None, rewarm_steps: int = 0) -> None:
+    """One training step of one env; nothing is read back to the host. `lr_scale` (a scheduled run) and
+    `rewarm_steps` (a seed's own warmup) set the optimizers' rates first (`set_rates`)."""
     advance_germinated(env, slot_ids, epoch)
     for slot_id in slot_ids:
         if env.holds_seed(slot_id):
+            env.slot(slot_id).tick_step()  # a ramp that ticks per training step (BEHAVIOUR §2.14)
             env.ensure_seed_optimizer(slot_id)
     if env.compute is not None:
         env.compute.train_step(env.model, x.shape[0])
     optimizers = _optimizers(env, slot_ids)
-    if lr_scale is not None:
-        apply_lr(optimizers, lr_scale)
+    set_rates(env, slot_ids, lr_scale, rewarm_steps)
     for opt in optimizers:
         opt.zero_grad(set_to_none=True)
     env.model.train()

@@ -1,11 +1,18 @@
-"""The network's learning rate within an episode: constant (the task's lr) or a cosine decay to zero.
+"""The network's learning rate within an episode: constant (the task's lr), a cosine decay to zero, or
+warmup–stable–decay (BEHAVIOUR §7.10).
 
-    cosine:  lr(s) = lr₀ · ½ · (1 + cos(π · min(s, S) / S))      s = training steps already taken, S = budget
+    cosine:  lr(s) = lr₀ · ½ · (1 + cos(π · min(s, S) / S))
+    wsd:     lr(s) = lr₀ · (s + 1) / W            s < W                 (warmup, W = round(w·S))
+                     lr₀                          W ≤ s < S − D         (stable)
+                     lr₀ · max(S − s, 0) / D      s ≥ S − D             (decay, D = max(1, round(d·S)))
 
-At s = 0 it is lr₀; at s = S it is 0 and stays 0. S is `lr_schedule_steps`, by default the episode's
-training steps (all epochs' steps, or `train_steps_budget`). The pool sets every optimizer of an env (host and seeds,
-each with its own lr₀) before each training step; under "constant" it leaves them alone, so a constant run
-is exactly what it was before schedules existed.
+s = training steps already taken, S = the budget, w and d the warmup and decay fractions. A cosine is lr₀
+at s = 0 and 0 at s = S; a wsd schedule reaches 0 at s = S too (its last step runs at lr₀/D). S is
+`lr_schedule_steps`, by default the episode's training steps (all epochs' steps, or `train_steps_budget`).
+The pool sets every optimizer of an env (host and seeds, each with its own lr₀) before each training step;
+under "constant" it leaves them alone, so a constant run is exactly what it was before schedules existed.
+A seed can also re-warm its own rate over its first R training steps (`seed_lr_rewarm_steps`): its
+multiplier is then the schedule's times min(1, (k + 1) / R), k the steps it has taken.
 """
 
 from __future__ import annotations
@@ -15,15 +22,29 @@ import math
 from esper_fx.contracts import LR_SCHEDULES
 
 
-def lr_factor(schedule: str, step: int, total: int) -> float:
-    """The multiplier of the base lr at training step `step` (0-based) of a `total`-step budget."""
+def lr_factor(schedule: str, step: int, total: int, warmup: float = 0.0, decay: float = 0.2) -> float:
+    """The multiplier of the base lr at training step `step` (0-based) of a `total`-step budget; `warmup` and
+    `decay` are wsd's fractions of the budget."""
     if schedule not in LR_SCHEDULES:
         raise ValueError(f"lr_schedule must be one of {list(LR_SCHEDULES)} (got {schedule!r})")
     if schedule == "constant":
         return 1.0
     if total < 1:
-        raise ValueError(f"a cosine schedule needs a budget of at least 1 step (got {total})")
-    return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+        raise ValueError(f"a {schedule} schedule needs a budget of at least 1 step (got {total})")
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+    warm = int(round(warmup * total))
+    length = max(1, int(round(decay * total)))
+    if step < warm:
+        return (step + 1) / warm
+    if step < total - length:
+        return 1.0
+    return max(total - step, 0) / length
+
+
+def rewarm_factor(steps_taken: int, rewarm_steps: int) -> float:
+    """A seed's own warmup: min(1, (k + 1) / R) after k of its steps; 1 when R is 0 (no re-warming)."""
+    return 1.0 if rewarm_steps <= 0 else min(1.0, (steps_taken + 1) / rewarm_steps)
 
 
 def apply_lr(optimizers, factor: float) -> None:

@@ -7,7 +7,7 @@ for fp16 AMP, its own GradScaler; on CUDA each env index keeps one stream for th
 The pool's interface to the loop is two calls (ARCHITECTURE §2):
 
     signals = pool.begin(b, n_active)        # fresh envs for batch b, then epoch 1: its signals
-    result, signals = pool.step(actions)      # the epoch's actions [E, 4] int32 -> ApplyResult, and the
+    result, signals = pool.step(actions)      # the epoch's actions [E, 5] int32 -> ApplyResult, and the
                                               #   next epoch's signals (None after the last epoch, when
                                               #   result.bootstrap_signals holds the post-action signals)
 
@@ -62,7 +62,7 @@ from hosts.env.epoch_compute import (
 from hosts.env.state import ApplyResult, EnvRng, EnvState, EpisodeResult, EpochMetrics
 from hosts.models.morphogenetic import MorphogeneticModel
 from hosts.seeds.governor import GOVERNOR_SNAPSHOT_EVERY, Governor
-from hosts.seeds.lifecycle import earliest_fossilize_age
+from hosts.seeds.lifecycle import SeedClock
 from hosts.seeds.gradient_ratio import ratio_ema
 from hosts.signals.assembly import EnvView, SignalLayout, assemble_signals
 from hosts.signals.slots import count_available_slots, count_seeds
@@ -106,8 +106,9 @@ class EnvPool:
 
     Every option comes from `config`, the run's configuration: an `esper_fx.config.TrainingConfig`, where
     each field is declared and documented once (hosts may not import it, so the pool reads the fields it
-    needs by name: task, n_envs, max_epochs, seed, slot_ids, enabled_slots, menu, max_seeds, min_cull_age,
-    one_seed_at_a_time, germination_deadline, static_seeds, use_telemetry, observe_log_params, device,
+    needs by name: task, n_envs, max_epochs, seed, slot_ids, enabled_slots, menu, max_seeds, cull_age, lifecycle,
+    one_seed_at_a_time, germination_deadline, static_seeds, use_telemetry, observe_log_params, device, lr_schedule,
+    lr_schedule_steps, lr_warmup_fraction, lr_decay_fraction, seed_lr_rewarm_steps, train_steps_budget,
     env_devices, amp, amp_dtype, and the data fields `hosts.data.feed.DataFeed.from_config` reads). `data` is
     the run's pre-built `hosts.data.feed.DataFeed` (or a
     `hosts.data.task_data.TaskData`, wrapped in a feed with the config's settings; None builds a feed
@@ -139,10 +140,12 @@ class EnvPool:
         self._env_devices = [listed[i % len(listed)] for i in range(cfg.n_envs)]  # env i -> device
         self._amp = {d: amp_settings(cfg.amp, cfg.amp_dtype, d) for d in dict.fromkeys(self._env_devices)}
         self.data: PoolData = build_pool_data(cfg, self.task, self._env_devices, data)
+        # the seed clock every slot of every episode runs on (the tasks of a mix share the lifecycle horizon)
+        self.clock = SeedClock.for_run(cfg.lifecycle, cfg.max_epochs, self.task.lifecycle_horizon,
+                                       self.episode_steps)
         self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, cfg.max_epochs, cfg.max_seeds,
-                                   cfg.use_telemetry, cfg.min_cull_age, cfg.one_seed_at_a_time,
-                                   _germinate_until(cfg, self.task),
-                                   cfg.observe_log_params)
+                                   cfg.use_telemetry, cfg.cull_age, cfg.one_seed_at_a_time,
+                                   self.clock.timings, cfg.germination_deadline, cfg.observe_log_params)
         self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
         self.use_streams = bool(use_streams)
         self.streams = EnvStreams(self.use_streams)
@@ -152,7 +155,7 @@ class EnvPool:
         self.batch_index: int | None = None
         self.epoch = 0
         self._phase: str | None = None
-        self._last_actions: tuple[tuple[int, int, int, int], ...] = ()
+        self._last_actions: tuple[tuple[int, ...], ...] = ()
         self._host_costs: dict[str, Any] = {}  # task -> its host's hosts.env.compute.ModelCosts; False: not countable
         self._steps_done = 0
 
@@ -168,6 +171,11 @@ class EnvPool:
     @property
     def steps_per_epoch(self) -> int:
         return self.data.steps_per_epoch
+
+    @property
+    def episode_steps(self) -> int:
+        """Training steps of a whole episode (every epoch's, under `train_steps_budget` its share)."""
+        return sum(self._steps_in_epoch(t) for t in range(1, self.max_epochs + 1))
 
     def env_device(self, i: int) -> torch.device:
         return self._env_devices[i]
@@ -198,7 +206,7 @@ class EnvPool:
         task = mix_task(self.mix, env_seed) if self.mix else self.task
         torch.manual_seed(env_seed)
         random.seed(env_seed)
-        model = MorphogeneticModel(task.build_host(), self.enabled, task.topology, task_config=task).to(device)
+        model = MorphogeneticModel(task.build_host(), self.enabled, task.topology, clock=self.clock).to(device)
         for slot_id in self.enabled:
             model.slot(slot_id).isolate_gradients = True
         rng = EnvRng(device)
@@ -255,7 +263,8 @@ class EnvPool:
                     self._start_meter(env, x)
                     with env.rng.activate():  # outside it the data path may draw (the loader's base seed)
                         train_step(env, x, y, slot_ids=self.enabled, amp=self._amp[env.device],
-                                   measure=k == steps - 1, epoch=t, lr_scale=self._lr_scale(self._steps_done + k))
+                                   measure=k == steps - 1, epoch=t, lr_scale=self._lr_scale(self._steps_done + k),
+                                   rewarm_steps=self.config.seed_lr_rewarm_steps)
         self._steps_done += steps
         for env in self.envs:
             if (env.index, t) in self._nan_faults:
@@ -277,8 +286,8 @@ class EnvPool:
         cfg = self.config
         if cfg.lr_schedule == "constant":
             return None
-        total = cfg.lr_schedule_steps or sum(self._steps_in_epoch(t) for t in range(1, self.max_epochs + 1))
-        return lr_factor(cfg.lr_schedule, step, total)
+        total = cfg.lr_schedule_steps or self.episode_steps
+        return lr_factor(cfg.lr_schedule, step, total, cfg.lr_warmup_fraction, cfg.lr_decay_fraction)
 
     def _start_meter(self, env: EnvState, x: torch.Tensor) -> None:
         """The env's FLOP meter, from its first training batch (the host's costs measured once per pool)."""
@@ -523,7 +532,7 @@ class EnvPool:
 
 
 def _action_rows(actions) -> list[list[int]]:
-    """An [E, 4] int tensor / numpy array / nested list -> python rows (the only readback of the actions)."""
+    """An [E, 5] int tensor / numpy array / nested list -> python rows (the only readback of the actions)."""
     if isinstance(actions, torch.Tensor):
         return actions.detach().to("cpu").tolist()
     if hasattr(actions, "tolist"):  # a numpy array: the loop's host rows
@@ -540,13 +549,6 @@ def _check_env_ids(env_ids: Sequence[int] | None, n_envs: int) -> tuple[int, ...
         raise ValueError(f"env_ids must be a non-empty contiguous run of env indices in [0, {n_envs}) "
                          f"(got {list(ids)})")
     return ids
-
-
-def _germinate_until(cfg: Any, task) -> int | None:
-    """With a germination deadline, the last epoch at which a new seed can still be fossilized in time."""
-    if not cfg.germination_deadline:
-        return None
-    return cfg.max_epochs - earliest_fossilize_age(task.lifecycle_horizon, task.blending_steps)
 
 
 def _fossils(env: EnvState, slot_ids: Sequence[str]) -> tuple[str, ...]:

@@ -61,7 +61,7 @@ class ApplyResult:
     """What `EnvPool.apply` did: the actions it read, per-env success, the epoch's events, the bootstrap
     signals (or None)."""
 
-    actions: tuple[tuple[int, int, int, int], ...]  # [E] rows (slot, blueprint, blend, op), as executed
+    actions: tuple[tuple[int, ...], ...]  # [E] rows (slot, blueprint, blend, op, tempo), as executed
     success: tuple[bool, ...]  # [E], counted for logs only
     events: tuple[LifecycleEvent, ...]  # every event of this epoch, envs in index order
     bootstrap_signals: dict[str, torch.Tensor] | None
@@ -157,6 +157,7 @@ class SeedOptimizer:
     seed_id: str
     optimizer: torch.optim.SGD | None  # None while the seed has no trainable parameters
     gate_added: bool = False
+    steps: int = 0  # training steps this seed has taken (its re-warmed rate reads it)
 
 
 def _seed_sgd(params: list[torch.nn.Parameter], lr: float, fused: bool = False) -> torch.optim.SGD:

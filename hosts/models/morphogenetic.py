@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from esper_fx.contracts import TOPOLOGIES, SeedStage, sort_slot_ids
+from esper_fx.contracts import DEFAULT_TEMPO, TOPOLOGIES, SeedStage, sort_slot_ids
 from hosts.models.layout import to_layout
 from hosts.seeds.blending import DEFAULT_BLEND
-from hosts.seeds.lifecycle import GateResult
+from hosts.seeds.lifecycle import GateResult, SeedClock
 from hosts.seeds.slot_report import SlotReport
 from hosts.seeds.slot import SeedSlot
 
@@ -16,9 +16,10 @@ from hosts.seeds.slot import SeedSlot
 class MorphogeneticModel(nn.Module):
     """`host` must provide injection_specs(), forward_to_segment() and forward_from_segment().
     `slots` are the enabled slot ids; each gets a SeedSlot of that injection point's width. A CNN host is
-    put in the channels_last layout (`hosts.models.layout`), and its slots place their seeds the same way."""
+    put in the channels_last layout (`hosts.models.layout`), and its slots place their seeds the same way.
+    `clock`: the run's seed clock, shared by every slot (None: the reference's without a task)."""
 
-    def __init__(self, host: nn.Module, slots, topology: str, *, task_config: object | None = None) -> None:
+    def __init__(self, host: nn.Module, slots, topology: str, *, clock: SeedClock | None = None) -> None:
         super().__init__()
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}; expected one of {list(TOPOLOGIES)}")
@@ -31,7 +32,7 @@ class MorphogeneticModel(nn.Module):
         self.slot_order = ordered  # position (routing) order
         self.canonical_slots = sort_slot_ids(ordered)  # row-major order of slot heads and observations
         self.slots = nn.ModuleDict(
-            {s: SeedSlot(s, specs[s].channels, topology, task_config) for s in ordered}
+            {s: SeedSlot(s, specs[s].channels, topology, clock) for s in ordered}
         )
         first = next(host.parameters(), None)
         if first is not None:
@@ -77,9 +78,10 @@ class MorphogeneticModel(nn.Module):
         return self.slots[slot_id]
 
     # ---------------------------------------------------------------- lifecycle delegation
-    def germinate(self, slot: str, blueprint: str, blend: str | int = DEFAULT_BLEND, seed_id: str | None = None
-                  ) -> GateResult:
-        return self.slot(slot).germinate(blueprint, seed_id, blend, host_param_count=self.host_param_count())
+    def germinate(self, slot: str, blueprint: str, blend: str | int = DEFAULT_BLEND, seed_id: str | None = None,
+                  *, tempo: int = DEFAULT_TEMPO, accuracy: float | None = None) -> GateResult:
+        return self.slot(slot).germinate(blueprint, seed_id, blend, host_param_count=self.host_param_count(),
+                                         tempo=tempo, accuracy=accuracy)
 
     def cull(self, slot: str, reason: str = "") -> bool:
         return self.slot(slot).cull(reason)

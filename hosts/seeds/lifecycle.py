@@ -1,7 +1,8 @@
-"""Seed lifecycle state and quality gates (BEHAVIOUR §1.2–1.3, §2.1, §2.5, §2.7).
+"""Seed lifecycle state, its clock and the quality gates (BEHAVIOUR §1.2–1.3, §2.1, §2.5, §2.7, §2.14).
 
-Plain python: `SeedMetrics`, `SeedTelemetry`, `SeedState` (with the stage-transition bookkeeping) and
-`evaluate_gate(state, target)`, which returns a `GateResult`. No torch here.
+Plain python: `SeedClock` (the run's stage durations as a slot reads them), `SeedMetrics`, `SeedTelemetry`,
+`SeedState` (with the stage-transition bookkeeping) and `evaluate_gate(state, target, min_stage)`, which
+returns a `GateResult`. No torch here.
 """
 
 from __future__ import annotations
@@ -10,37 +11,63 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from esper_fx.contracts import (
+    DEFAULT_TEMPO,
     MIN_FOSSILIZE_CONTRIBUTION,
-    MIN_PROBATION_EPOCHS,
+    REFERENCE_MIN_STAGE_EPOCHS,
+    LifecycleTimings,
     SeedStage,
     gate_for_target,
     is_valid_transition,
+    lifecycle_timings,
 )
 
 # Gates (BEHAVIOUR §1.6)
 G2_MIN_IMPROVEMENT = 0.5  # pp, improvement_since_stage_start
-MIN_BLENDING_EPOCHS = 3  # epochs in stage, used by G2 and G3
+MIN_BLENDING_EPOCHS = REFERENCE_MIN_STAGE_EPOCHS  # epochs in stage, used by G2 and G3 (the reference's clock)
 G2_MIN_GRADIENT_RATIO = 0.10  # dimensionless, EMA of the parameter-normalised gradient ratio
 G3_MIN_ALPHA = 0.95  # blend weight
 STAGE_HISTORY_LIMIT = 100  # entries
 
 
-def dwell_epochs(horizon: int | None) -> int:
-    """Minimum epochs in TRAINING before G2 is tried: max(1, int(0.1·horizon)) for the task's lifecycle
-    horizon; 1 without a task."""
-    return 1 if horizon is None else max(1, int(horizon * 0.1))
+@dataclass(frozen=True)
+class SeedClock:
+    """The run's stage durations as a slot reads them (BEHAVIOUR §2.14): `contracts.LifecycleTimings` and, for
+    a ramp that ticks per training step, the episode's training steps. The default is the reference's clock
+    without a task: dwell 1, G2 and G3 at 3 epochs, blends of 3, 5 or 8 epochs, probation timeout 5."""
 
+    timings: LifecycleTimings = lifecycle_timings("reference", 1, None)
+    episode_steps: int = 0
 
-def earliest_fossilize_age(horizon: int | None, blending_steps: int) -> int:
-    """Epochs from a germination to the first epoch its seed can be fossilized, if every gate passes at once:
-    max(dwell, MIN_BLENDING_EPOCHS) epochs in TRAINING, `blending_steps` epochs blending, then the next
-    epoch's action (9 with the defaults: germinated at epoch g, fossilized from epoch g + 9)."""
-    return max(dwell_epochs(horizon), MIN_BLENDING_EPOCHS) + blending_steps + 1
+    @classmethod
+    def for_run(cls, lifecycle: str, max_epochs: int, horizon: int | None, episode_steps: int) -> "SeedClock":
+        """The clock of a run: its lifecycle setting, T, the task's lifecycle horizon, its training steps."""
+        timings = lifecycle_timings(lifecycle, max_epochs, horizon)
+        if timings.ramp_per_step and episode_steps < 1:
+            raise ValueError(f"a {lifecycle} lifecycle needs the episode's training steps (got {episode_steps})")
+        return cls(timings, int(episode_steps))
 
+    @property
+    def dwell(self) -> int:
+        return self.timings.dwell
 
-def probation_timeout(horizon: int | None) -> int:
-    """Epochs in PROBATIONARY before auto-cull: max(5, int(0.1·horizon)) for the task's lifecycle horizon."""
-    return MIN_PROBATION_EPOCHS if horizon is None else max(5, int(horizon * 0.1))
+    @property
+    def min_stage(self) -> int:
+        return self.timings.min_stage
+
+    @property
+    def probation_timeout(self) -> int:
+        return self.timings.probation_timeout
+
+    @property
+    def ramp_per_step(self) -> bool:
+        return self.timings.ramp_per_step
+
+    def blend_ticks(self, tempo: int = DEFAULT_TEMPO) -> int:
+        """The ramp's length for `tempo`, in its ticks (epochs, or training steps)."""
+        return self.timings.blend_ticks(tempo, self.episode_steps)
+
+    def earliest_fossilize_age(self, tempo: int = DEFAULT_TEMPO) -> int:
+        return self.timings.earliest_fossilize_age(tempo)
 
 
 @dataclass
@@ -61,6 +88,7 @@ class SeedMetrics:
     current_alpha: float = 0.0
     alpha_ramp_step: int = 0
     blending_started: bool = False
+    baseline_set: bool = False  # the accuracy at germination is the baseline (a proportional clock)
 
     @property
     def total_improvement(self) -> float:
@@ -76,10 +104,18 @@ class SeedMetrics:
             return 0.0
         return self.current_val_accuracy - self.accuracy_at_blending_start
 
+    def set_baseline(self, acc: float) -> None:
+        """The accuracy at germination as the initial accuracy and the stage baseline (BEHAVIOUR §2.14); the
+        first `record_accuracy` then keeps it."""
+        acc = float(acc)
+        self.initial_val_accuracy = self.accuracy_at_stage_start = self.current_val_accuracy = acc
+        self.best_val_accuracy = acc
+        self.baseline_set = True
+
     def record_accuracy(self, acc: float) -> None:
         """BEHAVIOUR §2.7: the only place the epoch counters move."""
         acc = float(acc)
-        if self.epochs_total == 0:
+        if self.epochs_total == 0 and not self.baseline_set:
             self.initial_val_accuracy = acc
             self.accuracy_at_stage_start = acc
         self.current_val_accuracy = acc
@@ -109,6 +145,7 @@ class SeedState:
     alpha: float = 0.0
     blending_steps_done: int = 0
     blending_steps_total: int = 0
+    tempo: int = DEFAULT_TEMPO  # the blend's tempo (contracts.TEMPO_NAMES index)
     is_healthy: bool = True
     auto_culled: bool = False
     auto_cull_reason: str = ""
@@ -164,20 +201,20 @@ def _g1(state: SeedState) -> GateResult:
     return _result(1, [(ok, "stage_is_germinated", "not_germinated")], 1.0 if ok else 0.0)
 
 
-def _g2(state: SeedState) -> GateResult:
+def _g2(state: SeedState, min_stage: int) -> GateResult:
     m = state.metrics
     improvement = m.improvement_since_stage_start
     checks = [
         (improvement >= G2_MIN_IMPROVEMENT, "sufficient_improvement", "insufficient_improvement"),
-        (m.epochs_in_current_stage >= MIN_BLENDING_EPOCHS, "min_training_epochs", "insufficient_training_epochs"),
+        (m.epochs_in_current_stage >= min_stage, "min_training_epochs", "insufficient_training_epochs"),
         (m.seed_gradient_norm_ratio >= G2_MIN_GRADIENT_RATIO, "gradient_active", "insufficient_gradient_activity"),
     ]
     return _result(2, checks, min(1.0, improvement / 5.0) if improvement > 0 else 0.0)
 
 
-def _g3(state: SeedState) -> GateResult:
+def _g3(state: SeedState, min_stage: int) -> GateResult:
     checks = [
-        (state.metrics.epochs_in_current_stage >= MIN_BLENDING_EPOCHS, "min_blending_epochs",
+        (state.metrics.epochs_in_current_stage >= min_stage, "min_blending_epochs",
          "insufficient_blending_epochs"),
         (state.alpha >= G3_MIN_ALPHA, "alpha_high", "alpha_too_low"),
     ]
@@ -197,10 +234,13 @@ def _g5(state: SeedState) -> GateResult:
 _GATES = {0: _g0, 1: _g1, 2: _g2, 3: _g3, 5: _g5}
 
 
-def evaluate_gate(state: SeedState, target: SeedStage) -> GateResult:
-    """The quality gate guarding a transition to `target` (BEHAVIOUR §1.3, §2.5). Targets without a gate pass."""
+def evaluate_gate(state: SeedState, target: SeedStage, min_stage: int = MIN_BLENDING_EPOCHS) -> GateResult:
+    """The quality gate guarding a transition to `target` (BEHAVIOUR §1.3, §2.5); G2 and G3 ask for `min_stage`
+    epochs in stage (the clock's). Targets without a gate pass."""
     target = SeedStage(target)
     level = gate_for_target(target)
     if level == 0 and target != SeedStage.GERMINATED:
         return GateResult(0, True, 1.0, [], [], "no gate for this target")
+    if level in (2, 3):
+        return _GATES[level](state, min_stage)
     return _GATES[level](state)

@@ -3,7 +3,8 @@
 The slot is an nn.Module inserted between host segments. Forward per stage (BEHAVIOUR §2.2):
 empty / GERMINATED -> h; TRAINING -> straight-through h + (s - stopgrad(s)); BLENDING, PROBATIONARY,
 FOSSILIZED -> lerp(h, s, clamp(α, 0, 1)). Lifecycle moves only through `germinate`, `advance_stage`,
-`step_epoch`, `fossilize` and `cull`; epoch counters only through `record_accuracy`.
+`step_epoch`, `fossilize` and `cull`; epoch counters only through `record_accuracy`; the blend ramp ticks in
+`step_epoch` or, with a clock that ticks it per training step, in `tick_step` (BEHAVIOUR §2.14).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from torch import nn
 
 from esper_fx.contracts import (
     ACTIVE_STAGES,
+    DEFAULT_TEMPO,
+    NUM_TEMPOS,
     FAILURE_STAGES,
     TOPOLOGIES,
     SeedStage,
@@ -27,13 +30,12 @@ from hosts.models.layout import memory_format
 from hosts.seeds import blueprints
 from hosts.seeds.blending import (
     DEFAULT_BLEND,
-    DEFAULT_BLENDING_TOTAL_STEPS,
     BlendSchedule,
     GatedBlend,
     blend_name,
     make_schedule,
 )
-from hosts.seeds.lifecycle import GateResult, SeedState, dwell_epochs, evaluate_gate, probation_timeout
+from hosts.seeds.lifecycle import GateResult, SeedClock, SeedState, evaluate_gate
 from hosts.seeds.slot_report import SlotReport
 
 AUTO_CULL_REASONS = ("negative_counterfactual", "probation_timeout")
@@ -44,15 +46,16 @@ def _empty_result(message: str) -> GateResult:
 
 
 class SeedSlot(nn.Module):
-    """A slot of width `channels` in a `topology` host. `task_config` needs `lifecycle_horizon` (the task's
-    seed clock, `esper_fx.contracts.TaskFacts`) and may carry a positive int `blending_steps`; None means dwell 1, blend 5 steps, probation timeout 5."""
+    """A slot of width `channels` in a `topology` host whose stages last as `clock` says (the run's
+    `SeedClock`; None: the reference's clock without a task: dwell 1, blends of 3/5/8 epochs, probation
+    timeout 5)."""
 
-    def __init__(self, slot_id: str, channels: int, topology: str, task_config: object | None = None) -> None:
+    def __init__(self, slot_id: str, channels: int, topology: str, clock: SeedClock | None = None) -> None:
         super().__init__()
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}; expected one of {list(TOPOLOGIES)}")
         self.slot_id, self.channels, self.topology = slot_id, int(channels), topology
-        self.task_config = task_config
+        self.clock = SeedClock() if clock is None else clock
         self.seed: nn.Module | None = None
         self.alpha_schedule: BlendSchedule | None = None
         self.state: SeedState | None = None
@@ -62,25 +65,14 @@ class SeedSlot(nn.Module):
         self._alpha_forced = False
         self.register_buffer("_device_anchor", torch.empty(0), persistent=False)
 
-    # ---------------------------------------------------------------- task-derived constants
-    @property
-    def _lifecycle_horizon(self) -> int | None:
-        return None if self.task_config is None else int(self.task_config.lifecycle_horizon)
-
+    # ---------------------------------------------------------------- the clock's durations
     @property
     def dwell_epochs(self) -> int:
-        return dwell_epochs(self._lifecycle_horizon)
+        return self.clock.dwell
 
     @property
     def probation_timeout(self) -> int:
-        return probation_timeout(self._lifecycle_horizon)
-
-    @property
-    def blending_steps(self) -> int:
-        steps = getattr(self.task_config, "blending_steps", None)
-        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
-            return steps
-        return DEFAULT_BLENDING_TOTAL_STEPS
+        return self.clock.probation_timeout
 
     # ---------------------------------------------------------------- read-only views
     @property
@@ -167,9 +159,14 @@ class SeedSlot(nn.Module):
     # ---------------------------------------------------------------- germinate (BEHAVIOUR §2.9)
     def germinate(
         self, blueprint_id: str, seed_id: str | None = None, blend: str | int = DEFAULT_BLEND, *,
-        host_param_count: int = 0,
+        host_param_count: int = 0, tempo: int = DEFAULT_TEMPO, accuracy: float | None = None,
     ) -> GateResult:
-        """Build, shape-check and plant a seed at GERMINATED. Occupied slot -> RuntimeError."""
+        """Build, shape-check and plant a seed at GERMINATED, its blend to ramp at `tempo`. Occupied slot ->
+        RuntimeError. `accuracy` (the env's validation accuracy now) is G2's baseline under a clock that
+        counts from germination (BEHAVIOUR §2.14); otherwise the seed's first epoch sets it."""
+        tempo = int(tempo)
+        if not 0 <= tempo < NUM_TEMPOS:
+            raise ValueError(f"slot {self.slot_id}: tempo index {tempo} is outside [0, {NUM_TEMPOS})")
         self.blend = blend_name(blend)
         if self.is_active and self.state.stage not in FAILURE_STAGES:
             raise RuntimeError(f"slot {self.slot_id} already holds seed {self.state.seed_id!r}")
@@ -179,6 +176,9 @@ class SeedSlot(nn.Module):
                           blueprint_id=blueprint_id, slot_id=self.slot_id)
         state.metrics.seed_param_count = sum(p.numel() for p in module.parameters() if p.requires_grad)
         state.metrics.host_param_count = int(host_param_count)
+        state.tempo = tempo
+        if accuracy is not None and self.clock.timings.baseline_at_germination:
+            state.metrics.set_baseline(accuracy)
         result = evaluate_gate(state, SeedStage.GERMINATED)
         if not result.passed:
             raise RuntimeError(f"slot {self.slot_id}: G0 failed ({result.message})")
@@ -225,7 +225,7 @@ class SeedSlot(nn.Module):
             name = "none" if target is None else target.name
             return GateResult(0, False, 0.0, [], ["invalid_transition"],
                               f"{self.state.stage.name} -> {name} is not a legal transition")
-        result = evaluate_gate(self.state, target)
+        result = evaluate_gate(self.state, target, self.clock.min_stage)
         if result.passed:
             self.state.transition(target)
             self._on_enter(target)
@@ -241,13 +241,15 @@ class SeedSlot(nn.Module):
             self.isolate_gradients = self.topology == "cnn"
             self.state.metrics.accuracy_at_blending_start = self.state.metrics.current_val_accuracy
             self.state.metrics.blending_started = True
-            self.start_blending(self.blending_steps)
+            self.start_blending(self.clock.blend_ticks(self.state.tempo))
         elif stage == SeedStage.PROBATIONARY:
             self.alpha_schedule = None
             self.set_alpha(1.0)
+        elif stage == SeedStage.FOSSILIZED and self.clock.timings.release_on_fossilize:
+            self.isolate_gradients = False  # a fossil trains with the host as a planted one does (§2.14)
 
     def start_blending(self, total_steps: int) -> None:
-        """Create the schedule at step 0; state.alpha is not reset (it stays 0 from TRAINING)."""
+        """Create the schedule at tick 0 of `total_steps`; state.alpha is not reset (it stays 0 from TRAINING)."""
         self.state.blending_steps_total = int(total_steps)
         self.state.blending_steps_done = 0
         self.alpha_schedule = self._place(make_schedule(self.blend, total_steps, self.channels, self.topology))
@@ -291,12 +293,24 @@ class SeedSlot(nn.Module):
             if state.metrics.epochs_in_current_stage >= self.dwell_epochs:
                 self.advance_stage(SeedStage.BLENDING)
         elif state.stage == SeedStage.BLENDING:
-            self._step_blending(state)
+            if not self.clock.ramp_per_step:
+                self._tick_ramp(state)
+            if state.blending_steps_done >= state.blending_steps_total:
+                self.set_alpha(1.0)
+                self.advance_stage(SeedStage.PROBATIONARY)
         elif state.stage == SeedStage.PROBATIONARY:
             return self._probation_check(state)
         return False
 
-    def _step_blending(self, state: SeedState) -> None:
+    def tick_step(self) -> None:
+        """Before a training step: a BLENDING seed whose clock ticks per training step moves its ramp one tick
+        (α reaches 1 on the last tick and stays there; the stage changes at the epoch's `step_epoch`)."""
+        state = self.state
+        if (state is not None and state.stage == SeedStage.BLENDING and self.clock.ramp_per_step
+                and state.blending_steps_done < state.blending_steps_total):
+            self._tick_ramp(state)
+
+    def _tick_ramp(self, state: SeedState) -> None:
         k = state.blending_steps_done = state.blending_steps_done + 1
         if self.alpha_schedule is not None:
             self.alpha_schedule.step(k)
@@ -304,7 +318,6 @@ class SeedSlot(nn.Module):
             state.metrics.alpha_ramp_step = k
         if k >= state.blending_steps_total:
             self.set_alpha(1.0)
-            self.advance_stage(SeedStage.PROBATIONARY)
 
     def _probation_check(self, state: SeedState) -> bool:
         c = state.metrics.counterfactual_contribution
@@ -344,5 +357,5 @@ class SeedSlot(nn.Module):
             contribution=m.counterfactual_contribution, seed_params=m.seed_param_count,
             gradient_norm=state.telemetry.gradient_norm, gradient_measured=state.telemetry.gradient_measured,
             gradient_ratio=m.seed_gradient_norm_ratio, auto_culled=state.auto_culled,
-            auto_cull_reason=state.auto_cull_reason,
+            auto_cull_reason=state.auto_cull_reason, tempo=state.tempo,
         )

@@ -3,7 +3,7 @@
 The pool gathers one `EnvView` per env (python values only: the tracker's signals, the slot
 reports and the env's counters) and `assemble_signals` turns them into the contract's dict of
 fresh, contiguous float32 / int32 / bool tensors on one device. The modules beside this one work on one
-env in python values: the raw observation (`observation.py`), the four masks (`masks.py`), the slots
+env in python values: the raw observation (`observation.py`), the five masks (`masks.py`), the slots
 and their `slot_*` fields (`slots.py`). Here E envs of them are stacked and moved to the device, and the
 per-env scalars, the epoch's contributions and the germination accuracies are added. `pack_signals` lays
 that dict out as one [E, W] buffer per dtype (`esper_fx.contracts.signal_columns`) for the hand-off to the
@@ -21,7 +21,14 @@ from typing import Mapping, Sequence
 
 import torch
 
-from esper_fx.contracts import PACKED_DTYPES, SIGNAL_FIELDS, LifecycleOp, SignalColumn
+from esper_fx.contracts import (
+    PACKED_DTYPES,
+    SIGNAL_FIELDS,
+    LifecycleOp,
+    LifecycleTimings,
+    SignalColumn,
+    lifecycle_timings,
+)
 from hosts.seeds.slot_report import SlotReport
 from hosts.signals.masks import MASK_FIELDS, ActionMasks, build_masks
 from hosts.signals.observation import build_observation
@@ -61,7 +68,8 @@ class SignalLayout:
     use_telemetry: bool
     min_cull_age: int  # CULL is masked for younger seeds (the run's TrainingConfig.min_cull_age)
     one_seed_at_a_time: bool = False  # GERMINATE is masked while a seed is developing
-    germinate_until: int | None = None  # the last epoch GERMINATE is open (None: every epoch)
+    timings: LifecycleTimings = lifecycle_timings("reference", 1, None)  # the run's stage durations
+    germination_deadline: bool = False  # GERMINATE (and each tempo) closes once its seed could not fossilize
     log_params: bool = False  # the observation's parameter count as ln(1 + count) (observe_log_params)
 
 
@@ -127,7 +135,7 @@ def stack_observations(rows: Sequence[Sequence[float]], device: torch.device | s
 
 def stack_masks(masks: Sequence[ActionMasks], device: torch.device | str) -> dict[str, torch.Tensor]:
     """E envs' masks -> {mask_slot [E,S], mask_blueprint [E,B], mask_blend [E,3], mask_op [E,4],
-    mask_slot_op [E,4,S]} bool."""
+    mask_tempo [E,3], mask_slot_op [E,4,S]} bool."""
     if not masks:
         raise ValueError("stack_masks needs at least one env")
     masks = [m if m.slot_by_op else m._replace(slot_by_op=m.slot * len(LifecycleOp)) for m in masks]
@@ -225,7 +233,8 @@ def _masks(views: Sequence[EnvView], layout: SignalLayout, device) -> dict[str, 
     masks = [
         build_masks(v.reports, layout.enabled, layout.slot_ids, len(layout.menu), layout.max_seeds,
                     sum(count_seeds(v.reports, layout.enabled)), layout.min_cull_age, layout.one_seed_at_a_time,
-                    layout.germinate_until is None or v.tracker.epoch <= layout.germinate_until)
+                    not layout.germination_deadline or v.tracker.epoch <= layout.timings.germinate_until(),
+                    layout.timings.tempo_mask(v.tracker.epoch, layout.germination_deadline))
         for v in views
     ]
     return stack_masks(masks, device)

@@ -1,4 +1,4 @@
-"""Action masks of the four heads (slot, blueprint, blend, op), BEHAVIOUR §9.1. True = allowed.
+"""Action masks of the five heads (slot, blueprint, blend, op, tempo), BEHAVIOUR §9.1. True = allowed.
 
 `build_masks` computes one env's masks as tuples of python bools; `hosts.signals.assembly.stack_masks`
 turns E of them into the `mask_*` signal tensors.
@@ -9,7 +9,8 @@ PROBATIONARY seed for FOSSILIZE. A controller that draws its op first can draw t
 mask, so no op is spent on a slot where it cannot act (LEARNING.md). With `one_seed_at_a_time`, GERMINATE
 waits until no seed is still developing (every seed present is a fossil), the reference's later rule; with
 a germination deadline it also closes once a new seed could no longer be fossilized before the episode
-ends (`hosts.seeds.lifecycle.earliest_fossilize_age`).
+ends (`contracts.LifecycleTimings.germinate_until`), and the tempo mask keeps only the tempos the lifecycle
+allows whose seed could still be fossilized in time (`LifecycleTimings.tempo_mask`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from esper_fx.contracts import (
     CULLABLE_STAGES,
     FOSSILIZABLE_STAGES,
     NUM_BLENDS,
+    NUM_TEMPOS,
     LifecycleOp,
     SeedStage,
 )
@@ -28,7 +30,8 @@ from esper_fx.contracts import (
 from hosts.seeds.slot_report import SlotReport
 from hosts.signals.slots import check_slot_ids, seeded_slots
 
-MASK_FIELDS: tuple[str, ...] = ("mask_slot", "mask_blueprint", "mask_blend", "mask_op", "mask_slot_op")
+MASK_FIELDS: tuple[str, ...] = ("mask_slot", "mask_blueprint", "mask_blend", "mask_op", "mask_tempo",
+                                 "mask_slot_op")
 
 
 class ActionMasks(NamedTuple):
@@ -38,6 +41,7 @@ class ActionMasks(NamedTuple):
     blueprint: tuple[bool, ...]  # [B]
     blend: tuple[bool, ...]  # [3]
     op: tuple[bool, ...]  # [4]: WAIT, GERMINATE, CULL, FOSSILIZE
+    tempo: tuple[bool, ...] = (True,) * NUM_TEMPOS  # [3]: fast, standard, slow
     slot_by_op: tuple[bool, ...] = ()  # [4 * S]: op-major, the slots each op can act on
 
 
@@ -124,8 +128,10 @@ def build_masks(
     min_cull_age: int,
     one_seed_at_a_time: bool = False,
     germination_open: bool = True,
+    tempo: Sequence[bool] = (True,) * NUM_TEMPOS,
 ) -> ActionMasks:
-    """The four masks of one env from its current slot states (BEHAVIOUR §9.1)."""
+    """The five masks of one env from its current slot states (BEHAVIOUR §9.1); `tempo` is the lifecycle's
+    tempo mask for this epoch (`contracts.LifecycleTimings.tempo_mask`)."""
     enabled = tuple(enabled_slot_ids)
     check_slot_ids(slot_ids, enabled, reports)
     return ActionMasks(
@@ -134,6 +140,7 @@ def build_masks(
         blend=(True,) * NUM_BLENDS,
         op=op_mask(reports, enabled, max_seeds, total_seeds, min_cull_age, one_seed_at_a_time,
                    germination_open),
+        tempo=tuple(bool(t) for t in tempo) if any(tempo) else (True,) * NUM_TEMPOS,
         slot_by_op=slot_by_op_mask(reports, enabled, slot_ids, min_cull_age),
     )
 

@@ -1,6 +1,6 @@
 """The raw (un-normalised) observation of one env, BEHAVIOUR §8.1–§8.4.
 
-Layout: 23 base features, then one (4 + B)-block per slot in canonical order (every host injection
+Layout: 23 base features, then one (4 + B + 3)-block per slot in canonical order (every host injection
 point, enabled or not), then, with telemetry, one 10-block per slot in canonical order. A slot that
 is not enabled, has no report, or whose report is DORMANT gives zero blocks.
 
@@ -16,6 +16,7 @@ from typing import Iterable, Mapping, Sequence
 
 from esper_fx.contracts import (
     NUM_BASE_FEATURES,
+    NUM_TEMPOS,
     TELEMETRY_BLOCK,
     SeedStage,
     obs_dim,
@@ -99,8 +100,14 @@ def slot_improvement(report: SlotReport) -> float:
     return float(report.improvement_since_stage_start)
 
 
+def tempo_one_hot(tempo: int) -> list[float]:
+    """One-hot over the tempos (fast, standard, slow)."""
+    return [1.0 if k == tempo else 0.0 for k in range(NUM_TEMPOS)]
+
+
 def slot_block(report: SlotReport | None, menu: Sequence[str]) -> list[float]:
-    """BEHAVIOUR §8.3: is_active, stage, alpha, improvement, blueprint one-hot; zeros for an empty slot."""
+    """BEHAVIOUR §8.3: is_active, stage, alpha, improvement, blueprint one-hot, tempo one-hot; zeros for an
+    empty slot."""
     if report is None:
         return [0.0] * slot_block_size(len(menu))
     return [
@@ -109,6 +116,7 @@ def slot_block(report: SlotReport | None, menu: Sequence[str]) -> list[float]:
         float(report.alpha),
         slot_improvement(report),
         *blueprint_one_hot(report.blueprint_id, menu),
+        *tempo_one_hot(report.tempo),
     ]
 
 
