@@ -2,9 +2,9 @@
 
 A TaskSpec is a task's facts (`esper_fx.contracts.TASKS`: topology, batch, lifecycle horizon, learning
 rates, sizes; the one table of them) plus what only the host side can do with them: build the host
-(`build_host()` returns a fresh one) and the governor's random-guess loss. The spec is also the
-`task_config` handed to SeedSlot / MorphogeneticModel: it carries `lifecycle_horizon` (dwell and the
-probation timeout) and `blending_steps`. The SGD settings of hosts and seeds live here too.
+(`build_host()` returns a fresh one) and the governor's random-guess loss. The lifecycle horizon its
+facts carry sets the seed clock (`hosts.seeds.lifecycle.SeedClock.for_run`). The SGD
+settings of hosts and seeds live here too.
 
     >>> get_task("CIFAR10").batch_size
     512
@@ -23,7 +23,6 @@ from torch import nn
 from esper_fx.contracts import TASKS, TaskFacts, task_facts
 from hosts.models.cnn import CNNHost
 from hosts.models.transformer import TransformerHost
-from hosts.seeds.blending import DEFAULT_BLENDING_TOTAL_STEPS
 
 # BEHAVIOUR §1.6 host and seed training: SGD, one optimizer for the host and one per seed (rates: task facts)
 HOST_MOMENTUM = 0.9
@@ -40,7 +39,6 @@ class TaskSpec:
     name: str
     facts: TaskFacts
     host_factory: Callable[[], nn.Module]
-    blending_steps: int = DEFAULT_BLENDING_TOTAL_STEPS
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name == "facts":  # (copy and pickle probe before the fields exist)

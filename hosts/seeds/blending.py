@@ -11,12 +11,12 @@ from esper_fx.contracts import BLEND_NAMES
 from hosts.models.layout import spatial_mean
 
 SIGMOID_STEEPNESS = 12.0
-DEFAULT_BLENDING_TOTAL_STEPS = 5  # epochs of alpha ramp (BEHAVIOUR §1.6); a task may set its own
 DEFAULT_BLEND = "sigmoid"  # a seed germinated without a blend
 
 
 class BlendSchedule(nn.Module):
-    """A ramp over `total_steps` epochs. `progress_alpha(k)` drives state.alpha; `forward_alpha(h)` the lerp."""
+    """A ramp over `total_steps` ticks (epochs, or training steps: the seed clock's, BEHAVIOUR §2.14).
+    `progress_alpha(k)` drives state.alpha; `forward_alpha(h)` the lerp."""
 
     name = ""
 

@@ -1,10 +1,10 @@
 """Drive a SeedSlot through its lifecycle with the public API, as the loop would (BEHAVIOUR §7.3)."""
 
-from types import SimpleNamespace
-
 from esper_fx.contracts import SeedStage
+from hosts.seeds.lifecycle import SeedClock
 
-CIFAR_TASK = SimpleNamespace(lifecycle_horizon=25)  # dwell 2, probation timeout 5, blend 5 steps
+# the reference's clock of a 25-epoch task: dwell 2, G2 and G3 at 3 epochs, blend 5 epochs, probation timeout 5
+CIFAR_CLOCK = SeedClock.for_run("reference", 25, 25, 0)
 
 
 def epoch(slot, acc, contribution=None, ratio=0.2, decide=None):

@@ -10,7 +10,7 @@ import torch
 
 from esper_fx import contracts
 from hosts.models.cnn import CNNHost
-from hosts.seeds.lifecycle import dwell_epochs, probation_timeout
+from hosts.seeds.lifecycle import SeedClock
 from hosts.tasks import TaskSpec, get_task
 from hosts.models.transformer import TransformerHost
 
@@ -63,7 +63,6 @@ def test_task_table_values(name, batch, horizon, max_batches, rg):
     task = get_task(name)
     assert (task.batch_size, task.lifecycle_horizon, task.max_train_batches) == (batch, horizon, max_batches)
     assert task.random_guess_loss == pytest.approx(rg)
-    assert task.blending_steps == 5
 
 
 @pytest.mark.parametrize(
@@ -71,8 +70,8 @@ def test_task_table_values(name, batch, horizon, max_batches, rg):
 )
 def test_lifecycle_horizon_gives_the_dwell_and_probation_timeout_of_the_table(name, dwell, timeout):
     task = get_task(name)
-    assert dwell_epochs(task.lifecycle_horizon) == dwell
-    assert probation_timeout(task.lifecycle_horizon) == timeout
+    clock = SeedClock.for_run("reference", 25, task.lifecycle_horizon, 0)
+    assert (clock.dwell, clock.probation_timeout) == (dwell, timeout)
 
 
 @pytest.mark.parametrize("name", ["cifar10", "cifar10_deep", "shapes10", "tinystories"])
@@ -118,12 +117,12 @@ def test_build_host_returns_a_fresh_host_each_call():
     assert a.classifier.weight.data_ptr() != b.classifier.weight.data_ptr()
 
 
-def test_task_spec_is_frozen_and_usable_as_task_config():
+def test_task_spec_is_frozen():
     task = get_task("cifar10")
     assert isinstance(task, TaskSpec)
     with pytest.raises(AttributeError):
         task.lifecycle_horizon = 3  # type: ignore[misc]
-    assert task.lifecycle_horizon == 25 and task.blending_steps == 5
+    assert task.lifecycle_horizon == 25
 
 
 def test_output_size_is_classes_or_vocabulary():
@@ -132,11 +131,12 @@ def test_output_size_is_classes_or_vocabulary():
 
 
 @pytest.mark.parametrize("name, dwell", [("shapes10", 2), ("tinystories", 5)])
-def test_task_spec_is_the_task_config_of_a_morphogenetic_model(name, dwell):
+def test_the_task_horizon_sets_the_clock_of_every_slot_of_a_morphogenetic_model(name, dwell):
     from hosts.models.morphogenetic import MorphogeneticModel
 
     task = get_task(name)
     host = task.build_host() if name != "tinystories" else get_task("pytext").build_host()
-    model = MorphogeneticModel(host, ["r0c1"], task.topology, task_config=task)
+    clock = SeedClock.for_run("reference", 25, task.lifecycle_horizon, 0)
+    model = MorphogeneticModel(host, ["r0c1"], task.topology, clock=clock)
     slot = model.slots["r0c1"]
-    assert (slot.dwell_epochs, slot.probation_timeout, slot.blending_steps) == (dwell, 5, 5)
+    assert (slot.dwell_epochs, slot.probation_timeout, slot.clock.blend_ticks()) == (dwell, 5, 5)

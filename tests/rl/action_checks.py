@@ -1,4 +1,4 @@
-"""A test assertion: concrete actions `[..., 4]` lie in range and pick only allowed entries of their masks."""
+"""A test assertion: concrete actions `[..., 5]` lie in range and pick only allowed entries of their masks."""
 
 import numpy as np
 
@@ -7,6 +7,8 @@ from esper_fx.contracts import ACTION_HEADS
 
 def assert_actions_allowed(actions, masks) -> None:
     a = np.asarray(actions)
+    assert len(masks) == len(ACTION_HEADS), f"{len(masks)} masks for {len(ACTION_HEADS)} heads"
+    assert a.shape[-1] == len(ACTION_HEADS), f"actions have {a.shape[-1]} columns for {len(ACTION_HEADS)} heads"
     for h, (name, mask) in enumerate(zip(ACTION_HEADS, masks)):
         m = np.asarray(mask, dtype=bool)
         idx = a[..., h]

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from esper_fx.contracts import ACTION_HEADS, HEAD_OP, HEAD_TEMPO, LifecycleOp, head_sizes
 from rl import distributions as dist
 from tests.rl.action_checks import assert_actions_allowed
 
@@ -91,10 +92,12 @@ class MaskedCategoricalTest(chex.TestCase):
     def test_causal_advantages_follow_the_worked_example_for_1d_and_2d_inputs(self):
         ops = jnp.array([0, 1, 3, 2])  # WAIT, GERMINATE, FOSSILIZE, CULL
         adv = jnp.array([1.0, 2.0, 3.0, 4.0])
-        expected = {"slot": [0, 2, 3, 4], "blueprint": [0, 2, 0, 0], "blend": [0, 2, 0, 0], "op": [1, 2, 3, 4]}
+        expected = {"slot": [0, 2, 3, 4], "blueprint": [0, 2, 0, 0], "blend": [0, 2, 0, 0], "op": [1, 2, 3, 4],
+                    "tempo": [0, 2, 0, 0]}
         for a, o in ((adv, ops), (jnp.stack([adv, adv]), jnp.stack([ops, ops]))):
             out = np.asarray(self.variant(_causal_adv)(a, o))
-            for h, name in enumerate(("slot", "blueprint", "blend", "op")):
+            assert out.shape[-1] == len(ACTION_HEADS)
+            for h, name in enumerate(ACTION_HEADS):
                 np.testing.assert_array_equal(out[..., h], np.broadcast_to(expected[name], out.shape[:-1]))
 
 
@@ -140,11 +143,12 @@ def test_sampled_actions_are_always_valid_under_random_masks(data, seed):
 
 def test_sample_heads_returns_int32_actions_and_matching_per_head_log_probs():
     rng = np.random.default_rng(1)
-    logits = [jnp.asarray(rng.normal(size=(6, n)), jnp.float32) for n in (3, 5, 3, 4)]
-    masks = dist.Masks(*(jnp.asarray(np.arange(n) != 0) | (n == 4) for n in (3, 5, 3, 4)))
+    sizes = head_sizes(3)  # slot 3, blueprint 5, blend 3, op 4, tempo 3
+    logits = [jnp.asarray(rng.normal(size=(6, n)), jnp.float32) for n in sizes]
+    masks = dist.Masks(*(jnp.asarray(np.arange(n) != 0) | (h == HEAD_OP) for h, n in enumerate(sizes)))
     masks = dist.Masks(*(jnp.broadcast_to(m, (6, m.shape[0])) for m in masks))
     actions, lps = jax.jit(dist.sample_heads)(jax.random.PRNGKey(2), logits, masks)
-    assert actions.shape == (6, 4) and actions.dtype == jnp.int32 and lps.shape == (6, 4)
+    assert actions.shape == (6, 5) and actions.dtype == jnp.int32 and lps.shape == (6, 5)
     assert_actions_allowed(actions, masks)
     np.testing.assert_allclose(np.asarray(jax.jit(dist.heads_log_prob)(logits, masks, actions)), np.asarray(lps), rtol=1e-6)
 
@@ -162,28 +166,37 @@ def test_a_row_with_nan_or_infinite_logits_is_flagged(bad):
 
 
 def test_the_action_check_rejects_a_masked_or_out_of_range_choice():
-    masks = dist.Masks(*(jnp.array([[True] * n]) for n in (3, 5, 3, 4)))
-    masks = masks._replace(blueprint=jnp.array([[False, True, True, True, True]]))
-    assert_actions_allowed(np.array([[0, 1, 2, 3]]), masks)
+    masks = dist.Masks(*(jnp.array([[True] * n]) for n in (3, 5, 3, 4, 3)))
+    masks = masks._replace(blueprint=jnp.array([[False, True, True, True, True]]),
+                           tempo=jnp.array([[False, True, True]]))
+    assert_actions_allowed(np.array([[0, 1, 2, 3, 1]]), masks)
     with pytest.raises(AssertionError, match="masked"):
-        assert_actions_allowed(np.array([[0, 0, 2, 3]]), masks)
+        assert_actions_allowed(np.array([[0, 0, 2, 3, 1]]), masks)
     with pytest.raises(AssertionError, match="range"):
-        assert_actions_allowed(np.array([[0, 1, 3, 3]]), masks)
+        assert_actions_allowed(np.array([[0, 1, 3, 3, 1]]), masks)
+    with pytest.raises(AssertionError, match="tempo action selects a masked"):
+        assert_actions_allowed(np.array([[0, 1, 2, 3, 0]]), masks)
+    with pytest.raises(AssertionError, match="tempo action out of range"):
+        assert_actions_allowed(np.array([[0, 1, 2, 3, 3]]), masks)
+    with pytest.raises(AssertionError, match="columns"):  # a four-head action row
+        assert_actions_allowed(np.array([[0, 1, 2, 3]]), masks)
 
 
-def test_causal_masks_are_op_always_slot_unless_wait_blueprint_and_blend_only_on_germinate():
-    m = np.asarray(dist.causal_masks(jnp.arange(4)))
+def test_causal_masks_are_op_always_slot_unless_wait_blueprint_blend_and_tempo_only_on_germinate():
+    m = np.asarray(dist.causal_masks(jnp.arange(4)))  # WAIT, GERMINATE, CULL, FOSSILIZE; heads in contract order
     np.testing.assert_array_equal(
-        m, [[False, False, False, True], [True, True, True, True], [True, False, False, True], [True, False, False, True]]
+        m, [[False, False, False, True, False], [True, True, True, True, True], [True, False, False, True, False],
+            [True, False, False, True, False]]
     )
+    np.testing.assert_array_equal(m[:, HEAD_TEMPO], np.arange(4) == LifecycleOp.GERMINATE)
 
 
 def test_op_first_sampling_draws_the_slot_under_the_op_mask_and_scores_it_there():
     """π(slot | op): the slot is drawn under the op's own mask and its log-prob is taken under that mask."""
     E, S = 256, 3
-    logits = [jnp.zeros((E, S)), jnp.zeros((E, 5)), jnp.zeros((E, 3)), jnp.zeros((E, 4))]
+    logits = [jnp.zeros((E, S)), jnp.zeros((E, 5)), jnp.zeros((E, 3)), jnp.zeros((E, 4)), jnp.zeros((E, 3))]
     masks = dist.Masks(jnp.ones((E, S), bool), jnp.ones((E, 5), bool).at[:, 0].set(False), jnp.ones((E, 3), bool),
-                       jnp.ones((E, 4), bool))
+                       jnp.ones((E, 4), bool), jnp.ones((E, 3), bool).at[:, 2].set(False))
     slot_by_op = jnp.asarray([[True, True, True], [False, False, True], [True, False, False], [False, True, False]])
     slot_by_op = jnp.broadcast_to(slot_by_op, (E, 4, S))
     actions, log_probs, used = dist.sample_heads_op_first(jax.random.PRNGKey(3), logits, masks, slot_by_op)
@@ -194,5 +207,9 @@ def test_op_first_sampling_draws_the_slot_under_the_op_mask_and_scores_it_there(
     np.testing.assert_array_equal(np.asarray(used.slot), allowed[op])
     expected = np.log(1.0 / allowed[op].sum(axis=1))  # uniform over the op's slots
     np.testing.assert_allclose(np.asarray(log_probs[:, 0]), expected, atol=1e-5)
+    tempo = np.asarray(actions[:, HEAD_TEMPO])  # the tempo head is drawn under its own mask, not the op's
+    assert set(tempo.tolist()) == {0, 1}
+    np.testing.assert_array_equal(np.asarray(used.tempo), np.asarray(masks.tempo))
+    np.testing.assert_allclose(np.asarray(log_probs[:, HEAD_TEMPO]), np.log(0.5), atol=1e-5)
     np.testing.assert_allclose(np.asarray(dist.heads_log_prob(logits, used, actions)), np.asarray(log_probs),
                                atol=1e-6)

@@ -24,6 +24,7 @@ TRAINING, BLENDING = int(contracts.SeedStage.TRAINING), int(contracts.SeedStage.
 PROBATIONARY, FOSSILIZED = int(contracts.SeedStage.PROBATIONARY), int(contracts.SeedStage.FOSSILIZED)
 GERMINATED = int(contracts.SeedStage.GERMINATED)
 SIGMOID = contracts.BLEND_NAMES.index("sigmoid")
+STANDARD = contracts.DEFAULT_TEMPO  # the heuristic's default tempo column
 
 ALL_SLOTS = ("r0c0", "r0c1", "r0c2")
 CNN = TrainingConfig(task="cifar10", controller="heuristic", slots=ALL_SLOTS)
@@ -72,7 +73,7 @@ def test_germinates_conv_light_into_the_first_empty_enabled_slot():
     signals = with_seed(make_signals(**READY), 0, stage=FOSSILIZED, eis=3, age=15, blueprint=2)
     actions, state = decide(fresh(), signals)
     assert actions.dtype == np.int32
-    np.testing.assert_array_equal(actions, [[1, CNN.menu.index("conv_light"), SIGMOID, G]])
+    np.testing.assert_array_equal(actions, [[1, CNN.menu.index("conv_light"), SIGMOID, G, STANDARD]])
     assert int(state.germination_count[0]) == 1 and int(state.rotation_index[0]) == 1
 
 
@@ -99,7 +100,7 @@ def test_germinations_follow_the_topology_rotation(config, params, expected):
 @pytest.mark.parametrize("blocker", [dict(host_stabilized=0), dict(epoch=4), dict(plateau_epochs=2)])
 def test_no_germination_before_stabilisation_epoch_five_and_plateau_three(blocker):
     actions, state = decide(fresh(), make_signals(**{**READY, **blocker}))
-    np.testing.assert_array_equal(actions, [[0, 1, SIGMOID, W]])  # WAIT on the first enabled slot
+    np.testing.assert_array_equal(actions, [[0, 1, SIGMOID, W, STANDARD]])  # WAIT on the first enabled slot
     assert int(state.germination_count[0]) == 0 and int(state.rotation_index[0]) == 0
 
 
@@ -209,9 +210,9 @@ def test_training_and_blending_seeds_are_culled_after_a_sustained_drop(stage, ei
 def test_the_first_matching_live_seed_in_canonical_order_decides():
     signals = with_seed(make_signals(epoch=12, **QUIET), 0, stage=TRAINING, eis=1, age=1)
     signals = with_seed(signals, 2, stage=PROBATIONARY, eis=1, age=10, c=2.0, I=1.0)
-    np.testing.assert_array_equal(decide(fresh(), signals)[0], [[2, 1, SIGMOID, FO]])
+    np.testing.assert_array_equal(decide(fresh(), signals)[0], [[2, 1, SIGMOID, FO, STANDARD]])
     germinated_first = with_seed(signals, 1, stage=GERMINATED, eis=0, age=0)
-    np.testing.assert_array_equal(decide(fresh(), germinated_first)[0], [[0, 1, SIGMOID, W]])
+    np.testing.assert_array_equal(decide(fresh(), germinated_first)[0], [[0, 1, SIGMOID, W, STANDARD]])
 
 
 def test_decisions_ignore_masks():
@@ -230,6 +231,25 @@ def test_params_resolve_rotation_and_blend_against_the_menu():
     custom = heuristic.HeuristicParams.from_config(HeuristicConfig(blueprint_rotation=("norm", "attention"), blend="gated"),
                                            CNN.menu, "cnn")
     assert custom.rotation == (3, 2) and custom.blend_index == contracts.BLEND_NAMES.index("gated")
+    assert CNN_PARAMS.tempo_index == custom.tempo_index == contracts.TEMPO_NAMES.index("standard")
+
+
+@pytest.mark.parametrize("tempo", contracts.TEMPO_NAMES)
+def test_the_heuristic_emits_its_configured_tempo_with_every_op(tempo):
+    config = TrainingConfig(task="cifar10", controller="heuristic", slots=ALL_SLOTS,
+                            heuristic=HeuristicConfig(tempo=tempo))
+    params = heuristic.HeuristicParams.from_training_config(config)
+    assert params.tempo_index == contracts.TEMPO_NAMES.index(tempo)
+    for signals in (make_signals(**READY), make_signals(**QUIET), probation(c=2.0, I=1.5)):  # G, W, FO
+        actions, _ = decide(fresh(params), signals, params)
+        assert actions[0, contracts.HEAD_TEMPO] == params.tempo_index
+    germinate, _ = decide(fresh(params), make_signals(**READY), params)
+    np.testing.assert_array_equal(germinate, [[0, 1, SIGMOID, G, params.tempo_index]])
+
+
+def test_an_unknown_tempo_is_rejected():
+    with pytest.raises(ValueError, match="heuristic.tempo"):
+        HeuristicConfig(tempo="brisk")
 
 
 @pytest.mark.parametrize("rotation, menu", [
@@ -261,10 +281,11 @@ def random_states(draw, E=E_RAND, B=B_RAND):
 @given(signals=random_signals(), state=random_states())
 def test_actions_are_in_range_and_germinate_only_targets_an_empty_enabled_slot(signals, state):
     actions, new_state = decide(state, signals)
-    assert actions.shape == (E_RAND, 4) and actions.dtype == np.int32
+    assert actions.shape == (E_RAND, contracts.NUM_HEADS) and actions.dtype == np.int32
     for head, size in enumerate(contracts.head_sizes(S_RAND, B_RAND)):
         assert ((actions[:, head] >= 0) & (actions[:, head] < size)).all()
     assert (actions[:, 1] >= 1).all() and (actions[:, 2] == SIGMOID).all()
+    assert (actions[:, contracts.HEAD_TEMPO] == STANDARD).all()
     env = np.arange(E_RAND)
     target_enabled = signals["slot_enabled"][env, actions[:, 0]]
     target_empty = ~signals["slot_occupied"][env, actions[:, 0]]
@@ -301,7 +322,8 @@ class HeuristicJitTest(chex.TestCase):
         for signals in script:
             actions, state = step(state, signals)
             log.append(np.asarray(actions)[0].tolist())
-        assert log == [[0, 1, SIGMOID, G], [0, 1, SIGMOID, CU], [0, 2, SIGMOID, G], [0, 1, SIGMOID, FO]]
+        assert log == [[0, 1, SIGMOID, G, STANDARD], [0, 1, SIGMOID, CU, STANDARD], [0, 2, SIGMOID, G, STANDARD],
+                       [0, 1, SIGMOID, FO, STANDARD]]
         assert int(state.germination_count[0]) == 2 and int(state.last_cull_epoch[0]) == 6
 
 

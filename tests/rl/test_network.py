@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from esper_fx import contracts
 from rl import distributions as dist
 from rl.network import ActorCritic, init_params, param_count
 
-D, S, B, E = 80, 3, 5, 4
+D, S, B, E = 89, 3, 5, 4  # D = contracts.obs_dim(3): 23 + (4 + 5 + 3)·3 + 10·3
 
 
 @partial(jax.jit, static_argnums=0)
@@ -33,12 +34,23 @@ def mlp():
 
 @pytest.mark.parametrize(
     "obs_dim, slots, recurrent, expected",
-    [(80, 3, True, 184_784), (50, 3, True, 180_944), (118, 5, True, 189_778), (80, 3, False, 69_712)],
+    # D = obs_dim(S) with telemetry (89, 133) and without it (59); five policy heads and the value head
+    [(89, 3, True, 194_387), (59, 3, True, 190_547), (133, 5, True, 200_149), (89, 3, False, 79_315)],
 )
 def test_parameter_counts_match_the_spec(obs_dim, slots, recurrent, expected):
+    assert obs_dim in (contracts.obs_dim(slots), contracts.obs_dim(slots, telemetry=False))
     net = ActorCritic(slots, 5, recurrent=recurrent)
     shapes = jax.eval_shape(lambda k: init_params(net, k, obs_dim), jax.random.PRNGKey(0))
     assert param_count(shapes) == expected
+
+
+def test_the_heads_are_slot_blueprint_blend_op_tempo_with_the_contract_sizes(lstm):
+    net, p = lstm
+    assert net.initial_carry(E)[0].shape == (E, 128)
+    out, _ = apply(net, p, jnp.zeros((E, 2, D), jnp.float32), net.initial_carry(E))
+    assert [lg.shape for lg in out.logits] == [(E, 2, n) for n in contracts.head_sizes(S, B)]
+    assert out.logits[contracts.HEAD_TEMPO].shape[-1] == contracts.NUM_TEMPOS == 3
+    assert p["tempo_head"]["out"]["kernel"].shape == (64, 3)
 
 
 def test_lstm_has_fused_kernels_and_one_bias_with_forget_slice_two(lstm):
@@ -58,8 +70,9 @@ def _gram(kernel):
     "path, gain",
     [(("feature", "kernel"), np.sqrt(2)), (("lstm", "w_x"), 1.0), (("lstm", "w_h"), 1.0),
      *[((h, "hidden", "kernel"), np.sqrt(2)) for h in ("slot_head", "blueprint_head", "blend_head", "op_head",
-                                                       "value_head")],
-     *[((h, "out", "kernel"), 0.01) for h in ("slot_head", "blueprint_head", "blend_head", "op_head")],
+                                                       "tempo_head", "value_head")],
+     *[((h, "out", "kernel"), 0.01) for h in ("slot_head", "blueprint_head", "blend_head", "op_head",
+                                               "tempo_head")],
      (("value_head", "out", "kernel"), 1.0)],
 )
 def test_kernels_are_orthogonal_with_the_spec_gains(lstm, path, gain):
@@ -118,7 +131,8 @@ def numpy_forward(p, obs):
         hid = np.maximum(z @ p[name]["hidden"]["kernel"] + p[name]["hidden"]["bias"], 0.0)
         return hid @ p[name]["out"]["kernel"] + p[name]["out"]["bias"]
 
-    return [head(n) for n in ("slot_head", "blueprint_head", "blend_head", "op_head")], head("value_head")[..., 0]
+    heads = ("slot_head", "blueprint_head", "blend_head", "op_head", "tempo_head")
+    return [head(n) for n in heads], head("value_head")[..., 0]
 
 
 def _perturbed(p, seed=7):
@@ -133,6 +147,7 @@ def test_forward_matches_a_numpy_transcription_of_the_spec(lstm):
     obs = np.random.default_rng(0).normal(size=(E, 6, D))
     out, _ = apply(net, p, jnp.asarray(obs, jnp.float32), net.initial_carry(E))
     ref_logits, ref_value = numpy_forward(p, obs)
+    assert len(out.logits) == len(ref_logits) == contracts.NUM_HEADS
     for got, ref in zip(out.logits, ref_logits):
         np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(out.value, ref_value, atol=1e-4, rtol=1e-4)
@@ -140,7 +155,7 @@ def test_forward_matches_a_numpy_transcription_of_the_spec(lstm):
 
 def _random_masks(rng, shape):
     masks = []
-    for n in (S, B, 3, 4):
+    for n in contracts.head_sizes(S, B):
         m = rng.random(shape + (n,)) < 0.5
         m[..., 0] = True
         masks.append(jnp.asarray(m))

@@ -57,7 +57,7 @@ def _defaults(E: int, S: int) -> dict:
     return {
         "epoch": 1, "max_epochs": 25, "val_acc": 50.0, "val_loss": 1.5, "train_acc": 50.0, "train_loss": 1.5,
         "host_max_acc": 50.0, "host_params": HOST_PARAMS, "mask_blueprint": True, "mask_blend": True,
-        "mask_op": True, "slot_enabled": enabled, "mask_slot": enabled, "slot_blueprint": -1,
+        "mask_op": True, "mask_tempo": True, "slot_enabled": enabled, "mask_slot": enabled, "slot_blueprint": -1,
     }
 
 
@@ -88,8 +88,10 @@ def with_seed(signals: dict, slot: int = SLOT, env: int | slice = slice(None), *
     return out
 
 
-def act(op: int, slot: int = SLOT, E: int = 1, blueprint: int = 1, blend: int = 1) -> np.ndarray:
-    return np.tile(np.array([[slot, blueprint, blend, op]], np.int32), (E, 1))
+def act(op: int, slot: int = SLOT, E: int = 1, blueprint: int = 1, blend: int = 1,
+        tempo: int = contracts.DEFAULT_TEMPO) -> np.ndarray:
+    """Actions `[E, 5]` in head order (slot, blueprint, blend, op, tempo)."""
+    return np.tile(np.array([[slot, blueprint, blend, op, tempo]], np.int32), (E, 1))
 
 
 def state_with(phi: float | None = None, E: int = 1, S: int = 3, slot: int = SLOT) -> rewards.RewardState:
@@ -559,6 +561,14 @@ def test_a_runs_reward_takes_its_gamma_cull_age_and_task_scale_from_the_run():
         rewards.RewardConfig().for_run("mnist", gamma=0.99, min_cull_age=1)
 
 
+def test_a_runs_reward_takes_its_legitimacy_epochs_from_its_lifecycle():
+    assert rewards.RewardConfig().for_run("cifar10", gamma=0.99, min_cull_age=1).legitimacy_epochs == 5.0
+    assert rewards.RewardConfig().for_run("cifar10", 0.99, 1, legitimacy_epochs=2).legitimacy_epochs == 2.0
+    proportional = TrainingConfig(lifecycle="proportional", max_epochs=30)
+    assert proportional.reward.legitimacy_epochs == float(proportional.lifecycle_timings.legitimacy) == 1.0
+    assert TrainingConfig().reward.legitimacy_epochs == float(contracts.MIN_PROBATION_EPOCHS)
+
+
 def test_the_young_cull_penalty_uses_the_cull_age_it_is_given():
     signals = with_seed(make_signals(), stage=TRAINING, age=2)  # no measured contribution: 0 unless young
     pay = lambda cfg: float(rewards.cull_shaping(rewards.target_view(signals, act(CU)), cfg)[0])  # noqa: E731
@@ -617,7 +627,8 @@ def random_signals(draw, E=E_RAND, S=S_RAND, B=B_RAND):
 
 @st.composite
 def random_actions(draw, E=E_RAND, S=S_RAND, B=B_RAND):
-    columns = [draw(hnp.arrays(np.int32, (E,), elements=st.integers(0, n - 1))) for n in (S, B, 3, 4)]
+    columns = [draw(hnp.arrays(np.int32, (E,), elements=st.integers(0, n - 1)))
+               for n in contracts.head_sizes(S, B)]
     return np.stack(columns, axis=1).astype(np.int32)
 
 
@@ -663,6 +674,9 @@ def test_make_signals_fills_every_contract_field():
     for name, (_, dtype) in contracts.SIGNAL_FIELDS.items():
         assert signals[name].dtype == np.dtype(dtype), name
     assert signals["obs"].shape == (2, contracts.obs_dim(5, True, 6)) and signals["mask_blueprint"].shape == (2, 6)
+    assert signals["mask_tempo"].shape == (2, contracts.NUM_TEMPOS) and signals["mask_tempo"].all()
+    assert signals["mask_slot_op"].shape == (2, contracts.NUM_OPS, 5)
+    assert act(W, E=2).shape == (2, contracts.NUM_HEADS)
 
 
 # ------------------------------------------------------------------------------------------

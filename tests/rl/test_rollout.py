@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from esper_fx.contracts import NUM_HEADS, head_sizes
 from rl import rollout
 from rl.distributions import Masks
 
@@ -13,10 +14,10 @@ E, T, D, S, B, H = 3, 4, 6, 3, 5, 8
 
 def _step(t, hidden=H):
     f = lambda *shape: jnp.full((E,) + shape, float(t + 1), jnp.float32)  # noqa: E731
-    masks = Masks(*(jnp.zeros((E, n), bool).at[:, t % n].set(True) for n in (S, B, 3, 4)))
+    masks = Masks(*(jnp.zeros((E, n), bool).at[:, t % n].set(True) for n in head_sizes(S, B)))
     carry = () if hidden is None else (f(hidden) * 10, f(hidden) * 100)
     return rollout.StepData(
-        obs=f(D), raw_obs=f(D) * 2, actions=jnp.full((E, 4), t, jnp.int32), log_probs=-f(4), values=f(),
+        obs=f(D), raw_obs=f(D) * 2, actions=jnp.full((E, NUM_HEADS), t, jnp.int32), log_probs=-f(NUM_HEADS), values=f(),
         rewards=f() / 2, raw_rewards=f() * 3, dones=jnp.full((E,), t == T - 1), truncated=jnp.full((E,), t == T - 1),
         bootstrap=f() * 7, masks=masks, carry=carry,
     )
@@ -25,10 +26,10 @@ def _step(t, hidden=H):
 def test_init_gives_fixed_shapes_all_true_dummy_masks_and_no_valid_steps():
     ro = rollout.init(E, T, D, S, B, H)
     assert ro.obs.shape == ro.raw_obs.shape == (E, T, D)
-    assert ro.actions.shape == (E, T, 4) and ro.actions.dtype == jnp.int32
-    assert ro.log_probs.shape == (E, T, 4) and ro.values.shape == ro.rewards.shape == (E, T)
+    assert ro.actions.shape == (E, T, 5) and ro.actions.dtype == jnp.int32
+    assert ro.log_probs.shape == (E, T, 5) and ro.values.shape == ro.rewards.shape == (E, T)
     assert ro.dones.dtype == ro.truncated.dtype == jnp.bool_
-    assert [m.shape for m in ro.masks] == [(E, T, S), (E, T, B), (E, T, 3), (E, T, 4)]
+    assert [m.shape for m in ro.masks] == [(E, T, S), (E, T, B), (E, T, 3), (E, T, 4), (E, T, 3)]  # ..., tempo
     assert all(bool(jnp.all(m)) for m in ro.masks)
     assert [c.shape for c in ro.carry0] == [(E, H), (E, H)]
     assert ro.n_transitions() == 0 and not bool(jnp.any(ro.valid))
@@ -41,11 +42,14 @@ def test_append_stores_every_field_at_step_t_and_counts_steps():
     assert ro.step_count.tolist() == [2] * E and ro.n_transitions() == 2 * E
     np.testing.assert_array_equal(ro.valid[0], [True, True, False, False])
     assert float(ro.obs[1, 1, 0]) == 2.0 and float(ro.raw_obs[1, 1, 0]) == 4.0
-    assert ro.actions[2, 1].tolist() == [1] * 4 and float(ro.log_probs[0, 0, 3]) == -1.0
+    assert ro.actions[2, 1].tolist() == [1] * 5 and float(ro.log_probs[0, 0, 3]) == -1.0
+    assert float(ro.log_probs[0, 1, 4]) == -2.0  # the tempo head's log-prob
     assert float(ro.rewards[0, 1]) == 1.0 and float(ro.raw_rewards[0, 1]) == 6.0
     assert float(ro.bootstrap[0, 1]) == 14.0 and float(ro.values[0, 0]) == 1.0
     assert ro.masks.blueprint[0, 1].tolist() == [False, True, False, False, False]
+    assert ro.masks.tempo[0, 1].tolist() == [False, True, False]
     assert bool(jnp.all(ro.masks.blueprint[:, 2:]))  # untouched steps keep the all-True dummy mask
+    assert bool(jnp.all(ro.masks.tempo[:, 2:]))
 
 
 def test_only_the_step_zero_carry_is_stored():

@@ -160,7 +160,7 @@ def test_a_worker_exception_reaches_the_driver_with_its_traceback(local_ray):
         signals = pool.begin(0, 2)
         assert signals["obs"].shape[0] == 2
         with pytest.raises(EnvWorkerError) as info:
-            pool.step(np.array([[0, 0, 0, 0], [0, 0, 0, 99]], dtype=np.int32))
+            pool.step(np.array([[0, 0, 0, 0, 1], [0, 0, 0, 99, 1]], dtype=np.int32))
     message = str(info.value)
     assert message.startswith("env worker 1 (envs 1–1) raised ValueError: env 1: op index 99 is outside [0, 4)")
     assert "the worker's traceback:" in message and 'hosts/env/actions.py", line' in message
@@ -173,7 +173,7 @@ def _wait_episode(pool, n: int) -> None:
     """Every epoch of the running batch with WAIT actions."""
     signals = True
     while signals is not None:
-        _, signals = pool.step(np.zeros((n, 4), dtype=np.int32))
+        _, signals = pool.step(np.zeros((n, 5), dtype=np.int32))
 
 
 def test_a_begin_sent_ahead_is_the_begin_asked_for_and_keeps_the_running_results(local_ray):

@@ -67,7 +67,7 @@ def pool() -> EnvPool:
 def _germinations(epoch: int) -> list[list[int]]:
     """Env e germinates blueprint 1 + (3·e + slot) % 7 in slot `epoch − 1` at epochs 1..3, blends rotating."""
     slot = epoch - 1
-    return [[slot, 1 + (3 * env + slot) % (len(MENU) - 1), (env + slot) % 3, GERMINATE] for env in range(3)]
+    return [[slot, 1 + (3 * env + slot) % (len(MENU) - 1), (env + slot) % 3, GERMINATE, env % 3] for env in range(3)]
 
 
 def _actions(pool: EnvPool) -> list[list[int]]:
@@ -77,7 +77,7 @@ def _actions(pool: EnvPool) -> list[list[int]]:
     rows = []
     for env in pool.envs:
         ready = [i for i, s in enumerate(SLOTS) if env.slot(s).stage == SeedStage.PROBATIONARY]
-        rows.append([ready[0], 0, 0, FOSSILIZE] if ready else [0, 0, 0, WAIT])
+        rows.append([ready[0], 0, 0, FOSSILIZE, 1] if ready else [0, 0, 0, WAIT, 1])
     return rows
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import SIGNAL_FIELDS, EventType, LifecycleOp, SeedStage, obs_dim, telemetry_block_start
+from esper_fx.contracts import DEFAULT_TEMPO, SIGNAL_FIELDS, EventType, LifecycleOp, SeedStage, obs_dim, telemetry_block_start
 from hosts.data.task_data import TaskData, load_task_data, val_batches
 from hosts.env import EnvPool
 from hosts.env.epoch_compute import loss_and_correct
@@ -70,7 +70,8 @@ def make_pool(data, **overrides) -> EnvPool:
 
 
 def actions(*rows) -> torch.Tensor:
-    return torch.tensor([list(r) for r in rows], dtype=torch.int32)
+    """Action rows; a row given without its tempo takes the standard one."""
+    return torch.tensor([list(r) + [DEFAULT_TEMPO] * (5 - len(r)) for r in rows], dtype=torch.int32)
 
 
 def wait_all(pool: EnvPool, slot: int = 1) -> torch.Tensor:
@@ -139,7 +140,7 @@ def test_signals_match_the_contract_on_the_three_slot_host(shapes10_data, slots,
     pool = make_pool(shapes10_data, slots=slots, use_telemetry=telemetry, n_envs=2)
     signals = pool.run_epoch()
     check_contract(signals, e=2, s=3, b=5, d=obs_dim(3, telemetry))
-    assert signals["obs"].shape[1] == (80 if telemetry else 50)
+    assert signals["obs"].shape[1] == (89 if telemetry else 59)
 
 
 def test_signals_match_the_contract_on_the_five_slot_deep_host():
@@ -148,10 +149,10 @@ def test_signals_match_the_contract_on_the_five_slot_deep_host():
                    data=fake_image_data())
     pool.build_envs(0)
     signals = pool.run_epoch()
-    check_contract(signals, e=1, s=5, b=5, d=118)
+    check_contract(signals, e=1, s=5, b=5, d=133)
     pool.apply(actions((4, CONV_LIGHT, SIGMOID, GERMINATE)))
     assert pool.envs[0].model.slot("r0c4").stage == SeedStage.TRAINING
-    check_contract(pool.run_epoch(), e=1, s=5, b=5, d=118)
+    check_contract(pool.run_epoch(), e=1, s=5, b=5, d=133)
 
 
 def test_signals_are_fresh_tensors_every_call(shapes10_data):
@@ -165,7 +166,7 @@ def test_signals_are_fresh_tensors_every_call(shapes10_data):
 def test_fewer_active_envs_give_fewer_signal_rows(shapes10_data):
     pool = EnvPool(config=make_config(n_envs=3), data=shapes10_data)
     pool.build_envs(1, n_active=2)
-    check_contract(pool.run_epoch(), e=2, s=3, b=5, d=80)
+    check_contract(pool.run_epoch(), e=2, s=3, b=5, d=89)
 
 
 def test_per_env_fields_report_epoch_metrics_and_accounting(shapes10_data):
@@ -184,6 +185,35 @@ def test_per_env_fields_report_epoch_metrics_and_accounting(shapes10_data):
     assert signals["total_seeds"].tolist() == [1, 1]
     assert signals["slot_acc_at_germination_valid"][:, 1].all()
     assert signals["slot_acc_at_germination"][0, 1].item() == pytest.approx(m.val_acc)
+
+
+# ------------------------------------------------------------------------------------------
+# the lifecycle's clock in the pool (BEHAVIOUR §2.14)
+# ------------------------------------------------------------------------------------------
+
+
+def test_the_tempo_mask_allows_only_the_standard_tempo_under_the_reference_clock(shapes10_data):
+    signals = make_pool(shapes10_data, n_envs=1).run_epoch()
+    assert signals["mask_tempo"].tolist() == [[False, True, False]]
+    proportional = make_pool(shapes10_data, n_envs=1, lifecycle="proportional").run_epoch()
+    assert proportional["mask_tempo"].tolist() == [[True, True, True]]
+
+
+def test_a_proportional_seed_ramps_during_its_blending_epoch_and_carries_its_tempo(shapes10_data):
+    """T = 30 epochs of 3 steps: the slow ramp lasts round(8/150 · 90) = 5 training steps, two epochs' worth."""
+    pool = make_pool(shapes10_data, n_envs=1, lifecycle="proportional", max_epochs=30)
+    assert pool.clock.blend_ticks(2) == round(8 / 150 * 90) == 5
+    pool.run_epoch()
+    pool.apply(actions((1, CONV_LIGHT, SIGMOID, GERMINATE, 2)))  # the slow tempo
+    slot = pool.envs[0].slot("r0c1")
+    assert slot.stage == SeedStage.TRAINING and slot.report().tempo == 2
+    metrics = slot.state.metrics  # G2 as if the host had gained 1 pp over the clock's dwell
+    metrics.epochs_in_current_stage, metrics.current_val_accuracy = 2, metrics.accuracy_at_stage_start + 1.0
+    slot.set_gradient_ratio(1.0)
+    assert slot.advance_stage(SeedStage.BLENDING).passed
+    assert slot.state.blending_steps_total == 5
+    pool.train_epoch()  # 3 of the ramp's 5 steps
+    assert slot.state.blending_steps_done == 3 and 0.0 < slot.alpha < 1.0
 
 
 # ------------------------------------------------------------------------------------------
@@ -312,7 +342,7 @@ def test_language_model_validation_loss_is_token_weighted_over_the_fixed_set():
     pool = EnvPool(config=config, data=data)
     pool.build_envs(0)
     signals = pool.run_epoch()
-    check_contract(signals, e=1, s=3, b=5, d=80)
+    check_contract(signals, e=1, s=3, b=5, d=89)
     model = pool.envs[0].model.eval()
     blocks = data.x_test[:10]
     with torch.no_grad():
@@ -513,7 +543,7 @@ def test_bootstrap_signals_describe_the_post_action_state(shapes10_data):
     pre = pool.run_epoch()
     result = pool.apply(germinate_all(pool), bootstrap=True)
     boot = result.bootstrap_signals
-    check_contract(boot, e=1, s=3, b=5, d=80)
+    check_contract(boot, e=1, s=3, b=5, d=89)
     assert boot["slot_stage"][0, 1].item() == int(SeedStage.GERMINATED)  # before step_epoch
     assert pool.envs[0].slot("r0c1").stage == SeedStage.TRAINING  # after it
     assert boot["mask_op"].tolist() == [[True, False, False, False]]
@@ -664,7 +694,8 @@ def property_pool(shapes10_data) -> EnvPool:
 
 
 action_rows = st.lists(
-    st.tuples(st.integers(0, 2), st.integers(0, 4), st.integers(0, 2), st.integers(0, 3)), min_size=2, max_size=2
+    st.tuples(st.integers(0, 2), st.integers(0, 4), st.integers(0, 2), st.integers(0, 3), st.integers(0, 2)),
+    min_size=2, max_size=2
 )
 
 

@@ -46,7 +46,7 @@ def make_pool(data, **overrides) -> EnvPool:
 
 def script(pool: EnvPool, epochs: int = 4) -> list[dict]:
     """Germinate a sigmoid seed in r0c1 and a gated one in r0c0, then wait; the signals of every epoch."""
-    plan = [(1, 1, 1, GERMINATE), (0, 3, 2, GERMINATE)] + [(1, 1, 1, WAIT)] * (epochs - 2)
+    plan = [(1, 1, 1, GERMINATE, 1), (0, 3, 2, GERMINATE, 1)] + [(1, 1, 1, WAIT, 1)] * (epochs - 2)
     out = []
     for row in plan:
         out.append(pool.run_epoch())
@@ -98,7 +98,7 @@ def test_bf16_amp_uses_no_scaler(gpu_data):
 def test_training_epoch_does_not_synchronise_with_the_host(gpu_data):
     pool = make_pool(gpu_data)
     pool.run_epoch()
-    pool.apply(torch.tensor([(1, 1, 1, GERMINATE)] * pool.n_active, dtype=torch.int32))
+    pool.apply(torch.tensor([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=torch.int32))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -114,9 +114,9 @@ def test_amp_training_epoch_does_not_synchronise_with_the_host(gpu_data, amp_dty
     """fp16 needs fused optimizers (GradScaler.step otherwise reads found_inf back); bf16 has no scaler."""
     pool = make_pool(gpu_data, amp=True, amp_dtype=amp_dtype)
     pool.run_epoch()
-    pool.apply(torch.tensor([(1, 1, 1, GERMINATE)] * pool.n_active, dtype=torch.int32))
+    pool.apply(torch.tensor([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=torch.int32))
     pool.run_epoch()  # the seed optimizer exists from here on
-    pool.apply(torch.tensor([(1, 1, 1, WAIT)] * pool.n_active, dtype=torch.int32))
+    pool.apply(torch.tensor([(1, 1, 1, WAIT, 1)] * pool.n_active, dtype=torch.int32))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:

@@ -7,7 +7,7 @@ import torch
 
 from esper_fx.contracts import SeedStage
 from hosts import CNNHost, MorphogeneticModel, TransformerHost
-from tests.hosts.lifecycle_helpers import CIFAR_TASK, drive_to, epoch
+from tests.hosts.lifecycle_helpers import CIFAR_CLOCK, drive_to, epoch
 
 S = SeedStage
 
@@ -18,12 +18,12 @@ def tiny_transformer():
 
 def cnn_model(slots=("r0c0", "r0c1", "r0c2"), host=None):
     torch.manual_seed(0)
-    return MorphogeneticModel(host or CNNHost(), list(slots), "cnn", task_config=CIFAR_TASK)
+    return MorphogeneticModel(host or CNNHost(), list(slots), "cnn", clock=CIFAR_CLOCK)
 
 
 def tf_model(slots=("r0c0", "r0c1", "r0c2")):
     torch.manual_seed(0)
-    return MorphogeneticModel(tiny_transformer(), list(slots), "transformer", task_config=CIFAR_TASK)
+    return MorphogeneticModel(tiny_transformer(), list(slots), "transformer", clock=CIFAR_CLOCK)
 
 
 # ------------------------------------------------------------------ BEHAVIOUR §3.3 empty model == host

@@ -7,7 +7,7 @@ import torch
 
 from esper_fx.contracts import SeedStage
 from hosts import CNNHost, Governor, MorphogeneticModel
-from tests.hosts.lifecycle_helpers import CIFAR_TASK, drive_to
+from tests.hosts.lifecycle_helpers import CIFAR_CLOCK, drive_to
 
 LN10 = math.log(10)
 S = SeedStage
@@ -15,7 +15,7 @@ S = SeedStage
 
 def model():
     torch.manual_seed(0)
-    return MorphogeneticModel(CNNHost(), ["r0c0", "r0c1", "r0c2"], "cnn", task_config=CIFAR_TASK)
+    return MorphogeneticModel(CNNHost(), ["r0c0", "r0c1", "r0c2"], "cnn", clock=CIFAR_CLOCK)
 
 
 def governor(**kw):

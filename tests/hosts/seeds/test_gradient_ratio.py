@@ -17,7 +17,7 @@ from hosts.seeds.gradient_ratio import (
     seed_gradient_norm,
     squared_grad_norm,
 )
-from tests.hosts.lifecycle_helpers import CIFAR_TASK, drive_to
+from tests.hosts.lifecycle_helpers import CIFAR_CLOCK, drive_to
 
 
 def sq(norm, numel):
@@ -75,7 +75,7 @@ def test_squared_norm_skips_params_without_grad():
 
 def model_after_backward():
     torch.manual_seed(0)
-    model = MorphogeneticModel(CNNHost(), ["r0c0", "r0c1", "r0c2"], "cnn", task_config=CIFAR_TASK)
+    model = MorphogeneticModel(CNNHost(), ["r0c0", "r0c1", "r0c2"], "cnn", clock=CIFAR_CLOCK)
     model.germinate("r0c0", "conv_light")
     drive_to(model.slot("r0c0"), SeedStage.PROBATIONARY)  # not measured
     model.germinate("r0c1", "conv_light", blend="gated")
@@ -125,7 +125,7 @@ def test_gradient_stats_and_ratio_never_sync_to_the_host(monkeypatch):
 @pytest.mark.gpu
 def test_gradient_stats_on_cuda_do_not_synchronize():
     torch.manual_seed(0)
-    model = MorphogeneticModel(CNNHost(), ["r0c1"], "cnn", task_config=CIFAR_TASK).cuda()
+    model = MorphogeneticModel(CNNHost(), ["r0c1"], "cnn", clock=CIFAR_CLOCK).cuda()
     model.germinate("r0c1", "conv_light")
     model.slot("r0c1").step_epoch()
     x, y = torch.randn(4, 3, 32, 32, device="cuda"), torch.randint(0, 10, (4,), device="cuda")

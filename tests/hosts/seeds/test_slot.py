@@ -1,7 +1,6 @@
 """SeedSlot lifecycle, gates, forward semantics and blending (BEHAVIOUR §1.1–1.3, §2)."""
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,21 +9,21 @@ from hypothesis import strategies as st
 
 from esper_fx.contracts import VALID_TRANSITIONS, SeedStage
 from hosts.seeds.blending import GatedBlend, LinearBlend, SigmoidBlend
-from hosts.seeds.lifecycle import SeedState, dwell_epochs, evaluate_gate, probation_timeout
+from hosts.seeds.lifecycle import SeedClock, SeedState, evaluate_gate
 from hosts.seeds.slot import SeedSlot
-from tests.hosts.lifecycle_helpers import CIFAR_TASK, drive_to, epoch
+from tests.hosts.lifecycle_helpers import CIFAR_CLOCK, drive_to, epoch
 
 S = SeedStage
 
 
-def cnn_slot(channels=8, task=CIFAR_TASK):
+def cnn_slot(channels=8, clock=CIFAR_CLOCK):
     torch.manual_seed(0)
-    return SeedSlot("r0c1", channels, "cnn", task)
+    return SeedSlot("r0c1", channels, "cnn", clock)
 
 
-def tf_slot(dim=16, task=CIFAR_TASK):
+def tf_slot(dim=16, clock=CIFAR_CLOCK):
     torch.manual_seed(0)
-    return SeedSlot("r0c1", dim, "transformer", task)
+    return SeedSlot("r0c1", dim, "transformer", clock)
 
 
 # ------------------------------------------------------------------ BEHAVIOUR §1.1–1.2 stages and transitions
@@ -147,7 +146,7 @@ def test_forward_alpha_follows_the_timeline_table():
 
 
 def test_tinystories_dwell_keeps_training_for_five_epochs():
-    slot = cnn_slot(task=SimpleNamespace(lifecycle_horizon=50))
+    slot = cnn_slot(clock=SeedClock.for_run("reference", 50, 50, 0))
     assert slot.dwell_epochs == 5 and slot.probation_timeout == 5
     slot.germinate("norm")
     slot.step_epoch()
@@ -158,19 +157,15 @@ def test_tinystories_dwell_keeps_training_for_five_epochs():
     assert slot.stage == S.BLENDING
 
 
-def test_no_task_config_means_dwell_1_blend_5_timeout_5():
+def test_no_clock_means_dwell_1_blend_5_timeout_5():
     slot = SeedSlot("r0c0", 8, "cnn")
-    assert (slot.dwell_epochs, slot.blending_steps, slot.probation_timeout) == (1, 5, 5)
+    assert (slot.dwell_epochs, slot.clock.blend_ticks(), slot.probation_timeout) == (1, 5, 5)
 
 
-def test_task_blending_steps_used_only_when_positive_int():
-    assert SeedSlot("r0c0", 8, "cnn", SimpleNamespace(lifecycle_horizon=25, blending_steps=3)).blending_steps == 3
-    for bad in (0, -2, 2.5, None, True):
-        assert SeedSlot("r0c0", 8, "cnn", SimpleNamespace(lifecycle_horizon=25, blending_steps=bad)).blending_steps == 5
-
-
-def test_blending_with_three_steps_reaches_probationary_after_three_epochs():
-    slot = cnn_slot(task=SimpleNamespace(lifecycle_horizon=25, blending_steps=3))
+def test_the_fast_tempo_blends_in_three_epochs_and_reaches_probationary():
+    slot = cnn_slot()
+    slot.germinate("norm", blend="linear", tempo=0)
+    slot.step_epoch()
     drive_to(slot, S.BLENDING, blend="linear")
     assert slot.state.blending_steps_total == 3
     for k, expected in ((1, 1 / 3), (2, 2 / 3)):
@@ -458,7 +453,7 @@ def test_out_of_range_schedule_alpha_is_clamped_in_forward():
 
 @pytest.mark.parametrize("topology, blending_isolated", [("cnn", True), ("transformer", False)])
 def test_isolation_flag_follows_the_lifecycle(topology, blending_isolated):
-    slot = SeedSlot("r0c0", 16, topology, CIFAR_TASK)
+    slot = SeedSlot("r0c0", 16, topology, CIFAR_CLOCK)
     slot.germinate("norm")
     assert not slot.isolate_gradients
     slot.step_epoch()
@@ -669,13 +664,15 @@ def test_slot_follows_device_and_dtype_moves():
 
 
 def test_lifecycle_timing_rules():
-    assert dwell_epochs(25) == 2 and dwell_epochs(50) == 5 and dwell_epochs(None) == 1
-    assert probation_timeout(25) == 5 and probation_timeout(50) == 5 and probation_timeout(75) == 7
+    clock = lambda h: SeedClock.for_run("reference", 25, h, 0)  # noqa: E731
+    assert clock(25).dwell == 2 and clock(50).dwell == 5 and clock(None).dwell == 1
+    assert clock(25).probation_timeout == 5 and clock(50).probation_timeout == 5
+    assert clock(75).probation_timeout == 7
 
 
 def test_plant_fossil_builds_a_permanent_fully_blended_seed():
     """static_final: a seed FOSSILIZED before any epoch, α = 1, trained with the host, never culled."""
-    slot = SeedSlot("r0c0", 16, "cnn", CIFAR_TASK)
+    slot = SeedSlot("r0c0", 16, "cnn", CIFAR_CLOCK)
     slot.plant_fossil("conv_light", "s0", host_param_count=826)
     assert slot.stage == SeedStage.FOSSILIZED and slot.alpha == 1.0
     assert slot.state.metrics.epochs_total == 0 and slot.state.metrics.seed_param_count == 2336

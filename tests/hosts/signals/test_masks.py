@@ -34,7 +34,7 @@ def masks_for(reports=None, enabled=("r0c1",), max_seeds=None, total_seeds=None)
 
 def test_mask_shapes_and_constant_heads_for_the_default_config():
     masks = masks_for()
-    assert [len(head) for head in masks] == [3, 5, 3, 4, 12]  # slot_by_op: 4 ops x 3 slots
+    assert [len(head) for head in masks] == [3, 5, 3, 4, 3, 12]  # slot_by_op: 4 ops x 3 slots
     assert masks.slot == (False, True, False)
     assert masks.blueprint == (False, True, True, True, True)
     assert masks.blend == (True, True, True)
@@ -148,7 +148,7 @@ def test_stack_masks_gives_fresh_contiguous_bool_tensors_matching_the_contract()
     assert stacked["mask_op"].tolist() == [[True, True, False, False], [True, False, True, True]]
     assert stacked["mask_slot_op"].shape == (2, 4, 3)
     pointers = {t.untyped_storage().data_ptr() for t in stacked.values()}
-    assert len(pointers) == 5  # no two masks share storage
+    assert len(pointers) == 6  # no two masks share storage
 
 
 @pytest.mark.gpu

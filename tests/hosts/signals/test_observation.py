@@ -95,7 +95,7 @@ def telemetry_part(obs, index, num_slots=3):
 
 @pytest.mark.parametrize(
     "num_slots, telemetry, expected",
-    [(1, False, 32), (3, False, 50), (5, False, 68), (25, False, 248), (1, True, 42), (3, True, 80), (5, True, 118)],
+    [(1, False, 35), (3, False, 59), (5, False, 83), (25, False, 323), (1, True, 45), (3, True, 89), (5, True, 133)],
 )
 def test_observation_has_exactly_d_features(num_slots, telemetry, expected):
     slot_ids = tuple(format_slot_id(0, i) for i in range(num_slots))
@@ -107,9 +107,10 @@ def test_observation_has_exactly_d_features(num_slots, telemetry, expected):
 def test_a_custom_menu_changes_the_slot_block_width():
     menu = ("noop", "norm", "attention")
     obs = observe(menu=menu, reports={"r0c1": report()})
-    assert len(obs) == 23 + 3 * 7 + 3 * 10
-    start = 23 + 7
+    assert len(obs) == 23 + 3 * 10 + 3 * 10
+    start = 23 + 10
     assert obs[start + SLOT_BLUEPRINT_ONEHOT : start + 7] == [0.0, 0.0, 1.0]
+    assert obs[start + 7 : start + 10] == [0.0, 1.0, 0.0]  # the standard tempo
 
 
 # --- base features ----------------------------------------------------------------------------
@@ -191,7 +192,8 @@ def test_slot_block_of_a_seed_without_contribution_uses_stage_improvement():
     block = slot_part(obs, 1)
     assert block[SLOT_IS_ACTIVE] == 1.0 and block[SLOT_STAGE] == 4.0 and block[SLOT_ALPHA] == 0.4
     assert block[SLOT_IMPROVEMENT] == 1.5
-    assert block[SLOT_BLUEPRINT_ONEHOT:] == [0.0, 0.0, 1.0, 0.0, 0.0]  # attention is menu index 2
+    assert block[SLOT_BLUEPRINT_ONEHOT:SLOT_BLUEPRINT_ONEHOT + 5] == [0.0, 0.0, 1.0, 0.0, 0.0]  # attention: index 2
+    assert block[SLOT_BLUEPRINT_ONEHOT + 5:] == [0.0, 1.0, 0.0]  # the standard tempo
 
 
 @pytest.mark.parametrize("contribution", [0.0, -2.5, 250.0])
@@ -202,7 +204,7 @@ def test_slot_block_improvement_is_the_contribution_once_measured_unclipped(cont
 
 def test_blueprint_outside_the_menu_gives_an_all_zero_one_hot():
     obs = observe(reports={"r0c1": report(blueprint_id="conv_heavy")})
-    assert slot_part(obs, 1)[SLOT_BLUEPRINT_ONEHOT:] == [0.0] * 5
+    assert slot_part(obs, 1)[SLOT_BLUEPRINT_ONEHOT:SLOT_BLUEPRINT_ONEHOT + 5] == [0.0] * 5
     assert slot_part(obs, 1)[SLOT_IS_ACTIVE] == 1.0
 
 
@@ -214,8 +216,8 @@ def test_fossilized_seed_has_an_active_slot_block():
 def test_blocks_are_laid_out_slots_first_then_telemetry_not_interleaved():
     reports = {sid: report(sid, alpha=0.1 * (i + 1)) for i, sid in enumerate(SLOTS)}
     obs = observe(reports=reports, enabled=SLOTS)
-    assert [obs[23 + 9 * i + SLOT_ALPHA] for i in range(3)] == pytest.approx([0.1, 0.2, 0.3])
-    assert [obs[50 + 10 * i + TEL_ALPHA] for i in range(3)] == pytest.approx([0.1, 0.2, 0.3])
+    assert [obs[23 + 12 * i + SLOT_ALPHA] for i in range(3)] == pytest.approx([0.1, 0.2, 0.3])
+    assert [obs[59 + 10 * i + TEL_ALPHA] for i in range(3)] == pytest.approx([0.1, 0.2, 0.3])
 
 
 # --- telemetry block --------------------------------------------------------------------------
@@ -296,7 +298,7 @@ def test_unknown_slot_ids_raise():
 def test_stack_observations_gives_one_fresh_contiguous_float32_matrix():
     rows = [observe(), observe(reports={"r0c1": report()})]
     stacked = stack_observations(rows, "cpu")
-    assert stacked.dtype == torch.float32 and stacked.shape == (2, 80) and stacked.is_contiguous()
+    assert stacked.dtype == torch.float32 and stacked.shape == (2, 89) and stacked.is_contiguous()
     assert torch.equal(stacked, torch.tensor(rows, dtype=torch.float32))
     again = stack_observations(rows, "cpu")
     assert again.data_ptr() != stacked.data_ptr()
@@ -354,3 +356,9 @@ def test_batched_observation_and_slot_fields_on_cuda_match_cpu():
     for name, tensor in gpu_fields.items():
         assert tensor.device.type == "cuda" and tensor.is_contiguous()
         assert torch.equal(tensor.cpu(), cpu_fields[name])
+
+
+@pytest.mark.parametrize("tempo", [0, 1, 2])
+def test_the_slot_block_ends_in_the_seed_tempo_one_hot(tempo):
+    obs = observe(reports={"r0c1": report(tempo=tempo)})
+    assert slot_part(obs, 1)[-3:] == [1.0 if k == tempo else 0.0 for k in range(3)]
