@@ -42,7 +42,7 @@ Carry = tuple  # (h [E, H], c [E, H]) for the LSTM, () for the MLP
 class PolicyOutput(NamedTuple):
     """Per-head (masked) logits, each `[E, L, n]`, and the value `[E, L]`."""
 
-    logits: tuple[jax.Array, jax.Array, jax.Array, jax.Array]
+    logits: tuple[jax.Array, ...]  # one per head, in contracts.ACTION_HEADS order
     value: jax.Array
 
 

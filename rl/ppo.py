@@ -299,7 +299,7 @@ def approx_kl_per_head(log_ratio: jax.Array, m: jax.Array) -> jax.Array:
     """KL_h = (1/n_h)·Σ_t m_h·((r − 1) − ln r), `[5]`: each head's KL3 over the steps where it acted.
 
     The whole-batch `approx_kl` divides a head's terms by every valid step, so a head that acts on a few
-    steps (slot, blueprint and blend act on GERMINATE only) can move far while the total stays small."""
+    steps (blueprint, blend and tempo act on GERMINATE only) can move far while the total stays small."""
     _check_per_head(log_ratio, m)
     k3 = jnp.expm1(log_ratio) - log_ratio
     return jnp.sum(jnp.where(m, k3, 0.0), axis=tuple(range(m.ndim - 1))) / _head_counts(m)

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from esper_fx.contracts import DEFAULT_TEMPO, HEAD_TEMPO, NUM_HEADS
 from esper_fx.bench.presets import N_ENVS, bench_config
 from esper_fx.bench.settings import BenchSettings, Reps
 from esper_fx.bench.timing import Candidate, measure_interleaved
@@ -36,7 +37,8 @@ DEFAULT_PRESET = "quickstart"
 def _stepper(pool, n_envs: int, cpu: list[float] | None = None):
     """One epoch per call: WAIT for every env, then the next epoch's training and validation; with `cpu`,
     this process's CPU time per call is appended to it."""
-    wait = np.zeros((n_envs, 4), dtype=np.int32)
+    wait = np.zeros((n_envs, NUM_HEADS), dtype=np.int32)
+    wait[:, HEAD_TEMPO] = DEFAULT_TEMPO
 
     def step():
         started = time.process_time()

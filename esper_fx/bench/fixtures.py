@@ -61,7 +61,7 @@ def torch_config(cfg: PPOConfig) -> T.TorchPPOConfig:
 
 
 def default_masks(n_envs: int, lead_shape: tuple[int, ...] = ()) -> tuple[np.ndarray, ...]:
-    """Masks as the loop sees them in a typical state: slot r0c0 only, blueprint 1..B−1, every blend,
+    """Masks as the loop sees them in a typical state: slot r0c0 only, blueprint 1..B−1, every blend and tempo,
     op WAIT/GERMINATE everywhere, plus FOSSILIZE and CULL on every other env (a seed on probation)."""
     shape = (n_envs,) + lead_shape
     slot = np.zeros(shape + (NUM_SLOTS,), bool)
@@ -72,7 +72,8 @@ def default_masks(n_envs: int, lead_shape: tuple[int, ...] = ()) -> tuple[np.nda
     op = np.zeros(shape + (contracts.NUM_OPS,), bool)
     op[..., [contracts.LifecycleOp.WAIT, contracts.LifecycleOp.GERMINATE]] = True
     op[1::2, ..., [contracts.LifecycleOp.CULL, contracts.LifecycleOp.FOSSILIZE]] = True
-    return slot, blueprint, blend, op
+    tempo = np.ones(shape + (contracts.NUM_TEMPOS,), bool)
+    return slot, blueprint, blend, op, tempo
 
 
 def jax_masks(masks: tuple[np.ndarray, ...]) -> dist.Masks:

@@ -5,7 +5,7 @@ PyTorch-only project would write, kept here so `python -m esper_fx.bench` can me
 against it in the same run. It computes the same function as `rl`:
 
 - network (BEHAVIOUR §10.1): Linear(D→128) + LayerNorm(eps 1e-5) + ReLU → single-layer `nn.LSTM` 128 →
-  LayerNorm → five heads Linear(128→64) → ReLU → Linear(64→n) (slot S, blueprint B, blend 3, op 4,
+  LayerNorm → six heads Linear(128→64) → ReLU → Linear(64→n) (slot S, blueprint B, blend 3, op 4, tempo 3,
   value 1). PyTorch's LSTM has two bias vectors; `bias_hh` is zeroed and frozen so `bias_ih` is the one
   fused bias of BEHAVIOUR §10.1 (forget slice 2.0), and the trainable parameters match the JAX ones one to one.
   Orthogonal init with the gains of BEHAVIOUR §10.1 (√2 hidden, 0.01 policy outputs, 1.0 value output, 1.0 LSTM).
@@ -51,7 +51,7 @@ from rl.config import (
 )
 
 SQRT2 = math.sqrt(2.0)
-HEAD_NAMES = ("slot_head", "blueprint_head", "blend_head", "op_head")
+HEAD_NAMES = tuple(f"{head}_head" for head in contracts.ACTION_HEADS)
 
 Carry = tuple  # (h [E, H], c [E, H])
 
@@ -142,7 +142,7 @@ class TorchActorCritic(nn.Module):
 
 
 def param_count(net: TorchActorCritic) -> int:
-    """Trainable parameters (184,784 for D = 80, S = 3, B = 5, as BEHAVIOUR §10.1 counts them)."""
+    """Trainable parameters (194,387 for D = 89, S = 3, B = 5, as BEHAVIOUR §10.1 counts them)."""
     return sum(p.numel() for p in net.trainable_parameters())
 
 
@@ -208,7 +208,7 @@ def sample_heads(logits: Sequence[torch.Tensor], generator: torch.Generator | No
 
 
 def heads_log_prob(logits: Sequence[torch.Tensor], actions: torch.Tensor) -> torch.Tensor:
-    """Per-head log-probs `[..., 4]` of `actions [..., 4]` under masked logits."""
+    """Per-head log-probs `[..., 5]` of `actions [..., 5]` under masked logits."""
     out = [F.log_softmax(lg, dim=-1).gather(-1, actions[..., h:h + 1]).squeeze(-1) for h, lg in enumerate(logits)]
     return torch.stack(out, dim=-1)
 
@@ -228,10 +228,10 @@ def heads_entropy(logits: Sequence[torch.Tensor], masks: Sequence[torch.Tensor])
 
 
 def causal_masks(op: torch.Tensor) -> torch.Tensor:
-    """m_h `[..., 4]`: slot unless WAIT; blueprint, blend on GERMINATE; op always."""
+    """m_h `[..., 5]`: slot unless WAIT; blueprint, blend, tempo on GERMINATE; op always."""
     slot = op != int(contracts.LifecycleOp.WAIT)
     germinate = op == int(contracts.LifecycleOp.GERMINATE)
-    return torch.stack([slot, germinate, germinate, torch.ones_like(slot)], dim=-1)
+    return torch.stack([slot, germinate, germinate, torch.ones_like(slot), germinate], dim=-1)
 
 
 @torch.inference_mode()
@@ -334,8 +334,8 @@ class TorchRollout(NamedTuple):
     """A filled rollout `[E, T, ...]` as torch tensors (actions int64 for `gather`)."""
 
     obs: torch.Tensor  # [E, T, D] normalised
-    actions: torch.Tensor  # [E, T, 4] int64
-    log_probs: torch.Tensor  # [E, T, 4]
+    actions: torch.Tensor  # [E, T, 5] int64
+    log_probs: torch.Tensor  # [E, T, 5]
     values: torch.Tensor  # [E, T]
     rewards: torch.Tensor  # [E, T]
     dones: torch.Tensor  # [E, T] bool

@@ -184,6 +184,7 @@ def run_arm(arm: Arm, seeds: Sequence[int], on_episode: Callable[[Episode], None
 def load_policy(path: str | os.PathLike) -> tuple[TrainingConfig, Policy]:
     """The training configuration and the final policy of a run directory (or one of its checkpoints)."""
     manifest = ckpt.read_manifest(Path(path))
+    ckpt.check_heads(manifest)
     config = TrainingConfig.from_saved(manifest["config"])
     spec = ctl.ControllerSpec.from_config(config)
     bundle = ctl.build(config.controller_name, spec)

@@ -149,7 +149,7 @@ def final_state(checkpoint: Path) -> list:
     config = TrainingConfig(**BASE)
     spec = ctl.ControllerSpec.from_config(config)
     template = fresh_learner(ctl.build(config.controller_name, spec), spec, config.seed)._asdict()
-    trees = ckpt.load_trees({"_path": str(checkpoint)}, template)
+    trees = ckpt.load_trees(ckpt.read_manifest(checkpoint), template)
     return [np.asarray(leaf).tobytes() for leaf in jax.tree_util.tree_leaves(trees)]
 
 

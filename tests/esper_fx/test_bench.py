@@ -103,13 +103,13 @@ def test_update_benchmark_took_the_same_single_gradient_step_on_both_sides(quick
 def test_reference_has_the_spec_parameter_count_and_matches_the_jax_network(pair):
     from rl.network import param_count
 
-    assert T.param_count(T.TorchActorCritic(80, 3)) == 184_784
-    assert T.param_count(T.TorchActorCritic(118, 5)) == 189_778
-    assert param_count(pair.state.params) == T.param_count(pair.torch_net) == 184_784
+    assert T.param_count(T.TorchActorCritic(89, 3)) == 194_387
+    assert T.param_count(T.TorchActorCritic(133, 5)) == 200_149
+    assert param_count(pair.state.params) == T.param_count(pair.torch_net) == 194_387
 
 
 def test_reference_init_follows_the_spec_gains_and_forget_bias():
-    net = T.TorchActorCritic(80, 3)
+    net = T.TorchActorCritic(89, 3)
     h = net.hidden_dim
     bias = net.lstm.bias_ih_l0.detach()
     assert torch.all(bias[h:2 * h] == 2.0) and torch.all(bias[:h] == 0) and torch.all(bias[2 * h:] == 0)

@@ -13,8 +13,10 @@ from esper_fx.config import HeuristicConfig, TrainingConfig
 # the PPO settings (rl.config.REFERENCE_PPO), horizon_bootstrap, min_cull_age, one_seed_at_a_time; static_seeds is new.
 DEFAULTS = {
     "task": "cifar10", "task_mix": [], "controller": "ppo_lstm", "n_episodes": 100, "n_envs": 4, "max_epochs": 25,
-    "seed": 42, "slots": ["r0c1"], "max_seeds": None, "min_cull_age": 9, "one_seed_at_a_time": True, "germination_deadline": True,
-    "static_seeds": [], "lr_schedule": "constant", "lr_schedule_steps": None, "train_steps_budget": None,
+    "seed": 42, "slots": ["r0c1"], "max_seeds": None, "lifecycle": "reference", "min_cull_age": None,
+    "one_seed_at_a_time": True, "germination_deadline": True,
+    "static_seeds": [], "lr_schedule": "constant", "lr_schedule_steps": None, "lr_warmup_fraction": 0.0,
+    "lr_decay_fraction": 0.2, "seed_lr_rewarm_steps": 0, "train_steps_budget": None,
     "device": "auto", "env_devices": None,
     "data_path": "device", "num_workers": None, "env_workers": "auto", "ray_address": None, "data_root": "./data", "data_split": "shared",
     "batch_size_per_env": None, "max_train_batches": None, "val_samples": None, "val_batch_size": None,
@@ -35,7 +37,8 @@ DEFAULTS = {
 def test_defaults_are_exactly_these():
     d = TrainingConfig().to_dict()
     heuristic = d.pop("heuristic")
-    assert d.pop("oracle") == {"slot": "r0c0", "blueprint": "conv_light", "blend": "sigmoid", "germinate_epoch": 1}
+    assert d.pop("oracle") == {"slot": "r0c0", "blueprint": "conv_light", "blend": "sigmoid", "germinate_epoch": 1,
+                               "tempo": "standard"}
     assert d == DEFAULTS
     assert heuristic == HeuristicConfig().to_dict()
     assert heuristic["plateau_epochs_to_germinate"] == 3 and heuristic["blend"] == "sigmoid"
@@ -117,7 +120,7 @@ def test_round_trip_with_loss_family_and_two_slots():
 
 def test_strings_coerce_to_enums_and_use_telemetry_false_drops_the_features():
     c = TrainingConfig(task="SHAPES10".lower(), use_telemetry=False, telemetry_level="debug")
-    assert c.task == "shapes10" and c.use_telemetry is False and c.state_dim == 50
+    assert c.task == "shapes10" and c.use_telemetry is False and c.state_dim == 59
 
 
 PRESET_EXPECT = {
@@ -249,3 +252,14 @@ def test_a_field_declares_its_command_line_facts_once():
     assert meta["max_seeds"] == {}  # no help: no flag (set it with --set or JSON)
     assert RESUME_OVERRIDABLE == tuple(name for name, m in meta.items() if m.get("resume"))
     assert TrainingConfig().n_episodes == 100  # the declaration still carries the default
+
+
+def test_the_cull_age_follows_the_lifecycle_unless_it_is_set():
+    reference = TrainingConfig.preset("quickstart")
+    assert reference.min_cull_age is None and reference.cull_age == 9 and reference.reward.min_cull_age == 9
+    proportional = reference.replace(lifecycle="proportional")
+    assert proportional.cull_age == 3 and proportional.reward.min_cull_age == 3
+    assert proportional.reward.legitimacy_epochs == 1 and reference.reward.legitimacy_epochs == 5
+    assert proportional.replace(min_cull_age=1).cull_age == 1
+    with pytest.raises(ValueError, match="lifecycle must be one of"):
+        TrainingConfig(lifecycle="fast")

@@ -95,7 +95,9 @@ def test_slot_id_round_trips(row, col):
 
 
 def test_action_heads_ops_and_blends():
-    assert contracts.ACTION_HEADS == ("slot", "blueprint", "blend", "op")
+    assert contracts.ACTION_HEADS == ("slot", "blueprint", "blend", "op", "tempo")
+    assert contracts.ACTION_HEADS.index("op") == contracts.HEAD_OP and contracts.NUM_HEADS == 5
+    assert contracts.TEMPO_NAMES == ("fast", "standard", "slow") and contracts.DEFAULT_TEMPO == 1
     assert [int(o) for o in contracts.LifecycleOp] == [0, 1, 2, 3]
     assert [o.name for o in contracts.LifecycleOp] == ["WAIT", "GERMINATE", "CULL", "FOSSILIZE"]
     assert [b.name for b in contracts.BlendAlgorithm] == ["LINEAR", "SIGMOID", "GATED"]
@@ -110,10 +112,10 @@ def test_blueprint_menus_per_topology():
 
 
 def test_observation_sizes_match_spec():
-    assert contracts.obs_dim(3) == 80 and contracts.obs_dim(3, telemetry=False) == 50
-    assert contracts.obs_dim(5) == 118 and contracts.obs_dim(5, telemetry=False) == 68
-    assert [contracts.obs_dim(s, telemetry=False) for s in (1, 3, 5, 25)] == [32, 50, 68, 248]
-    assert contracts.head_sizes(3) == (3, 5, 3, 4) and contracts.head_sizes(5) == (5, 5, 3, 4)
+    assert contracts.obs_dim(3) == 89 and contracts.obs_dim(3, telemetry=False) == 59
+    assert contracts.obs_dim(5) == 133 and contracts.obs_dim(5, telemetry=False) == 83
+    assert [contracts.obs_dim(s, telemetry=False) for s in (1, 3, 5, 25)] == [35, 59, 83, 323]
+    assert contracts.head_sizes(3) == (3, 5, 3, 4, 3) and contracts.head_sizes(5) == (5, 5, 3, 4, 3)
 
 
 @given(st.integers(1, 30), st.integers(2, 9), st.booleans())
@@ -128,13 +130,14 @@ def test_observation_blocks_tile_the_vector(num_slots, num_blueprints, telemetry
 
 
 def test_default_layout_indices():
-    assert contracts.slot_block_start(0) == 23 and contracts.slot_block_start(2) == 41
-    assert contracts.telemetry_block_start(0, 3) == 50 and contracts.telemetry_block_start(2, 3) == 70
+    assert contracts.slot_block_start(0) == 23 and contracts.slot_block_start(2) == 47
+    assert contracts.telemetry_block_start(0, 3) == 59 and contracts.telemetry_block_start(2, 3) == 79
+    assert contracts.slot_tempo_onehot() == 9
 
 
 def test_signal_fields_use_only_bridge_safe_dtypes():
     assert {dtype for _, dtype in contracts.SIGNAL_FIELDS.values()} <= contracts.SIGNAL_DTYPES
-    assert {"obs", "mask_slot", "mask_blueprint", "mask_blend", "mask_op"} <= set(contracts.SIGNAL_FIELDS)
+    assert {"obs", "mask_slot", "mask_blueprint", "mask_blend", "mask_op", "mask_tempo"} <= set(contracts.SIGNAL_FIELDS)
 
 
 def test_task_tables_agree():

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
+from esper_fx.contracts import ACTION_HEADS, HEAD_OP, HEAD_TEMPO, NUM_HEADS, head_sizes, obs_dim
 from esper_fx.outputs.history import SKIPPED_UPDATE, metrics_to_python
 from rl import distributions as dist
 from tests.rl.action_checks import assert_actions_allowed
@@ -22,7 +23,8 @@ from rl.config import REFERENCE_PPO
 from rl import rollout
 from rl.network import ActorCritic
 
-E, T, D, S, B = 4, 25, 80, 3, 5
+E, T, D, S, B = 4, 25, 89, 3, 5
+assert D == obs_dim(S, True, B)
 # The BEHAVIOUR §11 maths is checked under the reference settings (our defaults are LEARNING.md's): one Adam step
 # per batch, lr 3e-4, clip 0.5, target_kl 0.015, entropy 0.05 (min 0.01).
 REFERENCE = ppo.PPOConfig(**REFERENCE_PPO)
@@ -36,9 +38,9 @@ CFG = REFERENCE
 
 def random_masks(rng, n_envs=E):
     masks = []
-    for n in (S, B, 3, 4):
+    for h, n in enumerate(head_sizes(S, B)):
         m = rng.random((n_envs, n)) < 0.6
-        m[:, 0] = n == 4  # noop blueprint and slot 0 masked; WAIT always allowed
+        m[:, 0] = h == HEAD_OP  # noop blueprint, slot 0, linear blend and fast tempo masked; WAIT always allowed
         m[:, 1] = True
         masks.append(jnp.asarray(m))
     return dist.Masks(*masks)
@@ -201,7 +203,7 @@ def _ev(ret, values, valid):
     return ppo.explained_variance(ret, values, valid)
 
 
-SMALL_HEADS = (3, 3, 3, 4)  # few distinct shapes keep the eager (without_jit) variant quick
+SMALL_HEADS = (3, 3, 3, 4, 3)  # slot, blueprint, blend, op, tempo; few distinct shapes keep the eager (without_jit) variant quick
 
 
 def _head_logits(rng, shape):
@@ -212,10 +214,11 @@ def _logit_batch(rng, ops, valid):
     """A Batch whose masks/actions are random and whose op head takes the given ops."""
     shape = ops.shape
     masks = dist.Masks(*(jnp.ones(shape + (n,), bool) for n in SMALL_HEADS))
-    actions = np.stack([rng.integers(0, n, shape) for n in SMALL_HEADS[:3]] + [ops], axis=-1)
+    actions = np.stack([ops if h == HEAD_OP else rng.integers(0, n, shape) for h, n in enumerate(SMALL_HEADS)],
+                       axis=-1)
     return ppo.Batch(
         obs=None, actions=jnp.asarray(actions, jnp.int32),
-        old_log_probs=jnp.asarray(rng.normal(size=shape + (4,)) * 0.1 - 1.0, jnp.float32),
+        old_log_probs=jnp.asarray(rng.normal(size=shape + (NUM_HEADS,)) * 0.1 - 1.0, jnp.float32),
         old_values=jnp.asarray(rng.normal(size=shape), jnp.float32),
         advantages=jnp.asarray(rng.normal(size=shape), jnp.float32),
         returns=jnp.asarray(rng.normal(size=shape), jnp.float32), masks=masks, carry0=(), valid=jnp.asarray(valid),
@@ -250,23 +253,24 @@ class LossTest(chex.TestCase):
     def test_clipped_and_unclipped_surrogates_agree_at_ratio_one(self):
         rng = np.random.default_rng(0)
         adv = jnp.asarray(rng.normal(size=(3, 7)), jnp.float32)
-        m = jnp.asarray(rng.random((3, 7, 4)) < 0.7)
-        zero = jnp.zeros((3, 7, 4))
+        m = jnp.asarray(rng.random((3, 7, NUM_HEADS)) < 0.7)
+        zero = jnp.zeros((3, 7, NUM_HEADS))
         clipped = self.variant(_policy_clipped)(zero, adv, m)
         unclipped = self.variant(_policy_unclipped)(zero, adv, m)
         assert float(clipped) == pytest.approx(float(unclipped), abs=1e-7)
         g1 = jax.grad(_policy_clipped)(zero, adv, m)
         g2 = jax.grad(_policy_unclipped)(zero, adv, m)
         np.testing.assert_allclose(g1, g2, atol=1e-7)
-        per_head = [-(np.asarray(adv)[np.asarray(m[..., h])]).sum() / max(int(m[..., h].sum()), 1) for h in range(4)]
+        per_head = [-(np.asarray(adv)[np.asarray(m[..., h])]).sum() / max(int(m[..., h].sum()), 1)
+                    for h in range(NUM_HEADS)]
         assert float(clipped) == pytest.approx(sum(per_head), rel=1e-5)
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_approx_kl_is_the_weighted_kl3_and_zero_at_ratio_one(self):
         rng = np.random.default_rng(1)
-        log_ratio = jnp.asarray(rng.normal(size=(2, 5, 4)) * 0.3, jnp.float32)
+        log_ratio = jnp.asarray(rng.normal(size=(2, 5, NUM_HEADS)) * 0.3, jnp.float32)
         valid = jnp.asarray(rng.random((2, 5)) < 0.8).at[0, 0].set(True)
-        m = jnp.asarray(rng.random((2, 5, 4)) < 0.5) & valid[..., None]
+        m = jnp.asarray(rng.random((2, 5, NUM_HEADS)) < 0.5) & valid[..., None]
         m = m.at[..., 2].set(False)  # a head never relevant contributes 0
         got = float(self.variant(_kl)(log_ratio, m, valid))
         r = np.exp(np.asarray(log_ratio, np.float64))
@@ -303,31 +307,36 @@ class LossTest(chex.TestCase):
         valid[2, 4:] = False
         logits = _head_logits(rng, (3, 6))
         g = grads(logits, values, _logit_batch(rng, np.zeros((3, 6), int), valid))  # every op WAIT
-        for h in range(3):
-            assert not np.any(np.asarray(g[h])), h
-        assert np.any(np.asarray(g[3]))
+        for h in range(NUM_HEADS):
+            if h != HEAD_OP:
+                assert not np.any(np.asarray(g[h])), h
+        assert np.any(np.asarray(g[HEAD_OP]))
         g = grads(logits, values, _logit_batch(rng, rng.choice([0, 2, 3], (3, 6)), valid))  # no GERMINATE
         assert not np.any(np.asarray(g[1])) and not np.any(np.asarray(g[2])) and np.any(np.asarray(g[0]))
+        assert not np.any(np.asarray(g[HEAD_TEMPO]))  # the tempo acts only with GERMINATE
         g = grads(logits, values, _logit_batch(rng, np.ones((3, 6), int), valid))  # every head relevant
-        for h in range(4):
+        assert len(g) == NUM_HEADS
+        for h in range(NUM_HEADS):
             assert not np.any(np.asarray(g[h])[2, 4:]), "invalid steps must get no gradient"
             assert np.any(np.asarray(g[h])[:2])
 
 
 def test_clip_fraction_and_ratio_statistics_come_from_the_op_head_only():
-    log_ratio = jnp.zeros((1, 4, 4)).at[..., 1].set(3.0).at[0, 0, 3].set(0.5)
+    log_ratio = jnp.zeros((1, 4, NUM_HEADS)).at[..., 1].set(3.0).at[..., HEAD_TEMPO].set(3.0).at[0, 0, 3].set(0.5)
     stats = ppo.op_ratio_stats(log_ratio[..., 3], jnp.ones((1, 4), bool), 0.2)
     assert float(stats["clip_fraction"]) == pytest.approx(0.25)
     assert float(stats["ratio_max"]) == pytest.approx(np.exp(0.5), rel=1e-6)
     assert float(stats["ratio_min"]) == 1.0
 
 
-def test_update_gives_no_gradient_to_the_blueprint_and_blend_heads_without_germinate(fresh):
+def test_update_gives_no_gradient_to_the_blueprint_blend_and_tempo_heads_without_germinate(fresh):
     state, ro = fresh
     ops = ro.actions[..., 3]
+    assert bool(jnp.any(ops == 1))  # the rollout germinates somewhere, so the edit below matters
     no_germinate = ro.replace(actions=ro.actions.at[..., 3].set(jnp.where(ops == 1, 0, ops)))
     _, metrics = ppo.update(state, no_germinate, jax.random.PRNGKey(2), CFG, E)
     assert float(metrics["grad_norm_blueprint"]) == 0.0 and float(metrics["grad_norm_blend"]) == 0.0
+    assert float(metrics["grad_norm_tempo"]) == 0.0
     assert float(metrics["grad_norm_op"]) > 0.0 and float(metrics["grad_norm_slot"]) > 0.0
 
 
@@ -350,10 +359,14 @@ def test_act_flags_rows_with_non_finite_logits_or_no_valid_action(fresh):
     rng = np.random.default_rng(3)
     obs, masks = jnp.asarray(rng.normal(size=(E, D)), jnp.float32), random_masks(rng)
     out = ppo.act(state, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(0))
-    assert out.actions.dtype == jnp.int32 and out.actions.shape == (E, 4) and bool(jnp.all(out.ok))
+    assert out.actions.dtype == jnp.int32 and out.actions.shape == (E, 5) and bool(jnp.all(out.ok))
+    assert out.log_probs.shape == (E, 5)
     empty = masks._replace(op=masks.op.at[2].set(False))
     out = ppo.act(state, obs, empty, state.network.initial_carry(E), jax.random.PRNGKey(0))
     assert np.asarray(out.ok).tolist() == [True, True, False, True]
+    no_tempo = masks._replace(tempo=masks.tempo.at[1].set(False))
+    out = ppo.act(state, obs, no_tempo, state.network.initial_carry(E), jax.random.PRNGKey(0))
+    assert np.asarray(out.ok).tolist() == [True, False, True, True]
     bad = state.replace(params={**state.params, "op_head": jax.tree.map(lambda x: x * jnp.nan,
                                                                          state.params["op_head"])})
     out = ppo.act(bad, obs, masks, state.network.initial_carry(E), jax.random.PRNGKey(0))
@@ -379,8 +392,8 @@ def test_default_update_on_a_fresh_rollout_is_one_step_at_ratio_one(fresh):
     assert m["early_stop"] is None and m["nonfinite_skipped"] is False and m["n_transitions"] == E * T
     assert not tree_equal(new.params, state.params)
     for key in ("policy_loss", "value_loss", "entropy", "explained_variance", "grad_norm", "entropy_coef",
-                *(f"entropy_{h}" for h in ("slot", "blueprint", "blend", "op")),
-                *(f"grad_norm_{h}" for h in ("slot", "blueprint", "blend", "op", "value"))):
+                *(f"entropy_{h}" for h in ACTION_HEADS), *(f"policy_loss_{h}" for h in ACTION_HEADS),
+                *(f"grad_norm_{h}" for h in ("slot", "blueprint", "blend", "op", "tempo", "value"))):
         assert np.isfinite(m[key]), key
     assert 0.0 <= m["entropy"] <= 1.0
 
@@ -389,7 +402,7 @@ def test_reported_gradient_norms_are_measured_before_clipping(fresh):
     state, ro = fresh
     _, metrics = ppo.update(state, ro, jax.random.PRNGKey(2), CFG, E)
     total = float(metrics["grad_norm"])
-    heads = [float(metrics[f"grad_norm_{h}"]) for h in ("slot", "blueprint", "blend", "op", "value")]
+    heads = [float(metrics[f"grad_norm_{h}"]) for h in ("slot", "blueprint", "blend", "op", "tempo", "value")]
     assert total > CFG.max_grad_norm  # a clipped norm could not exceed 0.5
     assert all(h > 0 for h in heads) and np.sqrt(np.sum(np.square(heads))) <= total * (1 + 1e-6)
 
@@ -535,11 +548,11 @@ def test_a_step_that_would_write_non_finite_parameters_keeps_the_old_ones(fresh)
 def test_per_head_kl_is_each_heads_mean_kl3_and_weights_back_to_the_batch_kl(seed, scale):
     """KL_h = (1/n_h)·Σ m_h·k3 >= 0, and Σ_h n_h·KL_h / N is the whole-batch approx_kl."""
     rng = np.random.default_rng(seed)
-    log_ratio = jnp.asarray(rng.normal(size=(3, 6, 4)) * scale, jnp.float32)
+    log_ratio = jnp.asarray(rng.normal(size=(3, 6, NUM_HEADS)) * scale, jnp.float32)
     valid = jnp.asarray(rng.random((3, 6)) < 0.8).at[0, 0].set(True)
-    m = jnp.asarray(rng.random((3, 6, 4)) < 0.4) & valid[..., None]
+    m = jnp.asarray(rng.random((3, 6, NUM_HEADS)) < 0.4) & valid[..., None]
     per_head = np.asarray(ppo.approx_kl_per_head(log_ratio, m), np.float64)
-    chex.assert_shape(per_head, (4,))
+    chex.assert_shape(per_head, (5,))
     r = np.exp(np.asarray(log_ratio, np.float64))
     k3 = np.where(np.asarray(m), (r - 1) - np.log(r), 0.0)
     n_h = np.maximum(np.asarray(m).sum(axis=(0, 1)), 1)

@@ -97,3 +97,13 @@ def test_the_mlp_rollout_has_an_empty_carry():
     ro = rollout.init(E, T, D, S, B, None)
     ro = rollout.append(ro, 0, _step(0, hidden=None))
     assert ro.carry0 == () and ro.n_transitions() == E
+
+
+def test_a_step_without_the_tempo_head_is_rejected():
+    ro = rollout.init(E, T, D, S, B, H)
+    four_heads = _step(0)._replace(actions=jnp.zeros((E, 4), jnp.int32), log_probs=jnp.zeros((E, 4)))
+    with pytest.raises(AssertionError):
+        rollout.append(ro, 0, four_heads)
+    no_tempo_mask = _step(0)._replace(masks=_step(0).masks._replace(tempo=jnp.ones((E, 2), bool)))
+    with pytest.raises(AssertionError):
+        rollout.append(ro, 0, no_tempo_mask)
