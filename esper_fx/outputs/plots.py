@@ -507,7 +507,7 @@ def plot_action_distribution(history: Any, batches: Any = None, *, fig: Figure |
         if counts.size == 0:
             counts = np.zeros(len(_head_labels(entries, head, 0)) or {"blend": 3, "op": 4, "tempo": 3}.get(head, 1))
         _draw_head(ax, head, counts, _head_labels(entries, head, counts.size), success)
-    axes[-1].set_axis_off()
+    axes[-1].remove()  # five heads on a 3 × 2 grid
     chosen = [e.batch for e in entries]
     span = f"batches {min(chosen)}–{max(chosen)}" if chosen else "no batches"
     fig.suptitle(f"Action distribution per head ({span}, {len(entries)} batch(es))", fontsize=11)

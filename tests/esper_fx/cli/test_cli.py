@@ -119,6 +119,8 @@ SAMPLES = {
     "max_epochs": (["11"], 11),
     "seed": (["5"], 5),
     "slots": (["r0c2", "r0c0"], ["r0c2", "r0c0"]),
+    "lifecycle": (["proportional"], "proportional"),
+    "lr_schedule": (["wsd"], "wsd"),
     "device": (["cpu"], "cpu"),
     "env_devices": (["cpu"], ["cpu"]),
     "data_path": (["loader"], "loader"),

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from esper_fx.contracts import ACTION_HEADS
+
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.outputs import durable
 from esper_fx.errors import SetupError
@@ -309,10 +311,24 @@ def test_a_field_the_policy_depends_on_must_match_unless_the_checkpoint_predates
     from esper_fx.errors import ResumeMismatchError
 
     now = TrainingConfig().to_dict()
-    ckpt.check_compatible({"config": dict(now)}, now, {})
+    heads = {"action_heads": list(ACTION_HEADS)}
+    ckpt.check_compatible({"config": dict(now), "architecture": heads}, now, {})
     with pytest.raises(ResumeMismatchError, match="observe_log_params differs"):
-        ckpt.check_compatible({"config": {**now, "observe_log_params": True}}, now, {})
+        ckpt.check_compatible({"config": {**now, "observe_log_params": True}, "architecture": heads}, now, {})
     older = {k: v for k, v in now.items() if k != "observe_log_params"}  # saved before the field existed
-    ckpt.check_compatible({"config": older}, now, {})
+    ckpt.check_compatible({"config": older, "architecture": heads}, now, {})
     with pytest.raises(ResumeMismatchError, match="observe_log_params differs"):  # that run had the default
-        ckpt.check_compatible({"config": older}, {**now, "observe_log_params": True}, {})
+        ckpt.check_compatible({"config": older, "architecture": heads}, {**now, "observe_log_params": True}, {})
+    with pytest.raises(ResumeMismatchError, match="lifecycle differs"):  # a lifecycle changes what eis means
+        ckpt.check_compatible({"config": {**now, "lifecycle": "proportional"}, "architecture": heads}, now, {})
+
+
+def test_a_checkpoint_from_before_the_tempo_head_is_refused_by_name():
+    from esper_fx.config import TrainingConfig
+
+    now = TrainingConfig().to_dict()
+    four = {"config": now, "architecture": {"state_dim": 80}, "_path": "/runs/old/checkpoints/final"}
+    for check in (lambda m: ckpt.check_compatible(m, now, {}), ckpt.check_heads):
+        with pytest.raises(ckpt.CheckpointError, match=r"action heads \['slot', 'blueprint', 'blend', 'op'\].*tempo"):
+            check(four)
+    ckpt.check_heads({**four, "architecture": {"action_heads": list(ACTION_HEADS)}})

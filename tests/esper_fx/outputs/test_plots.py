@@ -92,7 +92,7 @@ def ppo_metrics(b):
 
 def make_entry(b, run_offset=0.0, ppo=True, skipped_at=(2,)):
     head_counts = {"slot": [10 + b, 20, 30], "blueprint": [0, 5 + b, 3, 2, 1], "blend": [4, 5, 6],
-                   "op": [60 + b, 8, 2, 1]}
+                   "op": [60 + b, 8, 2, 1], "tempo": [1, 3 + b, 2]}
     if not ppo:
         ppo_field = None
     elif b in skipped_at:
@@ -348,15 +348,15 @@ def head_bars(ax):
     return [p for p in ax.patches if (p.get_gid() or "").startswith("head:")]
 
 
-def test_action_distribution_has_four_heads_with_fractions_summing_to_one(tmp_path):
+def test_action_distribution_has_five_heads_with_fractions_summing_to_one(tmp_path):
     fig = plots.plot_action_distribution(SimpleNamespace(history=make_history(), events=[]))
-    assert isinstance(fig, Figure) and len(fig.axes) == 4
+    assert isinstance(fig, Figure) and len(fig.axes) == 5
     sizes = [len(head_bars(ax)) for ax in fig.axes]
-    assert sizes == [3, 5, 3, 4]
+    assert sizes == [3, 5, 3, 4, 3]
     for ax in fig.axes:
         assert sum(b.get_height() for b in head_bars(ax)) == pytest.approx(1.0)
     labels = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes]
-    assert labels == [SLOTS, MENU, ["linear", "sigmoid", "gated"], OPS]
+    assert labels == [SLOTS, MENU, ["linear", "sigmoid", "gated"], OPS, ["fast", "standard", "slow"]]
     assert_png(fig, tmp_path / "actions.png")
 
 
@@ -383,7 +383,7 @@ def test_action_distribution_op_bars_report_success_rates():
 
 def test_action_distribution_without_batches_draws_empty_heads():
     fig = plots.plot_action_distribution(make_history(), batches=[99])
-    assert len(fig.axes) == 4
+    assert len(fig.axes) == 5
     assert all(b.get_height() == 0 for ax in fig.axes for b in head_bars(ax))
     assert any("no decisions" in t.get_text() for t in fig.axes[0].texts)
 
@@ -427,7 +427,7 @@ def test_ppo_diagnostics_without_updates_shows_a_message(tmp_path):
 def test_plot_functions_reuse_a_given_figure_and_never_touch_pyplot():
     fig = Figure()
     assert plots.plot_ppo_diagnostics(make_history(), fig=fig) is fig
-    assert plots.plot_action_distribution(make_history(), fig=fig) is fig and len(fig.axes) == 4
+    assert plots.plot_action_distribution(make_history(), fig=fig) is fig and len(fig.axes) == 5
     assert plots.plot_runs({"a": make_history()}, fig=fig) is fig and len(fig.axes) == 2
     assert "matplotlib.pyplot" not in sys.modules or not __import__("matplotlib.pyplot").pyplot.get_fignums()
 
