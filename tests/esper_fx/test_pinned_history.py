@@ -1,7 +1,7 @@
 """Two short seeded runs reproduce, number for number, what the code produced when the fixture was recorded.
 
-`pinned_history.json` holds, for a few batches of `ppo_lstm` on shapes10 at tiny size and one batch of
-`heuristic`, every history entry, every event, metrics.csv and summary.json, without wall times and
+`pinned_history.json` holds, for a few batches of `ppo_lstm` on shapes10 at tiny size, one batch of
+`heuristic` and one of `heuristic` under the proportional clock with a wsd rate, every history entry, every event, metrics.csv and summary.json, without wall times and
 timestamps. A refactoring must leave all of it unchanged. A change that is *meant* to change the numbers
 (a new reward, other PPO settings) re-records the file on purpose:
 
@@ -40,6 +40,11 @@ RUNS: dict[str, dict[str, Any]] = {
     "heuristic": dict(TINY, controller="heuristic", max_epochs=14, n_episodes=2, slots=["r0c0", "r0c1", "r0c2"],
                       heuristic={"min_epochs_before_germinate": 2, "plateau_epochs_to_germinate": 1,
                                  "cull_after_epochs_without_improvement": 2}),
+    # the proportional clock (ramps per training step, the tempo, a fossil's release) under wsd with re-warming
+    "proportional": dict(TINY, controller="heuristic", max_epochs=14, n_episodes=2, slots=["r0c0", "r0c1", "r0c2"],
+                         lifecycle="proportional", lr_schedule="wsd", seed_lr_rewarm_steps=3,
+                         heuristic={"min_epochs_before_germinate": 2, "plateau_epochs_to_germinate": 1,
+                                    "cull_after_epochs_without_improvement": 2, "tempo": "fast"}),
 }
 
 

@@ -368,3 +368,14 @@ def test_prove_refuses_an_unreachable_ray_address_with_one_line(tmp_path, capsys
     assert prove.main(["--env-workers", "1", "--ray-address", "127.0.0.1:1", "--set", "n_envs=2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "127.0.0.1:1" in err[0] and list(tmp_path.iterdir()) == []
+
+
+def test_the_proportional_clock_and_wsd_in_two_workers_give_the_in_process_run(tmp_path):
+    """The lifecycle's clock, the tempo and the schedule travel to the actors in the config: the same run."""
+    config = small(lifecycle="proportional", lr_schedule="wsd", seed_lr_rewarm_steps=2, max_epochs=6)
+    alone = esper_fx.run(config, run_dir=tmp_path / "alone")
+    split = esper_fx.run(config.replace(env_workers=2), run_dir=tmp_path / "ray")
+    assert _history(split) == _history(alone)
+    assert _events(split) == _events(alone)
+    assert any(e.get("data", {}).get("tempo") for e in _events(alone))  # germinations carry their tempo
+    assert _params_equal(split.controller_state.params, alone.controller_state.params)
