@@ -194,3 +194,19 @@ def test_the_reference_ramp_ignores_training_steps():
     assert _train_steps(slot, 10) == [0.0] * 10
     epoch(slot, 33.0)
     assert slot.alpha == pytest.approx(0.2)
+
+
+@settings(deadline=None)
+@given(lifecycle=st.sampled_from(["reference", "proportional"]), t=EPISODES, data=st.data())
+def test_the_tempo_mask_and_the_germination_deadline_agree(lifecycle, t, data):
+    timings = lifecycle_timings(lifecycle, t, 25)
+    epoch = data.draw(st.integers(1, t))
+    deadline = data.draw(st.booleans())
+    mask = timings.tempo_mask(epoch, deadline)
+    assert any(mask) and all(k in timings.tempos for k, ok in enumerate(mask) if ok)
+    in_time = [k for k in timings.tempos if epoch + timings.earliest_fossilize_age(k) <= t]
+    assert (epoch <= timings.germinate_until()) == bool(in_time)
+    if deadline and in_time:
+        assert [k for k, ok in enumerate(mask) if ok] == in_time
+    if not deadline:
+        assert [k for k, ok in enumerate(mask) if ok] == list(timings.tempos)
