@@ -190,3 +190,10 @@ def test_one_seed_at_a_time_waits_for_the_developing_seed():
     assert build_masks(developing, SLOTS, SLOTS, 5, None, 1, min_cull_age=1, one_seed_at_a_time=False).op[GERMINATE] is True
     fossil = {"r0c0": report("r0c0", SeedStage.FOSSILIZED, age=12)}
     assert build_masks(fossil, SLOTS, SLOTS, 5, None, 1, min_cull_age=1, one_seed_at_a_time=True).op[GERMINATE] is True
+
+
+def test_the_tempo_mask_is_the_clock_s_and_never_empty():
+    assert masks_for().tempo == (True, True, True)  # without a clock: every tempo
+    reports, slots = {}, ("r0c1",)
+    assert build_masks(reports, slots, SLOTS, 5, None, 0, 1, tempo=(False, True, False)).tempo == (False, True, False)
+    assert build_masks(reports, slots, SLOTS, 5, None, 0, 1, tempo=(False, False, False)).tempo == (True, True, True)
