@@ -584,13 +584,16 @@ _TINY = {
 }
 
 # quickstart: the shapes16 task (16x16 shapes10 images, a host that cannot see space; docs/LEARNING.md),
-# PPO/LSTM on the growth reward, 96 episodes of 12 epochs in batches of 4 envs. A seed germinated in epoch
-# g trains for 3 epochs, blends for 5 and can be fossilized from g + 9, inside the episode.
+# PPO/LSTM on the growth reward, 96 episodes of 12 epochs in batches of 4 envs, the seed lifecycle in the
+# reference's proportions and a warmup-stable-decay rate (the grid of docs/LEARNING.md §9): a seed
+# germinated in epoch g trains unseen for one epoch, blends in over 8 to 20 of its next steps and can be
+# fossilized from g + 3.
 QUICKSTART = {
     "task": "shapes16", "controller": "ppo_lstm", "n_envs": 4, "n_episodes": 96, "max_epochs": 12,
     "slots": ("r0c0", "r0c1", "r0c2"), "batch_size_per_env": 128, "max_train_batches": 32,
     "synthetic_train_samples": 8192, "synthetic_test_samples": 1024, "data_split": "full",
     "reward_family": "accuracy", "num_minibatches": 2, "checkpoint_every": 4,
+    "lifecycle": "proportional", "lr_schedule": "wsd",
 }
 # the quickstart of earlier versions: shapes10 at a CPU-friendly size with the reference reward
 SHAPES10_QUICK = {
@@ -606,6 +609,7 @@ SHAPES10_QUICK = {
 FASHION_MNIST = {
     **QUICKSTART, "task": "fashion_mnist", "n_episodes": 32, "val_samples": 2000,
     "synthetic_train_samples": 50000, "synthetic_test_samples": 10000,
+    "lifecycle": "reference", "lr_schedule": "constant",
 }
 
 # mixed: the quickstart over a task mix (docs/LEARNING.md §8): each episode draws one of three hosts on
@@ -616,6 +620,7 @@ FASHION_MNIST = {
 MIXED = {
     **QUICKSTART, "task_mix": ("shapes16", "shapes16_spatial", "shapes16_narrow"), "n_episodes": 576,
     "n_envs": 12, "entropy_coef_start": 0.05, "entropy_coef_end": 0.005, "entropy_anneal_episodes": 576,
+    "lifecycle": "reference", "lr_schedule": "constant",
 }
 
 _PRESETS: dict[str, dict[str, Any]] = {
