@@ -255,7 +255,7 @@ def test_a_field_declares_its_command_line_facts_once():
 
 
 def test_the_cull_age_follows_the_lifecycle_unless_it_is_set():
-    reference = TrainingConfig.preset("quickstart")
+    reference = TrainingConfig.preset("quickstart", lifecycle="reference")
     assert reference.min_cull_age is None and reference.cull_age == 9 and reference.reward.min_cull_age == 9
     proportional = reference.replace(lifecycle="proportional")
     assert proportional.cull_age == 3 and proportional.reward.min_cull_age == 3
