@@ -29,6 +29,7 @@ import io
 import json
 import os
 import platform
+import stat
 import sys
 import tempfile
 import time
@@ -125,6 +126,9 @@ def _jax_gpus() -> list:
 
 
 def check_json_path(path: str | None) -> None:
+    """--json names a file that can be written, checked before the checks run (they take up to a minute):
+    its folder exists, it is no folder, and the file (a device such as /dev/full included) or its folder
+    takes a write (a read-only mount, a folder or file without write permission)."""
     if path is None:
         return
     parent = Path(path).resolve().parent
@@ -132,6 +136,30 @@ def check_json_path(path: str | None) -> None:
         raise UsageError(f"argument --json: directory {parent} does not exist")
     if Path(path).is_dir():
         raise UsageError(f"argument --json: {path} is a directory")
+    reason = _unwritable(Path(path))
+    if reason is not None:
+        raise UsageError(f"argument --json: cannot write {path}: {reason}")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why `path` cannot be written, found without changing it (None: it can). An existing file is opened for
+    writing and given an empty write, which a full device refuses; a new file needs a writable folder."""
+    if path.exists():
+        if stat.S_ISFIFO(path.stat().st_mode):
+            return None  # (opening a pipe waits for its reader)
+        try:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            return exc.strerror or type(exc).__name__
+        return None
+    parent = path.resolve().parent
+    if os.access(parent, os.W_OK | os.X_OK):
+        return None
+    return "Read-only file system" if os.statvfs(parent).f_flag & os.ST_RDONLY else "Permission denied"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,7 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         report = {"device": str(torch_device), "jax_device": str(jax_device),
                   "ok": not any(c.status == FAILED for c in checks), "checks": [asdict(c) for c in checks]}
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        try:
+            Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        except OSError as exc:  # (the disk filled meanwhile)
+            return parser.fail(OSError(f"cannot write --json {args.json}: {exc.strerror or exc}"))
     failed = [c.name for c in checks if c.status == FAILED]
     print(f"\n{len(checks) - len(failed)} of {len(checks)} checks did not fail"
           + (f"; failed: {', '.join(failed)}" if failed else ""))

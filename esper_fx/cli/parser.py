@@ -127,11 +127,8 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set expects KEY=VALUE (got {item!r})")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
+            raise ConfigError(f"--set expects KEY=VALUE (got {_shown(item)})")
+        value = _set_value(key, raw)
         section, dot, name = key.partition(".")
         if not dot:
             _check_key(key, item)
@@ -143,6 +140,25 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
         else:
             raise ConfigError(f"--set {item}: unknown config key {key!r}")
     return out
+
+
+def _set_value(key: str, raw: str) -> Any:
+    """A `--set` VALUE read as JSON, else kept as a string. JSON that Python cannot hold (an integer of more
+    than `sys.get_int_max_str_digits()` digits, arrays nested past the recursion limit) is a ConfigError
+    naming the key."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+    except (ValueError, RecursionError) as exc:
+        what = "is nested too deeply" if isinstance(exc, RecursionError) else "is a number too long to read"
+        raise ConfigError(f"--set {key}: the value {_shown(raw)} {what} ({len(raw)} characters); give a "
+                          f"value of the field's type") from None
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """`text` quoted, cut to `limit` characters (a line must stay a line whatever was passed)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
 
 
 def _check_key(key: str, item: str) -> None:

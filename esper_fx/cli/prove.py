@@ -71,9 +71,9 @@ def build_parser() -> CommandParser:
                    help=f"arms to compare (default: {' '.join(DEFAULT_ARMS)})")
     p.add_argument("--train-episodes", type=int, metavar="N", help="training episodes (default: the preset's)")
     p.add_argument("--eval-seeds", type=int, nargs="+", metavar="S", help="explicit evaluation seeds")
-    p.add_argument("--n-eval-seeds", type=int, default=DEFAULT_EVAL_SEEDS, metavar="N",
+    p.add_argument("--n-eval-seeds", type=int, metavar="N",
                    help=f"number of evaluation seeds (default {DEFAULT_EVAL_SEEDS})")
-    p.add_argument("--eval-seed-offset", type=int, default=DEFAULT_EVAL_SEED_OFFSET, metavar="K",
+    p.add_argument("--eval-seed-offset", type=int, metavar="K",
                    help=f"first evaluation seed (default {DEFAULT_EVAL_SEED_OFFSET})")
     p.add_argument("--tuning-seeds", type=int, nargs="+", metavar="S", default=None,
                    help=f"where best_fixed searches its schedule (default {' '.join(map(str, DEFAULT_TUNING_SEEDS))}, "
@@ -86,7 +86,7 @@ def build_parser() -> CommandParser:
     p.add_argument("--json", metavar="PATH", help="JSON results (default <out>/prove.json)")
     p.add_argument("--quiet", action="store_true", help="only the final table")
     add_field_flags(p.add_argument_group("configuration fields (any other: --set KEY=VALUE)"),
-                    ("seed", "env_workers", "ray_address"))
+                    ("seed", "env_workers", "ray_address", "data_root"))
     return p
 
 
@@ -97,6 +97,8 @@ def build_parser() -> CommandParser:
 
 def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list[int]]:
     """(base config, the trained policy to evaluate or None, evaluation seeds). Raises ProveError."""
+    sets = parse_sets(args.sets)
+    check_nothing_ignored(args, sets)
     seeds = eval_seeds(args)
     policy = None
     try:
@@ -106,7 +108,7 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
             base, policy = load_policy(args.checkpoint)
         else:
             base = TrainingConfig.preset(args.preset)
-        changes = with_sections(base, {**parse_sets(args.sets), **field_values(args)})
+        changes = with_sections(base, {**sets, **field_values(args)})
         if args.train_episodes is not None:
             changes["n_episodes"] = args.train_episodes
         config = base.replace(**changes, run_dir=None, resume_path=None) if changes else base
@@ -135,6 +137,21 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
     return config, policy, seeds
 
 
+def check_nothing_ignored(args: argparse.Namespace, sets: dict[str, Any]) -> None:
+    """A flag or setting that would change nothing is refused, not silently ignored: `--train-episodes` beside
+    `--checkpoint` (nothing is trained), `--n-eval-seeds` or `--eval-seed-offset` beside `--eval-seeds`, an
+    `oracle` setting when no arm plays the oracle's schedule (`oracle`, or `best_fixed` with its blend)."""
+    if args.checkpoint is not None and args.train_episodes is not None:
+        raise ProveError(f"--train-episodes: --checkpoint {args.checkpoint} is evaluated as trained, nothing is "
+                         f"trained (drop --train-episodes, or --checkpoint to train a new run)")
+    if args.eval_seeds is not None and (args.n_eval_seeds is not None or args.eval_seed_offset is not None):
+        raise ProveError("--eval-seeds lists the evaluation seeds: --n-eval-seeds and --eval-seed-offset would be "
+                         "ignored (drop them)")
+    if "oracle" in sets and not {"oracle", "best_fixed"} & set(args.arms):
+        raise ProveError(f"--set oracle.*: no arm of {' '.join(args.arms)} plays the oracle's schedule (list oracle "
+                         f"or best_fixed in --arms, or drop the setting)")
+
+
 def eval_seeds(args: argparse.Namespace) -> range | list[int]:
     """The evaluation seeds: `--eval-seeds`, or `--n-eval-seeds` from `--eval-seed-offset` (a range, never
     enumerated here), each a signed 64-bit seed, distinct, at most MAX_EVAL_SEEDS."""
@@ -146,7 +163,8 @@ def eval_seeds(args: argparse.Namespace) -> range | list[int]:
         if len(set(seeds)) != len(seeds):
             raise ProveError(f"evaluation seeds must be distinct (got {seeds})")
     else:
-        n, first = args.n_eval_seeds, args.eval_seed_offset
+        n = DEFAULT_EVAL_SEEDS if args.n_eval_seeds is None else args.n_eval_seeds
+        first = DEFAULT_EVAL_SEED_OFFSET if args.eval_seed_offset is None else args.eval_seed_offset
         if n < 1:
             raise ProveError(f"--n-eval-seeds must be >= 1 (got {n})")
         if n > MAX_EVAL_SEEDS:
@@ -293,7 +311,9 @@ def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, 
 def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
     from esper_fx.cli.run import limit_cpu_threads
     from esper_fx.evaluation.comparison import compare
+    from esper_fx.training.preflight import check_data
 
+    check_data(config)  # a missing or malformed dataset is one line before out/ is created
     out.mkdir(parents=True, exist_ok=True)
     say = (lambda line: None) if args.quiet else (lambda line: print(line, flush=True))
     limit_cpu_threads(config, say)

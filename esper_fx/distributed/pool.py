@@ -13,7 +13,8 @@ global index inside a worker, so on the CPU both pools give bitwise-identical ru
 
 Failures: a worker that dies (killed, out of memory, its node lost) raises `EnvWorkerLost` naming the worker
 and its envs (a RunFailure: the last checkpoint is intact, `--resume` continues); a Python exception in a
-worker raises `EnvWorkerError` carrying the worker's traceback.
+worker raises `EnvWorkerError` carrying the worker's traceback, but a `SetupError` (a dataset the worker
+cannot load, or that does not fit the configuration) is raised as itself: the in-process run's one line.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ import numpy as np
 import torch
 
 from esper_fx.contracts import NUM_HEADS
-from esper_fx.errors import DeviceUnavailableError, RunFailure
+from esper_fx.errors import DeviceUnavailableError, RunFailure, SetupError
 from esper_fx.config import TrainingConfig
 from esper_fx.distributed.runtime import RaySession, RayStartError, require_ray  # noqa: F401 (re-exported)
 from esper_fx.distributed.worker import EnvWorker, WorkerStep
-from esper_fx.training.stopping import deferred_stops
+from esper_fx.training.stopping import deferred_stops, stops_kept
 from hosts.env import ApplyResult
 from hosts.env.pool import resolve_device
 
@@ -229,12 +230,16 @@ class RayEnvPool:
 
 def get_or_explain(ray: Any, ref: Any, where: str, timeout: float | None = None) -> Any:
     """`ray.get(ref)`; a failure becomes EnvWorkerError (a Python exception, with the remote traceback) or
-    EnvWorkerLost (the process died, or was never placed), its message starting with `where`."""
+    EnvWorkerLost (the process died, or was never placed), its message starting with `where`. A `SetupError`
+    (a dataset that cannot be loaded, a device) is raised as itself: one line, exit 2, as in process."""
     exceptions = ray.exceptions
     try:
-        return ray.get(ref, timeout=timeout)
+        with stops_kept():
+            return ray.get(ref, timeout=timeout)
     except exceptions.RayTaskError as exc:
         cause = exc.cause if isinstance(exc.cause, BaseException) else None
+        if isinstance(cause, SetupError):  # a data or device problem: the one line of an in-process run
+            raise cause from None
         raise EnvWorkerError(f"{where} raised {_one_line(cause or exc)}\nthe worker's traceback:\n"
                              f"{_plain_text(getattr(exc, 'traceback_str', '') or str(exc))}") from cause
     except (exceptions.RayActorError, exceptions.WorkerCrashedError) as exc:

@@ -69,6 +69,29 @@ def quiet_ray_logging():
         logger.setLevel(level)
 
 
+class _TokenNotice(logging.Filter):
+    """Drops Ray's notice that a local cluster it starts uses token authentication ("Token authentication is
+    enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out ..."), printed on stderr by every
+    run: its one-line contract (and a failure's one line) were each a line longer. Token authentication
+    stays on; Ray's warning that it is off is kept."""
+
+    LOGGER = "ray._private.authentication.authentication_token_setup"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled")
+
+
+@contextlib.contextmanager
+def quiet_token_notice():
+    """While inside, Ray's token notice is not printed (`_TokenNotice`)."""
+    logger, notice = logging.getLogger(_TokenNotice.LOGGER), _TokenNotice()
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
+
+
 def ray_installed() -> bool:
     """True when `import ray` works (Ray is a dependency of the default install)."""
     try:
@@ -116,8 +139,9 @@ class RaySession:
                 # (Ray's fork+exec of its daemons, not a fork of this process)
                 warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
                 if local:
-                    ray.init(address="local", num_cpus=max(usable_cores(), min_cpus), include_dashboard=False,
-                             runtime_env=runtime_env, configure_logging=False)
+                    with quiet_token_notice():
+                        ray.init(address="local", num_cpus=max(usable_cores(), min_cpus), include_dashboard=False,
+                                 runtime_env=runtime_env, configure_logging=False)
                 else:
                     with quiet_ray_logging():
                         ray.init(address=address, runtime_env=runtime_env, configure_logging=False)

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from esper_fx.config import TrainingConfig
+from esper_fx.errors import DataError, SetupError
+from hosts.data.external import DatasetUnavailableError
 from hosts.env import EnvPool
 
 
@@ -60,6 +63,19 @@ def one_gpu_config(config: Any, gpu: bool) -> Any:
                           env_devices=None if envs is None else tuple(one_gpu_device(d, gpu) for d in envs))
 
 
+@contextmanager
+def data_errors():
+    """A dataset that cannot be loaded, or that does not fit the configuration (a batch larger than the
+    training split), raised as `DataError`: the same one line and exit 2 whether the env pool is built in
+    this process, in a Ray env worker or task, or the driver reads the data first."""
+    try:
+        yield
+    except SetupError:
+        raise
+    except (DatasetUnavailableError, ValueError) as exc:
+        raise DataError(str(exc)) from exc
+
+
 def to_numpy(signals: dict[str, torch.Tensor] | None) -> dict[str, np.ndarray] | None:
     return None if signals is None else {name: t.detach().cpu().numpy() for name, t in signals.items()}
 
@@ -70,10 +86,18 @@ class EnvWorker:
     def __init__(self, config: TrainingConfig, env_ids: tuple[int, ...], gpu: bool, torch_threads: int,
                  nan_faults=()) -> None:
         torch.set_num_threads(torch_threads)  # the driver's count: CPU kernels then sum in the same order
-        self.pool = EnvPool(worker_config(config, gpu), env_ids=env_ids, nan_faults=nan_faults)
+        self.setup_error: SetupError | None = None
+        try:
+            with data_errors():
+                self.pool = EnvPool(worker_config(config, gpu), env_ids=env_ids, nan_faults=nan_faults)
+        except SetupError as exc:  # kept for `info`: an actor that fails in __init__ loses its exception
+            self.setup_error = exc
 
     def info(self) -> dict[str, Any]:
-        """Where the worker runs (pid, host) and the pool's K: the driver's readiness check."""
+        """Where the worker runs (pid, host) and the pool's K: the driver's readiness check. A setup problem
+        met building the pool (its data) is raised here, so the driver reports it as an in-process run does."""
+        if self.setup_error is not None:
+            raise self.setup_error
         return {"pid": os.getpid(), "host": os.uname().nodename, "steps_per_epoch": self.pool.steps_per_epoch,
                 "env_ids": self.pool.env_ids}
 

@@ -252,7 +252,9 @@ def episode_runner(config: TrainingConfig, n_episodes: int, say: Callable[[str],
     session, fell_back = None, False
     if choice.n > 0:
         from esper_fx.distributed.runtime import RaySession, RayStartError
+        from esper_fx.training.preflight import check_data
 
+        check_data(config)  # before Ray starts: a bad data file is the in-process run's one line
         try:
             session = RaySession.open(config.ray_address, choice.n)
         except (ImportError, RayStartError) as exc:
@@ -476,17 +478,24 @@ def check_seeds(seeds: Sequence[int] | range) -> list[int]:
     if len(seeds) > MAX_EVAL_SEEDS:
         raise ValueError(f"{len(seeds)} evaluation seeds: at most {MAX_EVAL_SEEDS} (one episode per arm and seed)")
     out = [int(s) for s in seeds]
-    outside = [s for s in out if not SEED_MIN <= s <= SEED_MAX]
-    if outside:
-        raise ValueError(f"evaluation seed {outside[0]} is not a signed 64-bit seed (from {SEED_MIN} to {SEED_MAX})")
+    check_seed_range(out, "evaluation seed")
     if not out or len(set(out)) != len(out):
         raise ValueError(f"compare needs distinct evaluation seeds (got {out[:20]}{' ...' if len(out) > 20 else ''})")
     return out
 
 
+def check_seed_range(seeds: Sequence[int], what: str) -> None:
+    """ValueError naming the first of `seeds` that is not a signed 64-bit seed (`what`: which seeds)."""
+    outside = [s for s in seeds if not SEED_MIN <= s <= SEED_MAX]
+    if outside:
+        raise ValueError(f"{what} {outside[0]} is not a signed 64-bit seed (from {SEED_MIN} to {SEED_MAX})")
+
+
 def check_tuning_seeds(config: TrainingConfig, tuning_seeds: Sequence[int], seeds: Sequence[int]) -> None:
-    """ValueError unless best_fixed's tuning seeds are distinct, and neither evaluation nor training seeds."""
+    """ValueError unless best_fixed's tuning seeds are signed 64-bit seeds, distinct, and neither evaluation
+    nor training seeds."""
     tuning = [int(s) for s in tuning_seeds]
+    check_seed_range(tuning, "tuning seed")
     if not tuning or len(set(tuning)) != len(tuning):
         raise ValueError(f"tuning seeds must be one or more distinct seeds (got {tuning})")
     overlap = sorted(set(tuning) & {int(s) for s in seeds})

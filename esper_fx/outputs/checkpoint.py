@@ -14,9 +14,10 @@ installed by renames only: an existing checkpoint of the same name is first rena
 `.old-<name>-<id>`, the new one renamed into place, the directory fsynced, and only then the old copy
 deleted. At every instant a complete copy exists under some name, and loading considers all of them.
 
-Loading verifies the manifest and every checksum. Given a run directory (or its `checkpoints/`), it takes
-`latest` if intact, else the newest intact checkpoint, and says which ones it passed over and why.
-Given one checkpoint directory, that checkpoint must be intact.
+Loading verifies the manifest, every checksum, and that the manifest's counts agree (its batch index, its
+history's rows, its episodes completed, its directory's name). Given a run directory (or its
+`checkpoints/`), it takes `latest` if intact, else the newest intact checkpoint, and says which ones it
+passed over and why. Given one checkpoint directory, that checkpoint must be intact.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import threading
 import uuid
 import warnings
@@ -162,34 +164,51 @@ def _write_failure(exc: BaseException) -> str:
 
 
 class _OrbaxFailureEchoes(logging.Filter):
-    """While orbax writes: drop the echoes of a failed write. Its helper threads each log the failure with a
-    traceback and, once its event loop is closed, print 'Event loop is closed' tracebacks: hundreds of
-    lines that hid the cause, which the caller reports in one line. After a failure the echoes go on for
-    a while, so the filters stay installed."""
+    """While orbax writes or reads: drop the echoes of a failure. Its helper threads each log the failure with a
+    traceback and, once its event loop is closed, print 'Event loop is closed' tracebacks; a failed read
+    leaves coroutines that raise, or were never awaited, until the process exits: hundreds of lines that hid
+    the cause, which the caller reports in one line. After a failure the echoes go on for a while, so the
+    filters stay installed."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._previous_hook = threading.excepthook
+        self._previous = (threading.excepthook, sys.excepthook, sys.unraisablehook)
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "_SignalingThread.run() raised" not in record.getMessage()
 
     def _thread_hook(self, args) -> None:
-        echo = isinstance(args.exc_value, (RuntimeError, ValueError)) and (
-            "Event loop is closed" in str(args.exc_value) or _disk_full(args.exc_value))
-        if not echo:
-            self._previous_hook(args)
+        if not _echo(args.exc_value):
+            self._previous[0](args)
+
+    def _excepthook(self, kind, value, tb) -> None:  # (a C++ thread's Python callback that failed)
+        if not _echo(value):
+            self._previous[1](kind, value, tb)
+
+    def _unraisable_hook(self, unraisable) -> None:
+        if not _echo(unraisable.exc_value):
+            self._previous[2](unraisable)
 
     def __enter__(self) -> "_OrbaxFailureEchoes":
         logging.getLogger("absl").addFilter(self)
-        threading.excepthook = self._thread_hook
+        threading.excepthook, sys.excepthook, sys.unraisablehook = (self._thread_hook, self._excepthook,
+                                                                    self._unraisable_hook)
         return self
 
     def __exit__(self, kind, exc, tb) -> bool:
         if kind is None:
             logging.getLogger("absl").removeFilter(self)
-            threading.excepthook = self._previous_hook
+            threading.excepthook, sys.excepthook, sys.unraisablehook = self._previous
+        else:
+            warnings.filterwarnings("ignore", message=r"coroutine '.*' was never awaited", category=RuntimeWarning)
         return False
+
+
+def _echo(exc: BaseException | None) -> bool:
+    """An echo of a failed orbax write or read (the caller reports the failure itself)."""
+    text = str(exc)
+    return isinstance(exc, Exception) and (
+        "Event loop is closed" in text or _disk_full(exc) or "Encountered error while reading array index" in text)
 
 
 def save_checkpoint(checkpoint_dir: str | Path, batch_idx: int, trees: Mapping[str, Any],
@@ -273,7 +292,55 @@ def _manifest_problem(manifest: Any) -> str | None:
         return "its manifest has no checksum of its own (it cannot be verified)"
     if recorded != _manifest_digest(manifest):
         return "its manifest does not match its checksum"
+    return _disagreement(manifest)
+
+
+def _disagreement(manifest: Mapping[str, Any]) -> str | None:
+    """Whether the manifest's counts agree with each other: its history holds one row per batch, 0 to
+    next_batch_idx − 1, and the last row's episodes are its episodes_completed. A manifest whose checksum was
+    recomputed over disagreeing counts would resume at the wrong batch, so it is refused like a bad checksum."""
+    history = manifest["history"]
+    problem = _history_problem(history, manifest["config"].get("n_envs"))
+    if problem is not None:
+        return problem
+    if manifest["next_batch_idx"] != len(history):
+        return (f"its manifest's next_batch_idx {manifest['next_batch_idx']} disagrees with its history of "
+                f"{len(history)} batch(es)")
+    episodes = history[-1]["episodes_completed"] if history else 0
+    if manifest["episodes_completed"] != episodes:
+        return (f"its manifest's episodes_completed {manifest['episodes_completed']} disagrees with its history's "
+                f"{episodes}")
     return None
+
+
+def _history_problem(history: list, n_envs: Any) -> str | None:
+    """The history's rows are batches 0, 1, 2, ... in order, each with 1 to n_envs more episodes completed."""
+    episodes = 0
+    for i, row in enumerate(history):
+        batch = row.get("batch") if isinstance(row, dict) else None
+        done = row.get("episodes_completed") if isinstance(row, dict) else None
+        if not (_is_int(batch) and _is_int(done)):
+            return f"its history's row {i} has no whole batch and episodes_completed"
+        if batch != i:
+            return f"its history's row {i} is of batch {batch} (the rows must be batches 0, 1, 2, ... in order)"
+        if done <= episodes or (_is_int(n_envs) and done - episodes > n_envs):
+            return (f"its history's batch {i} says {done} episodes completed after {episodes} (a batch runs 1 "
+                    f"to n_envs episodes)")
+        episodes = done
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _name_problem(ckpt: Path, manifest: Mapping[str, Any]) -> str | None:
+    """A checkpoint named batch-N holds batch N: its manifest's next_batch_idx is N + 1."""
+    match = _NAME.fullmatch(ckpt.name)
+    if match is None or int(match["batch"]) == manifest["next_batch_idx"] - 1:
+        return None
+    return (f"its name says batch {int(match['batch'])}, its manifest's next_batch_idx "
+            f"{manifest['next_batch_idx']} says batch {manifest['next_batch_idx'] - 1}")
 
 
 def _state_problem(ckpt: Path, checksums: Any) -> str | None:
@@ -301,7 +368,8 @@ def _intact_reason(ckpt: Path) -> str | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         return f"its {MANIFEST} is unreadable ({type(exc).__name__})"
     try:
-        return _manifest_problem(manifest) or _state_problem(ckpt, manifest.get("checksums"))
+        return (_manifest_problem(manifest) or _name_problem(ckpt, manifest)
+                or _state_problem(ckpt, manifest.get("checksums")))
     except OSError as exc:
         return f"its files are unreadable ({exc.strerror or exc})"
 
@@ -417,7 +485,7 @@ def _restore_trees(path: Path, template: Mapping[str, Any]) -> dict[str, Any]:
     import orbax.checkpoint as ocp
 
     checkpointer = ocp.PyTreeCheckpointer()
-    with warnings.catch_warnings():
+    with _OrbaxFailureEchoes(), warnings.catch_warnings():  # (the echoes' filters outlast a failure)
         warnings.simplefilter("ignore")
         try:
             return checkpointer.restore(os.path.abspath(path), item=dict(template),

@@ -108,6 +108,7 @@ def _writing(path: Path):
 LOCK_NAME = ".lock"  # flock()ed for the life of a run; the only file a fresh run directory may hold
 CONFIG_NAME = "config.json"
 EVENTS_NAME = "events.jsonl"
+METRICS_NAME = "metrics.csv"
 
 
 def run_dir_entries(path: Path) -> list[str]:
@@ -131,7 +132,7 @@ class RunDirectory:
         with _writing(self.path):
             self.path.mkdir(parents=True, exist_ok=True)
         self.events_path = self.path / EVENTS_NAME
-        self.metrics_path = self.path / "metrics.csv"
+        self.metrics_path = self.path / METRICS_NAME
         self.checkpoint_dir = self.path / "checkpoints"
         self._metric_columns: list[str] | None = list(columns) if columns else self._existing_columns()
         self._lock: Any = None
@@ -208,10 +209,7 @@ class RunDirectory:
             append_text(self.metrics_path, _csv_text([[_cell(flat.get(k)) for k in self._metric_columns]]))
 
     def _metric_rows(self) -> list[dict[str, str]]:
-        if not self.metrics_path.exists():
-            return []
-        with open(self.metrics_path, newline="", encoding="utf-8", errors="replace") as fh:
-            return list(csv.DictReader(fh))
+        return metric_rows(self.metrics_path)
 
     def _rewrite_metrics(self, rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> None:
         self._metric_columns = list(columns)
@@ -223,11 +221,7 @@ class RunDirectory:
         the last row of each), and give metrics.csv this run's header."""
         if self.metrics_path.exists() or self._metric_columns:
             with _writing(self.metrics_path):
-                rows = {}
-                for row in self._metric_rows():
-                    batch = _batch_number(row.get("batch"))
-                    if batch is not None and batch < n_batches:
-                        rows[batch] = row
+                rows = {b: row for b, row in rows_by_batch(self._metric_rows()).items() if b < n_batches}
                 columns = self._metric_columns or self._existing_columns() or []
                 self._rewrite_metrics([rows[b] for b in sorted(rows)], columns)
         if self.events_path.exists():
@@ -250,7 +244,26 @@ def refusal(path: Path, held: Sequence[str]) -> str:
     return f"run directory {path} already holds a run ({shown}); {what}, or choose another --run-dir"
 
 
-def _batch_number(value: Any) -> int | None:
+def metric_rows(path: Path) -> list[dict[str, str]]:
+    """metrics.csv's rows as dicts of text (none when there is no file)."""
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        return list(csv.DictReader(fh))
+
+
+def rows_by_batch(rows: Iterable[Mapping[str, str]]) -> dict[int, Mapping[str, str]]:
+    """metrics.csv's rows by batch number, the last row of each (a resumed run's file can hold a batch twice
+    until its resume truncates it); rows without a batch number are left out."""
+    out = {}
+    for row in rows:
+        batch = int_or_none(row.get("batch"))
+        if batch is not None:
+            out[batch] = row
+    return out
+
+
+def int_or_none(value: Any) -> int | None:
     try:
         return int(value)
     except (TypeError, ValueError):

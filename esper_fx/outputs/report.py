@@ -34,7 +34,7 @@ from esper_fx.outputs import plots
 from esper_fx.outputs.checkpoint import CheckpointError, read_manifest
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import SlotIdError, sort_slot_ids
-from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, CommandParser, ConfigError
+from esper_fx.errors import EXIT_OK, CommandParser, ConfigError, OutputError
 from esper_fx.outputs.events import load_events, read_metrics, summary_from_csv
 from esper_fx.outputs.history import BatchSummary, as_summaries, run_summary
 
@@ -347,17 +347,31 @@ def render_html(record: RunRecord, drawn: Sequence[Plot]) -> str:
 
 
 def write_report(run_dir: str | Path) -> Path:
-    """plots/*.png and report.html of `run_dir` (written atomically); returns the report's path."""
+    """plots/*.png and report.html of `run_dir` (written atomically); returns the report's path. Where they
+    cannot go (plots/ a file, report.html a folder) is an OutputError naming it, before anything is drawn."""
     record = load_run(run_dir)
+    target = record.path / REPORT_NAME
+    check_targets(record.path / PLOTS_SUBDIR, target)
     drawn = draw_plots(record, record.path / PLOTS_SUBDIR)
     for plot in drawn:
         if plot.error:
             warnings.warn(f"report: plot {plot.name} could not be drawn ({plot.error})", stacklevel=2)
-    target = record.path / REPORT_NAME
     tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(render_html(record, drawn), encoding="utf-8")
-    tmp.replace(target)
+    try:
+        tmp.write_text(render_html(record, drawn), encoding="utf-8")
+        tmp.replace(target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # (a failed write leaves no half page behind)
+        raise
     return target
+
+
+def check_targets(plots_dir: Path, page: Path) -> None:
+    """plots/ is a folder (or absent) and report.html no folder: else an OutputError naming the path."""
+    if plots_dir.exists() and not plots_dir.is_dir():
+        raise OutputError(f"cannot write the plots: {plots_dir} is not a folder (move it away)")
+    if page.is_dir():
+        raise OutputError(f"cannot write the report: {page} is a folder (move it away)")
 
 
 def write_report_or_warn(run_dir: str | Path, say: Callable[[str], None] = print) -> str | None:
@@ -372,7 +386,8 @@ def write_report_or_warn(run_dir: str | Path, say: Callable[[str], None] = print
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """0 when every report was written; 1 when one could not be (one line each); 2 for a bad command line."""
+    """0 when every report was written; 2 for a bad command line, a path that holds no run, or a report that
+    could not be written (one line each: README's exit-code table)."""
     parser = CommandParser("esper_fx.report", description="Write plots/*.png and report.html for run directories "
                                                           "(finished, interrupted or still running).")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
@@ -384,9 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for run_dir in args.run_dirs:
         try:
             print(f"Report: {write_report(run_dir)}")
-        except (FileNotFoundError, OSError) as exc:
-            print(f"esper_fx.report: error: {exc}", file=sys.stderr)
-            status = EXIT_RUN_FAILED
+        except OSError as exc:  # no run there, the report cannot go where it goes, a full disk
+            status = parser.fail(OutputError(f"{exc.filename or run_dir}: {exc.strerror}") if exc.strerror else exc)
     return status
 
 

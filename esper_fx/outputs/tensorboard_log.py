@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Mapping
@@ -164,14 +165,27 @@ class Board:
                 return None
             truncate_board(self.log_dir, first_batch)
             self._writer = SummaryWriter(log_dir=str(self.log_dir))
+            self._previous_hook, threading.excepthook = threading.excepthook, self._writer_thread_hook
             text = json.dumps(self._config, indent=2, default=str)
             self._writer.add_text("config", "```\n" + text + "\n```", global_step=first_batch)
         return self._writer
 
+    def _writer_thread_hook(self, args) -> None:
+        """A failure of the writer's thread (a full disk) is raised again in the run's thread by its next
+        write, flush or close, which the run reports in one line: the thread's own traceback is not printed."""
+        from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+
+        if not isinstance(args.thread, _AsyncWriterThread):
+            self._previous_hook(args)
+
     def close(self) -> None:
         writer, self._writer = self._writer, None
         if writer is not None:
-            writer.close()  # (a write error of its thread is raised here once, not again at a later close)
+            try:
+                writer.close()  # (a write error of its thread is raised here once, not again at a later close)
+            finally:
+                if threading.excepthook == self._writer_thread_hook:
+                    threading.excepthook = self._previous_hook
 
 
 def open_board(run_dir: str | Path | None, enabled: bool, config: Mapping[str, Any]) -> Board | None:

@@ -32,9 +32,10 @@ from esper_fx.outputs import report
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig, absolute_paths
 from esper_fx.distributed.auto import choose_workers, fallback_line
+from esper_fx.distributed.worker import data_errors
 from esper_fx.contracts import ACTION_HEADS, NUM_HEADS, EpisodePool, EventType, SignalColumn, signal_columns, unpack_signals
 from esper_fx.training.bridged_pool import BridgedPool
-from esper_fx.errors import ControllerError, DataError
+from esper_fx.errors import ControllerError
 from esper_fx.outputs.history import BatchRecord, BatchSummary, count_heads, metrics_to_python, run_summary
 from esper_fx.outputs.history import SKIPPED_UPDATE, summarize_batch
 from esper_fx.training.run_state import Interrupted, LearnerState, Progress, RunState, advance, fresh_learner
@@ -43,7 +44,6 @@ from esper_fx.training.stopping import deferred_stops, sigterm_stops, stop_signa
 from esper_fx.outputs.events import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns
 from esper_fx.outputs.events import nonfinite_warning, reward_events, update_warning
 from esper_fx.outputs.tensorboard_log import open_board
-from hosts.data.external import DatasetUnavailableError
 from hosts.env import EnvPool
 from hosts.env.pool import resolve_device
 from rl import rewards
@@ -499,21 +499,21 @@ def build_pool(config: TrainingConfig, say: Callable[[str], None] = print) -> An
     many Ray actors (`esper_fx.distributed.pool.RayEnvPool`; close it). `auto` decides the number at this
     point (`esper_fx.distributed.auto.choose_workers`); when it chose Ray and Ray cannot start, `say` gets
     one line and the pool is the in-process one. A dataset that cannot be loaded, or that does not fit the
-    configuration (a batch larger than the training split), raises DataError."""
+    configuration (a batch larger than the training split), raises DataError, in this process or from a
+    worker; a dataset of image files is read here first when Ray workers will (`preflight.check_data`)."""
     choice = choose_workers(config)
     if choice.n > 0:
         from esper_fx.distributed.pool import RayEnvPool, RayStartError
 
+        preflight.check_data(config)  # before Ray and any worker start: a bad file is the in-process line
         try:
             return RayEnvPool(config.replace(env_workers=choice.n))
         except (ImportError, RayStartError) as exc:
             if not choice.auto:
                 raise
             say(fallback_line(exc))
-    try:
+    with data_errors():
         return EnvPool(config)
-    except (DatasetUnavailableError, ValueError) as exc:
-        raise DataError(str(exc)) from exc
 
 
 def worker_time(pool: Any) -> dict[str, float]:

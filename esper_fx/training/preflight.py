@@ -18,7 +18,8 @@ from esper_fx.config import TrainingConfig
 from esper_fx.distributed.runtime import check_ray_address
 from esper_fx.errors import DataError, DeviceUnavailableError, ResumeMismatchError, RunDirectoryError
 from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint, read_manifest
-from esper_fx.outputs.events import CONFIG_NAME, LOCK_NAME, refusal, run_dir_entries
+from esper_fx.outputs.events import CONFIG_NAME, LOCK_NAME, METRICS_NAME, metric_rows, refusal, rows_by_batch
+from esper_fx.outputs.events import int_or_none, run_dir_entries
 
 # Room left in a path for what a run writes inside its directory (checkpoints/.tmp-batch-.../state/...).
 RUN_DIR_PATH_RESERVE = 200
@@ -29,7 +30,7 @@ def check_before_writing(config: TrainingConfig) -> None:
     """Every check that needs no data loaded: the run directory, the devices, the data root."""
     if config.run_dir:
         check_run_dir(Path(os.path.abspath(config.run_dir)), resumed_run_dir(config.resume_path))
-    check_resume_episodes(config)
+    check_resume(config)
     if config.env_workers != 0:
         check_ray_address(config.ray_address)
     check_devices(config)
@@ -50,16 +51,43 @@ def resumed_run_dir(resume_path: str | None) -> Path | None:
         return restart
 
 
-def check_resume_episodes(config: TrainingConfig) -> None:
-    """A resume may extend a run but not cut it short: n_episodes must cover what its checkpoint has done
-    (else config.json would disagree with summary.json)."""
+def check_resume(config: TrainingConfig) -> None:
+    """What a resume's checkpoint must agree with before anything is truncated or trained: its own counts
+    (`outputs.checkpoint` refuses a manifest whose counts disagree like a bad checksum), n_episodes, and the
+    run's metrics.csv."""
     if not config.resume_path or restartable_run(config.resume_path) is not None:
         return
     manifest = read_manifest(config.resume_path)
+    check_resume_episodes(config, manifest)
+    check_metrics_rows(manifest)
+
+
+def check_resume_episodes(config: TrainingConfig, manifest: dict) -> None:
+    """A resume may extend a run but not cut it short: n_episodes must cover what its checkpoint has done
+    (else config.json would disagree with summary.json)."""
     done = manifest["episodes_completed"]
     if config.n_episodes < done:
         raise ResumeMismatchError(f"--episodes / n_episodes {config.n_episodes} is below the {done} episodes the "
                                   f"run has already done (checkpoint {manifest['_path']}): pass {done} or more")
+
+
+def check_metrics_rows(manifest: dict) -> None:
+    """The run's metrics.csv, when it has one, holds a row of every batch the checkpoint holds, with the same
+    episodes completed: a resume truncates metrics.csv to those batches, so a checkpoint that disagrees with
+    it (another run's, or a manifest edited) is refused by name first."""
+    path = Path(manifest["_path"]).parent.parent / METRICS_NAME
+    if not path.is_file():
+        return
+    rows = rows_by_batch(metric_rows(path))
+    for entry in manifest["history"]:
+        row = rows.get(entry["batch"])
+        episodes = None if row is None else row.get("episodes_completed", entry["episodes_completed"])
+        if row is None or int_or_none(episodes) != entry["episodes_completed"]:
+            found = "has no row" if row is None else f"says {episodes!r} episodes completed"
+            raise CheckpointError(
+                f"checkpoint {manifest['_path']} disagrees with {path}: for batch {entry['batch']} the checkpoint "
+                f"says {entry['episodes_completed']} episodes completed, metrics.csv {found} (nothing was changed; "
+                f"resume from the checkpoint that belongs to this run, or start a new run)")
 
 
 def restartable_run(path: str | Path) -> Path | None:
@@ -208,3 +236,19 @@ def check_data_root(config: TrainingConfig) -> None:
     if root.exists() and not root.is_dir():
         raise DataError(f"data_root {str(root)!r} is not a directory (task {config.task.value!r} reads its "
                         f"dataset from there; pass --data-dir DIR)")
+
+
+def check_data(config: TrainingConfig) -> None:
+    """Read a dataset of image files (CIFAR-10, Fashion-MNIST; a missing CIFAR-10 is downloaded as an
+    in-process run would) here, before Ray and any env worker or evaluation task start: a missing root or a
+    malformed file is then the in-process run's one line (DataError, exit 2) instead of a worker's death. A
+    run joining a cluster (`ray_address`) is not checked here: its workers read the data on their nodes (and
+    report a problem as the same line)."""
+    if config.ray_address is not None:
+        return
+    from esper_fx.distributed.worker import data_errors
+    from hosts.data.task_data import read_image_files
+    from hosts.tasks import get_task
+
+    with data_errors():
+        read_image_files(get_task(config.task), config.data_root)

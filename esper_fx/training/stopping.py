@@ -36,8 +36,27 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+_RAISED: dict[str, int | None] = {"signum": None}  # the signal `_raise_stop` last raised as a Stop
+
+
 def _raise_stop(signum, frame):
+    _RAISED["signum"] = int(signum)
     raise Stop(signum)
+
+
+@contextmanager
+def stops_kept():
+    """Around a call into a library that catches a stop and raises a plain KeyboardInterrupt instead (Ray's
+    `ray.get` and `ray.wait`): a SIGTERM that became one comes out as the `Stop` it was, so it is recorded
+    and exits as SIGTERM (143), not as Ctrl-C (130)."""
+    _RAISED["signum"] = None
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        signum = _RAISED["signum"]
+        if signum is None or isinstance(stop, Stop):
+            raise
+        raise Stop(signum) from None
 
 
 @contextmanager

@@ -12,6 +12,7 @@ shorter than it says (truncated), trailing bytes, or a gzip stream that is itsel
 from __future__ import annotations
 
 import gzip
+import math
 import zlib
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def parse_idx(data: bytes, name: str, *, dtype: str | None = None, ndim: int | N
     if ndim is not None and len(dims) != ndim:
         raise IdxFormatError(f"{name}: {len(dims)} dimensions {list(dims)}, expected {ndim}")
     item = np.dtype(next(np_dt for nm, np_dt in IDX_DTYPES.values() if nm == kind))
-    expected = int(np.prod(dims, dtype=np.int64)) * item.itemsize
+    expected = math.prod(dims) * item.itemsize  # (python ints: dimensions past 2^64 in product cannot wrap)
     payload = len(data) - header
     if payload < expected:
         raise IdxFormatError(f"{name}: truncated: dimensions {list(dims)} need {expected} bytes of data, "

@@ -119,23 +119,36 @@ def load_task_data(
         x_tr, y_tr, x_te, y_te = shapes10.generate(**{k: v for k, v in sizes.items() if v is not None},
                                                    device=device, knobs=SHAPES_KNOBS[name])
         return _classification(device, x_tr, y_tr, x_te, y_te, torch.full((3,), SHAPES10_PAD))
-    if name in ("cifar10", "cifar10_deep", "tinystories") and data_root is None:
-        raise ValueError(f"task {task.name!r} reads its dataset from disk: pass data_root")
-    if name in ("cifar10", "cifar10_deep"):
-        x_tr, y_tr, x_te, y_te = external.load_cifar10(data_root, download=download)
-        return _classification(device, external.normalize_images(x_tr, device), y_tr,
-                               external.normalize_images(x_te, device), y_te, external.normalized_black())
-    if name == "fashion_mnist":
-        x_tr, y_tr, x_te, y_te = fashion_mnist.load_fashion_mnist(data_root)
-        norm = dict(mean=fashion_mnist.MEAN, std=fashion_mnist.STD)
+    images = read_image_files(task, data_root, download=download)
+    if images is not None:
+        (x_tr, y_tr, x_te, y_te), norm = images
         return _classification(device, external.normalize_images(x_tr, device, **norm), y_tr,
                                external.normalize_images(x_te, device, **norm), y_te,
                                external.normalized_black(**norm))
     if name == "pytext":
         return _lm(device, *pytext.build_pytext())
     if name == "tinystories":
-        return _lm(device, *external.load_tinystories(data_root, max_samples))
+        return _lm(device, *external.load_tinystories(_disk_root(task, data_root), max_samples))
     raise ValueError(f"no data loader for task {task.name!r}")
+
+
+def read_image_files(task: TaskSpec, data_root: str | Path | None, *, download: bool = True):
+    """((x_train, y_train, x_test, y_test) as uint8 / int64 CPU tensors, the normalisation's mean and std) of
+    a task whose images are files on disk (CIFAR-10, Fashion-MNIST), read strictly: the errors
+    `load_task_data` raises for them (a missing root, a malformed file), without building anything on a
+    device. None for any other task. A driver reads them here before Ray env workers start."""
+    name = task_data_name(task.name)
+    if name in ("cifar10", "cifar10_deep"):
+        return external.load_cifar10(_disk_root(task, data_root), download=download), {}
+    if name == "fashion_mnist":
+        return fashion_mnist.load_fashion_mnist(data_root), dict(mean=fashion_mnist.MEAN, std=fashion_mnist.STD)
+    return None
+
+
+def _disk_root(task: TaskSpec, data_root: str | Path | None) -> str | Path:
+    if data_root is None:
+        raise ValueError(f"task {task.name!r} reads its dataset from disk: pass data_root")
+    return data_root
 
 
 # ------------------------------------------------------------------------------------------

@@ -246,7 +246,7 @@ class SeedSlot(nn.Module):
             self.alpha_schedule = None
             self.set_alpha(1.0)
         elif stage == SeedStage.FOSSILIZED and self.clock.timings.release_on_fossilize:
-            self.isolate_gradients = False  # a fossil trains with the host as a planted one does (§2.14)
+            self.isolate_gradients = False  # a fossil trains with the host as a planted one does (BEHAVIOUR §2.14)
 
     def start_blending(self, total_steps: int) -> None:
         """Create the schedule at tick 0 of `total_steps`; state.alpha is not reset (it stays 0 from TRAINING)."""

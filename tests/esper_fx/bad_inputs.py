@@ -51,6 +51,7 @@ class Case:
     late: bool = False  # fails after training started: the run directory may hold files, but stays resumable
     heavy: bool = False  # would allocate far more memory than a machine has: run only if the config rejects it
     command: str = "train"  # the module run: esper_fx.train or esper_fx.prove
+    needle: str | None = None  # what the one line must say (checked by the tests that run a case alone)
 
 
 @dataclass
@@ -350,6 +351,38 @@ def _checkpoints_replaced_by_a_file(ckpt: Path) -> None:
     ckpt.parent.write_text("not a directory")
 
 
+def _resealed(change: Callable[[dict], None]) -> Callable[[dict], dict]:
+    """The manifest as `change` leaves it, its checksum recomputed over the change (issue 39: counts that
+    disagree under a valid checksum resumed at the wrong batch and exited 0)."""
+    from esper_fx.outputs.checkpoint import _manifest_digest
+
+    def edit(manifest: dict) -> dict:
+        change(manifest)
+        return {**manifest, "manifest_checksum": _manifest_digest(manifest)}
+
+    return edit
+
+
+def _metrics_rows_edited(change: Callable[[list[list[str]]], None]) -> Callable[[Path], None]:
+    """Rewrite the run's metrics.csv (header and rows, as text cells) as `change` leaves it."""
+
+    def edit(ckpt: Path) -> None:
+        import csv
+
+        path = ckpt.parent.parent / "metrics.csv"
+        with open(path, newline="") as fh:
+            table = list(csv.reader(fh))
+        change(table)
+        with open(path, "w", newline="") as fh:
+            csv.writer(fh, lineterminator="\n").writerows(table)
+
+    return edit
+
+
+def _episodes_cell(table: list[list[str]]) -> None:
+    table[1][table[0].index("episodes_completed")] = "7"
+
+
 def _strip_checksums(manifest: dict) -> dict:
     from esper_fx.outputs.checkpoint import _manifest_digest
 
@@ -447,9 +480,44 @@ PROVE_CASES = [
 ]
 
 
+# Issue 39: faults that ended in a traceback, the wrong exit code or a wrong result. Each case also names
+# what its one line must name (`needle`); tests/esper_fx/cli/test_bad_inputs.py runs them one by one too.
+ISSUE_39_CASES = [
+    Case("resume manifest next_batch_idx beyond its history, resealed", ["--resume", "run", "--episodes", "4"],
+         setup=_checkpointed(_edit_manifest(_resealed(lambda m: m.update(next_batch_idx=99)))),
+         needle="next_batch_idx 99 disagrees with its history of 1 batch(es)"),
+    Case("resume manifest episodes_completed beyond its history, resealed", ["--resume", "run", "--episodes", "8"],
+         setup=_checkpointed(_edit_manifest(_resealed(lambda m: m.update(episodes_completed=6)))),
+         needle="episodes_completed 6 disagrees with its history's 2"),
+    Case("resume manifest history row of another batch, resealed", ["--resume", "run", "--episodes", "4"],
+         setup=_checkpointed(_edit_manifest(_resealed(lambda m: m["history"][0].update(batch=3)))),
+         needle="row 0 is of batch 3"),
+    Case("resume metrics.csv without the checkpoint's batch", ["--resume", "run", "--episodes", "4"],
+         setup=_checkpointed(_metrics_rows_edited(lambda table: table.pop(1))), needle="metrics.csv has no row"),
+    Case("resume metrics.csv with other episodes than the checkpoint", ["--resume", "run", "--episodes", "4"],
+         setup=_checkpointed(_metrics_rows_edited(_episodes_cell)), needle="metrics.csv says '7' episodes"),
+    Case("flag task cifar10 without its data, Ray workers",
+         ["--config", "base.json", "--quiet", "--task", "cifar10", "--data-dir", "nowhere", "--env-workers", "2"],
+         {"base.json": BASE}, needle="CIFAR-10 is not available under data_root"),
+    Case("prove cifar10 without its data, Ray workers",
+         _prove_case("", "--set", "task=cifar10", "--set", "data_root=nowhere", "--env-workers", "2").argv,
+         command="prove", needle="CIFAR-10 is not available under data_root"),
+    Case("flag set a 5,000-digit integer", ["--config", "base.json", "--quiet", "--set", "seed=" + "9" * 5000],
+         {"base.json": BASE}, needle="--set seed: the value"),
+    Case("flag set 100,000 nested brackets",
+         ["--config", "base.json", "--quiet", "--set", "lr=" + "[" * 100_000 + "]" * 100_000],
+         {"base.json": BASE}, needle="--set lr: the value"),
+    Case("prove set a 5,000-digit seed", _prove_case("", "--set", "seed=" + "9" * 5000).argv, command="prove",
+         needle="--set seed: the value"),
+    Case("prove tuning seed beyond 64 bits",
+         _prove_case("", "--arms", "wait", "best_fixed", "--tuning-seeds", str(2**64)).argv, command="prove",
+         needle="tuning seed 18446744073709551616 is not a signed 64-bit seed"),
+]
+
+
 def all_cases() -> list[Case]:
     return (JSON_CASES + CONFIG_FILE_CASES + FLAG_CASES + FS_CASES + RESUME_CASES + PROVE_CASES
-            + _namespace_cases())
+            + ISSUE_39_CASES + _namespace_cases())
 
 
 # ----------------------------------------------------------------------------------------------

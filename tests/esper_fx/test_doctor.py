@@ -89,6 +89,52 @@ def test_a_bad_command_line_is_one_line_and_exit_2(argv, names, capsys, monkeypa
     assert len(err) == 1 and names in err[0] and err[0].startswith("esper_fx.doctor: error:")
 
 
+def _refused_before_the_checks(argv, monkeypatch, capsys) -> str:
+    monkeypatch.setattr(doctor, "run_checks", lambda *a: pytest.fail("the checks ran before --json was checked"))
+    assert doctor.main(argv) == doctor.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("esper_fx.doctor: error: argument --json: cannot write"), err
+    return err[0]
+
+
+def test_a_json_destination_that_takes_no_write_is_refused_before_the_checks(monkeypatch, capsys, tmp_path):
+    """Issue 39, item 6: `--json /dev/full` (or a read-only mount, a folder or file without write permission)
+    ran every check (9-28 s), then ended in a traceback, exit 1."""
+    assert "No space left on device" in _refused_before_the_checks(["--json", "/dev/full"], monkeypatch, capsys)
+    if os.geteuid() != 0:  # (root writes whatever the permission bits say: nothing to refuse there)
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        assert "Permission denied" in _refused_before_the_checks(["--json", str(locked / "r.json")], monkeypatch,
+                                                                 capsys)
+    good = tmp_path / "kept.json"
+    good.write_text("old")
+    doctor.check_json_path(str(good))  # a writable file passes, untouched
+    assert good.read_text() == "old"
+
+
+def _namespaces() -> bool:
+    try:
+        return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _namespaces(), reason="needs unshare to mount a read-only tmpfs")
+def test_a_json_destination_on_a_read_only_mount_is_refused_before_the_checks(tmp_path):
+    script = ("import sys\nfrom esper_fx import doctor\n"
+              "doctor.run_checks = lambda *a: sys.exit('the checks ran before --json was checked')\n"
+              "sys.exit(doctor.main(['--json', sys.argv[1]]))\n")
+    (tmp_path / "ro").mkdir()
+    cmd = (f"mount -t tmpfs -o size=1m,ro tmpfs {tmp_path / 'ro'} && "
+           f"exec {sys.executable} -c \"$0\" {tmp_path / 'ro' / 'r.json'}")
+    proc = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", cmd, script],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == doctor.EXIT_USAGE, proc.stderr
+    target = tmp_path / "ro" / "r.json"
+    assert proc.stderr.strip() == f"esper_fx.doctor: error: argument --json: cannot write {target}: Read-only file system"
+
+
 @NO_CUDA
 def test_a_cuda_device_on_a_machine_without_one_is_exit_2_and_writes_nothing(tmp_path, capsys):
     path = tmp_path / "r.json"

@@ -19,3 +19,15 @@ def test_every_bad_input_is_rejected_cleanly_with_nothing_written(tmp_path):
     bad = [o.describe() for o in outcomes if not o.clean]
     assert not bad, "\n".join(bad)
     assert counts["clean"] == counts["cases"] and counts["tracebacks"] == 0
+
+
+@pytest.mark.parametrize("case", bad_inputs.ISSUE_39_CASES, ids=lambda case: case.name)
+def test_each_fault_of_issue_39_is_one_line_naming_it_exit_2_and_nothing_written(case, tmp_path):
+    """Issue 39's faults, one by one (the fuzz above runs them too): the resume manifest whose counts
+    disagree, data errors with Ray workers, unchecked seeds and values, ..."""
+    with bad_inputs.offline():
+        outcome = bad_inputs.run_case(case, tmp_path)
+    assert outcome.code == 2 and not outcome.traceback, outcome.describe()
+    assert len(outcome.stderr.strip().splitlines()) == 1, outcome.stderr
+    assert case.needle in outcome.stderr, outcome.stderr
+    assert outcome.wrote == [], outcome.wrote

@@ -119,8 +119,8 @@ SAMPLES = {
     "max_epochs": (["11"], 11),
     "seed": (["5"], 5),
     "slots": (["r0c2", "r0c0"], ["r0c2", "r0c0"]),
-    "lifecycle": (["proportional"], "proportional"),
-    "lr_schedule": (["wsd"], "wsd"),
+    "lifecycle": (["reference"], "reference"),
+    "lr_schedule": (["cosine"], "cosine"),
     "device": (["cpu"], "cpu"),
     "env_devices": (["cpu"], ["cpu"]),
     "data_path": (["loader"], "loader"),
@@ -205,6 +205,9 @@ def test_train_set_lr_runs_as_a_module(tmp_path):
     (["--set", "oracle=3"], "oracle"),
     (["--set", "heuristic.blend=spline"], "heuristic.blend"),
     (["--set", "resume_path=5"], "resume_path"),
+    # JSON that Python cannot hold (issue 39, item 5: a 25-28-line traceback)
+    (["--set", "seed=" + "9" * 5000], "--set seed: the value '9999"),
+    (["--set", "lr=" + "[" * 100_000 + "]" * 100_000], "--set lr: the value '[[[["),
 ])
 def test_a_bad_set_exits_2_with_one_line_naming_the_key_and_writes_nothing(tmp_path, monkeypatch, capsys, args,
                                                                              needle):
@@ -212,6 +215,7 @@ def test_a_bad_set_exits_2_with_one_line_naming_the_key_and_writes_nothing(tmp_p
     assert main(args) == EXIT_SETUP_ERROR
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0] and err[0].startswith("esper_fx.train: error: ")
+    assert len(err[0]) < 500  # the line names the key, not the whole value
     assert list(tmp_path.iterdir()) == []
 
 
@@ -313,4 +317,6 @@ def test_prove_reads_set_and_the_field_flags_through_the_same_code(tmp_path, mon
     config, _, seeds = prove.resolve(args)
     assert (config.ppo.lr, config.oracle.slot, config.seed) == (1e-3, "r0c2", 3) and len(seeds) == 2
     declared = {a.dest: (a.option_strings[0], a.markdown_help) for a in prove.build_parser()._actions if a.dest in FLAGS}
-    assert declared == {name: (FLAGS[name].flag, FLAGS[name].help) for name in ("seed", "env_workers", "ray_address")}
+    # (--data-dir: README's Fashion-MNIST section passes it to prove too; issue 39)
+    assert declared == {name: (FLAGS[name].flag, FLAGS[name].help)
+                        for name in ("seed", "env_workers", "ray_address", "data_root")}

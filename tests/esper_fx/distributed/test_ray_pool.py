@@ -169,6 +169,46 @@ def test_a_worker_exception_reaches_the_driver_with_its_traceback(local_ray):
     assert ray.is_initialized()  # a Ray the caller started is left running
 
 
+def test_a_data_problem_in_a_worker_or_task_is_the_in_process_line(local_ray):
+    """Issue 39, item 2: a worker whose data did not fit died in its creation task ("env worker 0 died: The
+    actor died because of an error raised in its creation task ...", exit 1, colour codes, cut before the
+    problem) and an evaluation task raised a 72-line traceback. Both now raise the in-process DataError."""
+    from esper_fx.distributed.pool import RayEnvPool
+    from esper_fx.errors import DataError
+    from esper_fx.evaluation.episodes import Arm
+    from esper_fx.evaluation.ray_tasks import remote_run_arm
+
+    config = small(n_envs=2, batch_size_per_env=1000)  # more than the 256 training samples hold
+    with pytest.raises(DataError) as in_process:
+        loop.build_pool(config.replace(env_workers=0))
+    assert "fewer than one step" in str(in_process.value)
+    with pytest.raises(DataError) as worker:
+        RayEnvPool(config.replace(env_workers=2)).wait_ready()
+    assert str(worker.value) == str(in_process.value)
+    arm = Arm.build("wait", config)
+    with pytest.raises(DataError) as serial:
+        arm.run(900_000)
+    with pytest.raises(DataError) as task:
+        remote_run_arm(arm, [900_000], workers=1)
+    assert str(task.value) == str(serial.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["train", "prove"])
+def test_a_clean_ray_run_prints_no_line_on_stderr(command, tmp_path):
+    """Issue 39, item 8: Ray's "Token authentication is enabled for this Ray cluster ..." was on stderr in
+    every Ray run, so a clean run's stderr and a failure's one line were each a line longer."""
+    (tmp_path / "c.json").write_text(json.dumps(SMALL))
+    sets = [arg for k, v in SMALL.items() if k not in ("n_episodes", "seed", "checkpoint_every")
+            for arg in ("--set", f"{k}={json.dumps(v)}")]
+    argv = (["--config", "c.json", "--run-dir", "r", "--quiet"] if command == "train" else
+            ["--arms", "wait", "--n-eval-seeds", "2", "--out", "p", "--quiet", *sets])
+    proc = subprocess.run([sys.executable, "-m", f"esper_fx.{command}", *argv, "--env-workers", "2"], cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+
+
 def _wait_episode(pool, n: int) -> None:
     """Every epoch of the running batch with WAIT actions."""
     signals = True

@@ -129,6 +129,17 @@ BIG = str(2**64)
     (["--seed", "0", "--eval-seed-offset", "0", "--n-eval-seeds", "100000", "--train-episodes", str(2**40)],
      "also training seeds"),
     (["--train-episodes", str(2**41)], "n_episodes"),
+    # issue 39, items 4 and 5: a tuning seed out of range raised a 56-line traceback after evaluation began;
+    # JSON that Python cannot hold, a traceback (or a line without the key)
+    (["--arms", "wait", "best_fixed", "--tuning-seeds", BIG], "tuning seed 18446744073709551616 is not a signed"),
+    (["--arms", "wait", "best_fixed", "--tuning-seeds", str(-(2**63) - 1)], "is not a signed 64-bit seed"),
+    (["--set", "seed=" + "9" * 5000], "--set seed: the value"),
+    (["--set", "lr=" + "[" * 100_000 + "]" * 100_000], "--set lr: the value"),
+    # issue 39, item 8: what prove silently ignored
+    (["--checkpoint", "nowhere", "--train-episodes", "4"], "--train-episodes: --checkpoint nowhere"),
+    (["--eval-seeds", "5", "--n-eval-seeds", "3"], "--n-eval-seeds and --eval-seed-offset would be ignored"),
+    (["--eval-seeds", "5", "--eval-seed-offset", "3"], "--n-eval-seeds and --eval-seed-offset would be ignored"),
+    (["--arms", "wait", "random", "--set", "oracle.slot=r0c1"], "no arm of wait random plays the oracle"),
 ])
 def test_bad_values_exit_2_naming_the_field_before_anything_runs(args, needle, tmp_path, capsys, monkeypatch):
     import time
@@ -263,27 +274,36 @@ def test_ctrl_c_during_training_keeps_its_checkpoint_and_writes_a_partial_prove_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_real_signal_during_evaluation_ends_prove_without_a_traceback(signum, tmp_path):
+@pytest.mark.parametrize("signum, workers", [(signal.SIGINT, "0"), (signal.SIGTERM, "0"), (signal.SIGTERM, "2")])
+def test_a_real_signal_during_evaluation_ends_prove_without_a_traceback(signum, workers, tmp_path):
+    """In this process and with the episodes as Ray tasks (issue 39, item 3: there a SIGTERM came out of
+    Ray's wait as a plain KeyboardInterrupt, recorded as SIGINT with exit 130)."""
     import time
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    # as Ray tasks, episodes of several seconds: Ray looks for signals once a second while it waits, and only
+    # a signal that meets a wait there is turned into a plain KeyboardInterrupt
+    longer = [] if workers == "0" else ["--set", "synthetic_train_samples=1024", "--set", "max_train_batches=16",
+                                        "--set", "max_epochs=12"]
     proc = subprocess.Popen([sys.executable, "-m", "esper_fx.prove", "--arms", "wait", "--n-eval-seeds", "50",
-                             "--out", str(tmp_path / "p"), *TINY_SETS], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--out", str(tmp_path / "p"), "--env-workers", workers, *TINY_SETS, *longer],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
         for line in proc.stdout:  # the first finished evaluation episode
             if line.startswith("compare: wait seed") or time.monotonic() > deadline:
                 break
+        if workers != "0":
+            time.sleep(0.5)  # (the driver then waits on Ray, not printing the episodes that finished)
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 128 + signum
+    assert proc.returncode == 128 + signum, err
     assert "Traceback" not in err and err.strip().count("esper_fx.prove: interrupted") == 1, err
     report = json.loads((tmp_path / "p" / "prove.json").read_text())
     assert report["partial"] is True and 1 <= len(report["episodes"]["wait"]) < 50
+    assert report["stopped"]["signal"] == signal.Signals(signum).name
 
 
 @pytest.mark.parametrize("seeds, needle", [

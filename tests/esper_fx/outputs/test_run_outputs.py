@@ -497,8 +497,32 @@ def test_the_report_command_builds_the_page_of_a_run_with_every_damage_at_once(f
     for word in ("events.jsonl", "metrics.csv", "non-numeric", "config.json"):
         assert word in page
 
-def test_report_command_fails_cleanly_on_a_directory_without_a_run(tmp_path):
-    assert report.main([str(tmp_path)]) == 1
+def test_report_command_fails_cleanly_on_a_directory_without_a_run(tmp_path, capsys):
+    """README's exit-code table: a path that is no run directory is a bad input, exit 2 (it was 1)."""
+    assert report.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"esper_fx.report: error: {tmp_path} is not a run directory (no config.json, no metrics.csv)"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("blocked, needle", [("plots", "is not a folder"), ("report.html", "is a folder")])
+def test_a_report_that_cannot_go_where_it_goes_is_one_line_exit_2_and_writes_nothing(finished, tmp_path, capsys,
+                                                                                       blocked, needle):
+    """Issue 39, item 8: `plots` replaced by a file, or `report.html` by a folder, exited 1 and left a 312 KB
+    `.report.html.tmp` in the run."""
+    from tests.esper_fx.bad_inputs import snapshot
+
+    _, run_dir, _ = finished
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    for name in ("plots", "report.html"):
+        shutil.rmtree(copy / name) if (copy / name).is_dir() else (copy / name).unlink()
+    (copy / "plots").write_text("x") if blocked == "plots" else (copy / "report.html").mkdir()
+    before = snapshot(copy)
+    assert report.main([str(copy)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{copy / blocked} {needle}" in err[0], err
+    assert snapshot(copy) == before
 
 
 # ----------------------------------------------------------------------------------------------
@@ -531,6 +555,35 @@ def test_a_stop_inside_the_scalars_of_a_batch_keeps_tensorboard_with_the_checkpo
     board, rows = read_board(tmp_path / "r"), metrics_rows(tmp_path / "r")
     assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1, 2]
     assert [board["timing/batch_s"][int(r["batch"])] for r in rows] == [float(np.float32(r["wall_time_s"])) for r in rows]
+
+
+def test_a_full_disk_met_by_the_tensorboard_writer_is_one_line_without_its_threads_traceback(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """Issue 39, item 7: a disk that filled mid-batch printed the TensorBoard writer thread's traceback before
+    the run's one line. The thread's failure is raised again in the run's thread, which reports it."""
+    import errno
+
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from esper_fx.cli.train import main
+
+    real, writes = RecordWriter.write, {"n": 0}
+
+    def filling(self, data):  # the disk is full from the 40th record on (in the second batch's scalars)
+        writes["n"] += 1
+        if writes["n"] >= 40:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data)
+
+    monkeypatch.setattr(RecordWriter, "write", filling)
+    printed: list[BaseException] = []  # what a thread's failure would print (the default hook's job)
+    monkeypatch.setattr(threading, "excepthook", lambda args: printed.append(args.exc_value))
+    (tmp_path / "c.json").write_text(json.dumps({**TINY, "controller": "random", "device": "cpu", "report": False}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["--config", "c.json", "--run-dir", "r", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0] and str(tmp_path / "r" / TB_SUBDIR) in err[0], err
+    assert writes["n"] >= 40 and printed == []
 
 
 def test_a_resume_stopped_before_its_first_batch_leaves_tensorboard_as_metrics_csv(tmp_path):

@@ -124,6 +124,27 @@ def test_ctrl_c_twice_still_ends_with_an_intact_checkpoint(tmp_path, monkeypatch
     assert ckpt.read_manifest(tmp_path / "r")["next_batch_idx"] == 1
 
 
+def _as_ray_does(signum: int) -> None:
+    """A signal met inside a library call that catches the stop and raises a plain KeyboardInterrupt (Ray's
+    `ray.wait` and `ray.get` do so once a second while they wait)."""
+    try:
+        os.kill(os.getpid(), signum)  # (its handler runs before the next statement)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt from None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_a_library_turned_into_a_plain_keyboard_interrupt_keeps_its_signal(signum):
+    """Issue 39, item 3: a SIGTERM that met Ray's wait came out as a plain KeyboardInterrupt and was recorded
+    as SIGINT (exit 130); `stops_kept` gives it back its signal."""
+    from esper_fx.training.stopping import sigterm_stops, stop_signal, stops_kept
+
+    with sigterm_stops(), pytest.raises(KeyboardInterrupt) as info:
+        with stops_kept():
+            _as_ray_does(signum)
+    assert stop_signal(info.value) == signum
+
+
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stop_during_start_up_prints_no_traceback(tmp_path, monkeypatch, capsys, signum, code):
     """Issue 12, defect 14: Ctrl-C during start-up printed a raw traceback."""

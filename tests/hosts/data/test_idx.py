@@ -48,6 +48,9 @@ def test_gzipped_and_plain_files_read_the_same(tmp_path):
     (b"\x00\x00\x08\x03\x00\x00\x00\x02", "shorter than its 16-byte header"),
     (b"\x00\x00\x08\x01\x00\x00\x00\x05" + bytes(3), "truncated: dimensions [5] need 5 bytes of data, the file holds 3"),
     (b"\x00\x00\x08\x01\x00\x00\x00\x02" + bytes(3), "1 bytes after the 2 bytes"),
+    # dimensions whose product passes 2^64: it wrapped to 0 and a reshape failed without the file (issue 39)
+    (b"\x00\x00\x08\x04" + b"\x00\x01\x00\x00" * 4 + bytes(3),
+     "truncated: dimensions [65536, 65536, 65536, 65536] need 18446744073709551616 bytes"),
 ])
 def test_malformed_files_name_the_file_and_the_fault(tmp_path, data, needle):
     path = tmp_path / "broken-idx"
