@@ -4,6 +4,7 @@
     python -m esper_fx.prove --arms wait random heuristic oracle --n-eval-seeds 8
     python -m esper_fx.prove --checkpoint runs/quickstart-…    # evaluate a trained run instead
     python -m esper_fx.prove --set reward_family=contribution --set update_epochs=1   # an ablation
+    python -m esper_fx.prove --train-seeds 42 7 11             # one controller per training seed, aggregated
 
 Arms: `ppo` (the trained controller, greedy), `ppo_sampled` (the same policy, sampling), `wait` (the static
 host), `random`, `heuristic`, `oracle` (the configured fixed schedule), `static_final` (per seed, the
@@ -17,6 +18,11 @@ against `wait` and against the trained controller gets a paired difference, its 
 verdict. Output: the table on the console (with parameters and training GFLOPs per arm), `<out>/prove.json`
 (every per-seed number, training FLOPs included, and the controls' search table and FLOP ratios),
 `<out>/prove.png` and `<out>/prove_compute.png` (accuracy against training compute, every arm).
+
+`--train-seeds S1 S2 …` trains one controller per seed (`<out>/train/ppo-seed<S>`, each resumable with
+`python -m esper_fx.train --resume`), runs each as `ppo[seed=S]` (and `static_final[seed=S]`, …) on the same
+evaluation seeds, the other arms once, and adds the aggregate across training seeds
+(`esper_fx.evaluation.across_seeds`); `prove.png` then shows the spread across training seeds.
 
 A bad flag, seed set, arm, output path or (with `--checkpoint`) a change to a field that fixes the policy's
 shapes prints one line and exits 2, found before anything is trained or written. Ctrl-C or SIGTERM writes
@@ -62,7 +68,8 @@ def build_parser() -> CommandParser:
                       description="Train the PPO controller and compare it with the static host, random, the "
                                   "heuristic, a fixed growth schedule and a static copy of its final architecture, "
                                   "on evaluation seeds it never saw.",
-                      epilog="--seed is the training run's seed (default: the preset's). By default (--env-workers "
+                      epilog="--seed is the training run's seed (default: the preset's); --train-seeds trains one "
+                             "run per seed instead. By default (--env-workers "
                              "auto) training uses Ray env workers and the evaluation episodes run as Ray tasks, "
                              "one per usable core at a time; with --env-workers N, N at a time; with 0 everything "
                              "runs in this process. The table is the same.")
@@ -81,6 +88,9 @@ def build_parser() -> CommandParser:
                         f"{MIX_TUNING_SEEDS_PER_TASK} per task); "
                         f"disjoint from training and evaluation seeds")
     p.add_argument("--checkpoint", metavar="RUN_DIR", help="evaluate this trained run instead of training one")
+    p.add_argument("--train-seeds", type=int, nargs="+", metavar="S",
+                   help="train one controller per seed (instead of --seed), each on its own run directory, and "
+                        "report each seed's rows and the aggregate across them")
     add_set_option(p)
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/prove-<preset>-<UTC time>)")
     p.add_argument("--json", metavar="PATH", help="JSON results (default <out>/prove.json)")
@@ -100,6 +110,7 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
     sets = parse_sets(args.sets)
     check_nothing_ignored(args, sets)
     seeds = eval_seeds(args)
+    train_seeds = train_seed_list(args)
     policy = None
     try:
         if args.checkpoint is not None:
@@ -124,29 +135,52 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
             check_ray_address(config.ray_address)
         except RayAddressError as exc:
             raise ProveError(str(exc)) from None
-    from esper_fx.evaluation.comparison import check_disjoint, check_tuning_seeds
+    from esper_fx.evaluation.comparison import check_disjoint, check_training_seeds, check_tuning_seeds
 
     if args.tuning_seeds is None:
         args.tuning_seeds = list(default_tuning_seeds(config))
+    tuning = args.tuning_seeds if "best_fixed" in args.arms else None
     try:
-        check_disjoint(config, seeds)
-        if "best_fixed" in args.arms:
-            check_tuning_seeds(config, args.tuning_seeds, seeds)
+        if train_seeds is not None:
+            check_training_seeds(config, train_seeds, seeds, tuning)
+        else:
+            check_disjoint(config, seeds)
+            if tuning is not None:
+                check_tuning_seeds(config, tuning, seeds)
     except ValueError as exc:
         raise ProveError(str(exc)) from None
     return config, policy, seeds
 
 
+def train_seed_list(args: argparse.Namespace) -> list[int] | None:
+    """`--train-seeds` checked (`comparison.check_train_seeds`: distinct signed 64-bit seeds), or None."""
+    from esper_fx.evaluation.comparison import check_train_seeds
+
+    if args.train_seeds is None:
+        return None
+    try:
+        return check_train_seeds(args.train_seeds)
+    except ValueError as exc:
+        raise ProveError(f"--train-seeds: {exc}") from None
+
+
 def check_nothing_ignored(args: argparse.Namespace, sets: dict[str, Any]) -> None:
-    """A flag or setting that would change nothing is refused, not silently ignored: `--train-episodes` beside
-    `--checkpoint` (nothing is trained), `--n-eval-seeds` or `--eval-seed-offset` beside `--eval-seeds`, an
-    `oracle` setting when no arm plays the oracle's schedule (`oracle`, or `best_fixed` with its blend)."""
+    """A flag or setting that would change nothing is refused, not silently ignored: `--train-episodes` or
+    `--train-seeds` beside `--checkpoint` (nothing is trained), `--seed` (or `--set seed`) beside
+    `--train-seeds`, `--n-eval-seeds` or `--eval-seed-offset` beside `--eval-seeds`, an `oracle` setting
+    when no arm plays the oracle's schedule (`oracle`, or `best_fixed` with its blend)."""
     if args.checkpoint is not None and args.train_episodes is not None:
         raise ProveError(f"--train-episodes: --checkpoint {args.checkpoint} is evaluated as trained, nothing is "
                          f"trained (drop --train-episodes, or --checkpoint to train a new run)")
     if args.eval_seeds is not None and (args.n_eval_seeds is not None or args.eval_seed_offset is not None):
         raise ProveError("--eval-seeds lists the evaluation seeds: --n-eval-seeds and --eval-seed-offset would be "
                          "ignored (drop them)")
+    if args.train_seeds is not None and args.checkpoint is not None:
+        raise ProveError(f"--train-seeds: --checkpoint {args.checkpoint} is evaluated as trained, nothing is trained "
+                         f"(drop --train-seeds, or --checkpoint to train one controller per seed)")
+    if args.train_seeds is not None and (args.seed is not None or "seed" in sets):
+        flag = "--seed" if args.seed is not None else "--set seed"
+        raise ProveError(f"--train-seeds sets each training run's seed: {flag} would be ignored (drop {flag})")
     if "oracle" in sets and not {"oracle", "best_fixed"} & set(args.arms):
         raise ProveError(f"--set oracle.*: no arm of {' '.join(args.arms)} plays the oracle's schedule (list oracle "
                          f"or best_fixed in --arms, or drop the setting)")
@@ -257,6 +291,19 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict
     return arms
 
 
+def arm_runs(arms: dict[str, Any], config: TrainingConfig, train_seeds: Sequence[int] | None) -> int:
+    """How many arms run on the evaluation seeds: with `--train-seeds`, a learned arm (and a static arm
+    rebuilding it) once per training seed (`comparison.per_seed_arms`: at least one arm must learn)."""
+    if train_seeds is None:
+        return len(arms)
+    from esper_fx.evaluation.comparison import per_seed_arms
+
+    try:
+        return len(per_seed_arms(arms, config, train_seeds)[0])
+    except ValueError as exc:
+        raise ProveError(f"--train-seeds: {exc} (list ppo in --arms)") from None
+
+
 def out_dir(args: argparse.Namespace) -> Path:
     if args.out:
         return Path(os.path.abspath(args.out))
@@ -277,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
             config, policy, seeds = resolve(args)
             arms = arm_table(args.arms, config, policy)
+            runs = arm_runs(arms, config, args.train_seeds)
             out = out_dir(args)
             json_path = Path(os.path.abspath(args.json)) if args.json else None
             check_outputs(out, json_path)
@@ -286,12 +334,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nesper_fx.prove: interrupted ({_signal_name(stop_signal(stop))}) before anything ran",
                   file=sys.stderr)
             return exit_code(stop_signal(stop))
-        return run_prove(args, config, arms, list(seeds), out, json_path or out / "prove.json")
+        return run_prove(args, config, arms, list(seeds), out, json_path or out / "prove.json", runs)
 
 
 def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, Any], seeds: list[int],
-              out: Path, json_path: Path) -> int:
-    """Train, evaluate, write; a stop writes what finished, a setup problem or a failed run is one line."""
+              out: Path, json_path: Path, runs: int | None = None) -> int:
+    """Train, evaluate, write; a stop writes what finished, a setup problem or a failed run is one line.
+    `runs`: the arms that run on the evaluation seeds (`arm_runs`; default one per arm)."""
     from esper_fx.cli.run import _error_exit_code, one_line
     from esper_fx.training.run_state import Interrupted
 
@@ -299,7 +348,7 @@ def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, 
     try:
         return _run_prove(args, config, arms, seeds, out, json_path, started)
     except (KeyboardInterrupt, Interrupted) as stop:
-        return _stopped(args, config, seeds, json_path, stop, started)
+        return _stopped(args, config, seeds, json_path, stop, started, runs or len(arms))
     except Exception as exc:  # noqa: BLE001 - sorted below; anything else is a bug and keeps its traceback
         code = _error_exit_code(exc)
         if code is None:
@@ -319,15 +368,16 @@ def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
     limit_cpu_threads(config, say)
     say(f"prove: preset {args.preset}, task {config.task.value}, arms {', '.join(arms)}, "
         f"evaluation seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), output {out}")
-    say(workers_line(config, arms, seeds, args.tuning_seeds))
+    say(workers_line(config, arms, seeds, args.tuning_seeds, args.train_seeds))
     table = compare(arms, config, seeds, progress=say, train_dir=str(out / "train"), quiet_training=args.quiet,
-                    tuning_seeds=args.tuning_seeds)
+                    tuning_seeds=args.tuning_seeds, train_seeds=args.train_seeds)
     wall = time.perf_counter() - started
     print(table.to_text())
     with deferred_stops(reraise=False):  # the evaluation is complete: a late stop waits for its record
         write_json(json_path, report_of(table, config, wall))
     try:
-        table.plot(out / "prove.png", title=f"{config.task.value}: {len(seeds)} evaluation seeds")
+        trained = f"{len(args.train_seeds)} training seeds × " if args.train_seeds else ""
+        table.plot(out / "prove.png", title=f"{config.task.value}: {trained}{len(seeds)} evaluation seeds")
         from esper_fx.evaluation.compute_plot import accuracy_vs_compute
 
         accuracy_vs_compute(table, out / "prove_compute.png",
@@ -344,12 +394,12 @@ def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
     return EXIT_OK
 
 
-def workers_line(config: TrainingConfig, arms: Any, seeds: Any, tuning_seeds: Any) -> str:
+def workers_line(config: TrainingConfig, arms: Any, seeds: Any, tuning_seeds: Any, train_seeds: Any = None) -> str:
     """What `--env-workers` (default `auto`) gives training and the evaluation episodes, before they run."""
     from esper_fx.distributed.auto import choose_eval_workers, choose_workers
     from esper_fx.evaluation.comparison import evaluation_episodes
 
-    n = evaluation_episodes(arms, config, seeds, tuning_seeds)
+    n = evaluation_episodes(arms, config, seeds, tuning_seeds, train_seeds)
     evaluation = choose_eval_workers(config, n)
     at_a_time = f"{evaluation.n} at a time as Ray tasks" if evaluation.n else "in this process"
     return (f"prove: env workers: training {choose_workers(config).describe()}; {n} evaluation episodes "
@@ -379,7 +429,7 @@ def _signal_name(signum: int) -> str:
 
 
 def _stopped(args, config: TrainingConfig, seeds: list[int], json_path: Path, stop: BaseException,
-             started: float) -> int:
+             started: float, runs: int) -> int:
     """After Ctrl-C or SIGTERM: prove.json of the finished episodes (marked partial), one message, the exit
     code of the signal. A second signal meanwhile is ignored: prove is stopping."""
     from esper_fx.evaluation.comparison import ComparisonTable
@@ -404,7 +454,7 @@ def _stopped(args, config: TrainingConfig, seeds: list[int], json_path: Path, st
     if training is not None and stop.checkpoint:
         resume = f"; the training run keeps a checkpoint: python -m esper_fx.train --resume {training}"
     print(f"\nesper_fx.prove: interrupted ({stopped['signal']}): {finished} evaluation episode(s) of "
-          f"{len(seeds) * max(1, len(args.arms))} finished; {wrote}{resume}", file=sys.stderr)
+          f"{len(seeds) * max(1, runs)} finished; {wrote}{resume}", file=sys.stderr)
     return exit_code(signum)
 
 

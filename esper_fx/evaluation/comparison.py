@@ -21,6 +21,12 @@ An arm is
   on `tuning_seeds` (`esper_fx.evaluation.fair_controls`; the search table is kept in `table.controls`);
 - a dict of the above under "controller", with "reward_fn", "config" overrides and "greedy" (False samples).
 
+With `train_seeds` (several training seeds, `esper_fx.evaluation.across_seeds`) every learning arm is
+trained once per seed (`config.seed` = S, written to `<train_dir>/<arm>-seed<S>`) and each policy runs on
+every evaluation seed as `<arm>[seed=S]`; `static_final` and `static_matched` rebuild each seed's network
+(`static_final[seed=S]`); the other arms run once. The pairs are taken within each training seed, and
+`table.aggregate` holds the first learned arm against every other across training seeds.
+
 `python -m esper_fx.prove` is this function with a command line, files and a plot.
 
 Stopped by Ctrl-C or SIGTERM (a `KeyboardInterrupt`, or `loop.Interrupted` from a learning arm's training),
@@ -48,7 +54,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from esper_fx.config import SEED_MAX, SEED_MIN, TrainingConfig
-from esper_fx.evaluation import stats
+from esper_fx.evaluation import across_seeds, stats
 from esper_fx.evaluation.fair_controls import (BEST_FIXED, DEFAULT_TUNING_SEEDS, STATIC_MATCHED, best_by_task,
                                                default_tuning_seeds, fixed_for, flop_ratios, matched_overrides,
                                                schedule_arm, schedule_name, search_best_fixed, search_episodes)
@@ -75,6 +81,9 @@ class ComparisonTable:
     partial: bool = False  # stopped before every arm ran on every seed: the episodes that finished
     controls: dict[str, Any] = field(default_factory=dict)  # best_fixed's search, static_matched's FLOP ratios
     by_task: dict[str, dict[str, Any]] = field(default_factory=dict)  # a task mix: per task, its rows and pairs
+    train_seeds: list[int] = field(default_factory=list)  # several training seeds: one learned arm per seed
+    arms_by_train_seed: dict[str, dict[int, str]] = field(default_factory=dict)  # arm -> {training seed: row}
+    aggregate: list[dict[str, Any]] = field(default_factory=list)  # across training seeds (across_seeds)
 
     def row(self, arm: str) -> dict[str, Any]:
         for r in self.rows:
@@ -89,14 +98,15 @@ class ComparisonTable:
         raise KeyError((a, b))
 
     def to_text(self) -> str:
-        header = (f"{'arm':<16} {'accuracy % (mean ± sd)':>23} {'params':>8} {'params added':>12} "
+        w = max([16] + [len(r["arm"]) for r in self.rows]) if self.train_seeds else 16  # (seeds: arm[seed=S])
+        header = (f"{'arm':<{w}} {'accuracy % (mean ± sd)':>23} {'params':>8} {'params added':>12} "
                   f"{'train GFLOPs':>12} {'germinated':>10} {'fossilized':>10} {'culled':>7}")
         lines = [f"{len(self.seeds)} evaluation seeds; accuracy = validation accuracy averaged over the last epochs"
                  + ("; PARTIAL: stopped early, only the finished episodes" if self.partial else ""),
                  header, "-" * len(header)]
         for r in self.rows:
             acc = f"{r['accuracy_mean']:.2f} ± {r['accuracy_sd']:.2f}"
-            lines.append(f"{r['arm']:<16} {acc:>23} {r['params_mean']:>8.0f} {r['params_added_mean']:>12.0f} "
+            lines.append(f"{r['arm']:<{w}} {acc:>23} {r['params_mean']:>8.0f} {r['params_added_mean']:>12.0f} "
                          f"{r['training_gflops_mean']:>12.2f} {r['germinated_mean']:>10.2f} "
                          f"{r['fossilized_mean']:>10.2f} {r['culled_mean']:>7.2f}")
         if self.pairs:
@@ -109,6 +119,8 @@ class ComparisonTable:
                       f"{choices(self.episodes[r['arm']], part['seeds'])}" for r in part["rows"]]
             lines += [f"  {p['a']} vs {p['b']}: {p['mean']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]  {p['verdict']}"
                       for p in part["pairs"]]
+        if self.train_seeds:
+            lines += ["", *across_seeds.text(self.aggregate, self.train_seeds)]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -128,20 +140,30 @@ class ComparisonTable:
                 f"{r['culled_mean']:.2f}")) + "</tr>" for r in self.rows)
         pairs = "".join(f"<li>{html.escape(p['a'])} vs {html.escape(p['b'])}: {p['mean']:+.2f} pp "
                         f"[{p['low']:+.2f}, {p['high']:+.2f}] — <b>{p['verdict']}</b></li>" for p in self.pairs)
+        seeds = "".join(f"<li>{html.escape(across_seeds.line(g))}</li>" for g in self.aggregate)
         return (f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-                + (f"<ul>{pairs}</ul>" if pairs else ""))
+                + (f"<ul>{pairs}</ul>" if pairs else "") + (f"<ul>{seeds}</ul>" if seeds else ""))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (an unbounded interval, from one seed, is null)."""
         pairs = [_json_pair(p) for p in self.pairs]
         by_task = {task: {**part, "pairs": [_json_pair(p) for p in part["pairs"]]}
                    for task, part in self.by_task.items()}
-        return {"seeds": self.seeds, "partial": self.partial, "rows": self.rows, "pairs": pairs,
-                "controls": self.controls, "by_task": by_task,
-                "episodes": {arm: [e.to_dict() for e in eps] for arm, eps in self.episodes.items()}}
+        out = {"seeds": self.seeds, "partial": self.partial, "rows": self.rows, "pairs": pairs,
+               "controls": self.controls, "by_task": by_task,
+               "episodes": {arm: [e.to_dict() for e in eps] for arm, eps in self.episodes.items()}}
+        if self.train_seeds:  # several training seeds: which row is whose, and the aggregate
+            out.update(train_seeds=self.train_seeds,
+                       arms_by_train_seed={arm: {str(t): name for t, name in by_seed.items()}
+                                           for arm, by_seed in self.arms_by_train_seed.items()},
+                       aggregate=[_json_pair(a) for a in self.aggregate])
+        return out
 
     def plot(self, path=None, title: str | None = None):
-        """Accuracy per arm per seed, each seed's arms joined by a line (paired); the arm means marked."""
+        """Accuracy per arm per seed, each seed's arms joined by a line (paired); the arm means marked. With
+        several training seeds: the spread across them (`across_seeds.spread`)."""
+        if self.train_seeds:
+            return across_seeds.spread(self, path=path, title=title)
         return paired_arms(self, path=path, title=title)
 
 
@@ -201,27 +223,36 @@ def paired_arms(table: Any, path=None, title: str | None = None) -> Any:
 def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int] = (900_000,), *,
             baseline: str | None = BASELINE, static_final_of: str | None = None, train_dir: str | None = None,
             progress: Callable[[str], None] | None = print, quiet_training: bool = True,
-            tuning_seeds: Sequence[int] | None = None) -> ComparisonTable:
+            tuning_seeds: Sequence[int] | None = None, train_seeds: Sequence[int] | None = None) -> ComparisonTable:
     """Train the learning arms on `config`, run every arm on every seed, and pair them (module docstring).
 
     Pairs: every arm against `baseline` (when it is an arm), and the first learned arm against every other.
     `train_dir`: where the learning arms' runs are written (`<train_dir>/<arm>`; None writes nothing).
     `tuning_seeds`: where `best_fixed` searches (disjoint from training and evaluation seeds; default
-    `fair_controls.default_tuning_seeds(config)`).
+    `fair_controls.default_tuning_seeds(config)`). `train_seeds`: one trained controller per seed
+    (`per_seed_arms`), pairs within each seed and the aggregate across them (`table.aggregate`).
     """
     if not arms:
         raise ValueError("compare needs at least one arm")
     seeds = check_seeds(seeds)
+    layout = None
+    if train_seeds is not None:
+        train_seeds = check_train_seeds(train_seeds)
+        arms, layout = per_seed_arms(arms, config, train_seeds, static_final_of)
     tuning_seeds = default_tuning_seeds(config) if tuning_seeds is None else tuning_seeds
-    if any(_is_control(arm, BEST_FIXED) for arm in arms.values()):
+    fixed = any(_is_control(arm, BEST_FIXED) for arm in arms.values())
+    if fixed:
         tuning_seeds = [int(s) for s in tuning_seeds]
+    if train_seeds is not None:  # every training seed's run, not config's
+        check_training_seeds(config, train_seeds, seeds, tuning_seeds if fixed else None)
+    elif fixed:
         check_tuning_seeds(config, tuning_seeds, seeds)
     say = progress or (lambda line: None)
     with episode_runner(config, evaluation_episodes(arms, config, seeds, tuning_seeds)) as runner:
         if runner.fell_back:  # said once: the learning arms train in process too, without trying Ray again
             config = config.replace(env_workers=0)
         return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, runner,
-                        tuning_seeds)
+                        tuning_seeds, layout)
 
 
 def warn(line: str) -> None:
@@ -275,15 +306,18 @@ def episode_runner(config: TrainingConfig, n_episodes: int, say: Callable[[str],
 
 
 def evaluation_episodes(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int],
-                        tuning_seeds: Sequence[int]) -> int:
-    """How many evaluation episodes a comparison runs: every arm on every seed, and the best_fixed search."""
+                        tuning_seeds: Sequence[int], train_seeds: Sequence[int] | None = None) -> int:
+    """How many evaluation episodes a comparison runs: every arm (with `train_seeds`, every arm of
+    `per_seed_arms`) on every seed, and the best_fixed search."""
+    if train_seeds is not None:
+        arms = per_seed_arms(arms, config, train_seeds)[0]
     fixed = any(_is_control(a, BEST_FIXED) for a in arms.values())
     search = search_episodes(config, tuning_seeds) + len(config.task_mix) * len(seeds) if fixed else 0
     return len(arms) * len(seeds) + search
 
 
 def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, runner,
-             tuning_seeds=DEFAULT_TUNING_SEEDS):
+             tuning_seeds=DEFAULT_TUNING_SEEDS, layout=None):
     from esper_fx.training.run_state import Interrupted
 
     trained, learned, finished, controls = {}, [], {}, {}  # finished: arm -> its episodes so far
@@ -291,19 +325,50 @@ def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, qui
         _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_training, runner, trained, learned,
                   finished, tuning_seeds, controls)
     except (KeyboardInterrupt, Interrupted) as stop:
-        stop.partial = table_of(finished, trained, learned, baseline, seeds, partial=True, controls=controls)
+        stop.partial = table_of(finished, trained, learned, baseline, seeds, partial=True, controls=controls,
+                                layout=layout)
         raise
-    return table_of(finished, trained, learned, baseline, seeds, controls=controls)
+    return table_of(finished, trained, learned, baseline, seeds, controls=controls, layout=layout)
 
 
 def table_of(episodes: Mapping[str, list[Any]], trained: dict[str, Any], learned: list[str], baseline: str | None,
-             seeds: list[int], partial: bool = False, controls: dict[str, Any] | None = None) -> ComparisonTable:
-    """The table of the arms' episodes (arms without any left out)."""
+             seeds: list[int], partial: bool = False, controls: dict[str, Any] | None = None,
+             layout: dict[str, dict[int, str]] | None = None) -> ComparisonTable:
+    """The table of the arms' episodes (arms without any left out). `layout` (several training seeds, from
+    `per_seed_arms`): the pairs within each training seed, and the aggregate across them."""
     episodes = {name: list(eps) for name, eps in episodes.items() if eps}
     rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
     learned_arm = learned[0] if learned else None
+    if layout is not None:
+        return _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, partial, controls, layout)
     return ComparisonTable(rows, paired(episodes, baseline, learned_arm), episodes, trained, seeds, partial,
                            dict(controls or {}), by_task(episodes, baseline, learned_arm))
+
+
+def _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, partial, controls,
+                    layout) -> ComparisonTable:
+    """The table of several training seeds: each seed's pairs (its learned arm against the arms it shares
+    with the others and its own), per task too, and the aggregate of the first learned arm across seeds."""
+    layout = across_seeds.complete(layout, episodes)
+    learned = across_seeds.base_of(layout, learned_arm)
+    views = across_seeds.views(episodes, layout, learned)
+    pairs = _unique(p for view, mine in views for p in paired(view, baseline, mine))
+    tasks = by_task(episodes, baseline, None)
+    for view, mine in views:
+        for task, part in by_task(view, baseline, mine).items():
+            tasks[task]["pairs"] = _unique(tasks[task]["pairs"] + part["pairs"])
+    aggregate = across_seeds.aggregate(episodes, layout, learned) if learned is not None else []
+    train_seeds = list(next(iter(layout.values())))
+    return ComparisonTable(rows, pairs, episodes, trained, seeds, partial, dict(controls or {}), tasks, train_seeds,
+                           layout, aggregate)
+
+
+def _unique(pairs: Any) -> list[dict[str, Any]]:
+    """Pairs without repeats (an arm every training seed shares is paired with the baseline once)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for p in pairs:
+        out.setdefault((p["a"], p["b"]), p)
+    return list(out.values())
 
 
 def by_task(episodes: Mapping[str, list[Any]], baseline: str | None, learned: str | None) -> dict[str, dict[str, Any]]:
@@ -340,10 +405,10 @@ def _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_traini
             trained[name] = result
     for name, arm in arms.items():
         if _is_static_final(arm):
-            source = _static_source(static_final_of, learned, arms)
+            source = _static_source(static_final_of, learned, arms, name)
             built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=_fossils_of(finished[source]))
         elif _is_control(arm, STATIC_MATCHED):
-            source = _static_source(static_final_of, learned, arms, STATIC_MATCHED)
+            source = _static_source(static_final_of, learned, arms, name, STATIC_MATCHED)
             built[name] = ev.Arm.build(name, config, STATIC_FINAL,
                                        per_seed=matched_overrides(finished[source], config.lr_schedule))
         elif _is_control(arm, BEST_FIXED):
@@ -360,7 +425,8 @@ def _run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_traini
                          finished, say)
         if _is_control(arm, STATIC_MATCHED):
             ratios = flop_ratios(finished[name], finished[source])
-            controls[STATIC_MATCHED] = {"source": source, "flop_ratio": {str(k): v for k, v in ratios.items()}}
+            key = name if _source_named(arm) else STATIC_MATCHED  # several training seeds: one per seed's arm
+            controls[key] = {"source": source, "flop_ratio": {str(k): v for k, v in ratios.items()}}
 
 
 def _run_one(name: str, arm: Any, seeds: list[int], runner: Any, finished: dict, say: Callable[[str], None]) -> None:
@@ -382,13 +448,19 @@ def _is_static_final(arm: Any) -> bool:
     return _is_control(arm, STATIC_FINAL)
 
 
-def _static_source(static_final_of: str | None, learned: list[str], arms: Mapping[str, Any],
+def _static_source(static_final_of: str | None, learned: list[str], arms: Mapping[str, Any], name: str,
                    kind: str = STATIC_FINAL) -> str:
-    source = static_final_of or (learned[0] if learned else "oracle")
+    """The arm whose architecture the static arm `name` rebuilds: its own "of" (one training seed's learned
+    arm, `per_seed_arms`), else `static_final_of`, else the first learned arm, else "oracle"."""
+    source = _source_named(arms[name]) or static_final_of or (learned[0] if learned else "oracle")
     names = list(arms)
-    if source not in arms or names.index(source) > names.index(next(n for n in names if _is_control(arms[n], kind))):
+    if source not in arms or names.index(source) > names.index(name):
         raise ValueError(f"{kind} needs the arm whose architecture it rebuilds ({source!r}) listed before it")
     return source
+
+
+def _source_named(arm: Any) -> str | None:
+    return arm.get("of") if isinstance(arm, Mapping) else None
 
 
 def _fossils_of(source: list[Any]) -> Callable[[int], dict[str, Any]]:
@@ -399,32 +471,105 @@ def _fossils_of(source: list[Any]) -> Callable[[int], dict[str, Any]]:
 def _build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], train_dir: str | None,
                say: Callable[[str], None], quiet: bool, cache: dict):
     """(evaluate.Arm, the training RunResult or None). Arms trained alike share one run (`cache`)."""
-    from esper_fx.controllers import protocol as ctl
     from esper_fx.evaluation import episodes as ev
     from esper_fx.training.loop import run
 
-    spec = arm if isinstance(arm, Mapping) else {"controller": arm}
-    unknown = set(spec) - {"controller", "reward_fn", "config", "greedy"}
-    if unknown:
-        raise ValueError(f"arm {name!r}: unknown keys {sorted(unknown)}; use controller, reward_fn, config, greedy")
+    spec = _arm_spec(name, arm)
     greedy = spec.get("greedy", True)
     if isinstance(spec.get("controller"), Trained):
         return ev.Arm.trained(name, spec["controller"].config, spec["controller"].policy, greedy=greedy), None
-    arm_config = config.replace(**dict(spec.get("config") or {}))
-    controller = spec.get("controller", arm_config.controller_name)
-    bundle = ctl.build(controller, ctl.ControllerSpec.from_config(arm_config))
+    arm_config, bundle = _bundle(spec, config)
     if not bundle.learns:
         return ev.Arm.build(name, arm_config, bundle), None
     check_disjoint(arm_config, seeds)
     key = (bundle.name, repr(sorted((spec.get("config") or {}).items())), repr(spec.get("reward_fn")))
     if key not in cache:
         say(f"compare: training {name} ({bundle.name}, {arm_config.n_episodes} episodes)")
-        run_dir = None if train_dir is None else f"{train_dir}/{name}"
+        run_dir = None if train_dir is None else f"{train_dir}/{across_seeds.run_dir_name(name)}"
         cache[key] = run(arm_config, controller=bundle, reward_fn=spec.get("reward_fn"), run_dir=run_dir,
                          quiet=quiet)
     result = cache[key]
     policy = ev.Policy(result.controller_state, result.obs_rms)
     return ev.Arm(name, arm_config, ev.frozen(bundle, greedy=greedy), policy=policy), result
+
+
+def _arm_spec(name: str, arm: Any) -> Mapping[str, Any]:
+    """An arm as a dict of controller, reward_fn, config and greedy (a bare controller: its controller)."""
+    spec = arm if isinstance(arm, Mapping) else {"controller": arm}
+    unknown = set(spec) - {"controller", "reward_fn", "config", "greedy"}
+    if unknown:
+        raise ValueError(f"arm {name!r}: unknown keys {sorted(unknown)}; use controller, reward_fn, config, greedy")
+    return spec
+
+
+def _bundle(spec: Mapping[str, Any], config: TrainingConfig) -> tuple[TrainingConfig, Any]:
+    """(the arm's config, its controller bundle) of an arm that is not a `Trained`."""
+    from esper_fx.controllers import protocol as ctl
+
+    arm_config = config.replace(**dict(spec.get("config") or {}))
+    controller = spec.get("controller", arm_config.controller_name)
+    return arm_config, ctl.build(controller, ctl.ControllerSpec.from_config(arm_config))
+
+
+# ----------------------------------------------------------------------------------------------
+# several training seeds
+# ----------------------------------------------------------------------------------------------
+
+
+def per_seed_arms(arms: Mapping[str, Any], config: TrainingConfig, train_seeds: Sequence[int],
+                  static_final_of: str | None = None) -> tuple[dict[str, Any], dict[str, dict[int, str]]]:
+    """(the arms to run, arm -> {training seed: the name its episodes go under}). Each learning arm becomes
+    one arm per training seed S (`<arm>[seed=S]`, trained with config.seed = S); so does a `static_final` or
+    `static_matched` that rebuilds a learning arm's network (each rebuilding its seed's); every other arm
+    runs once, the same for every seed. ValueError when no arm learns or an arm is already `Trained`."""
+    learning = [name for name, arm in arms.items() if _learns(name, arm, config)]
+    if not learning:
+        raise ValueError(f"no arm learns ({', '.join(arms)}): there is nothing to train per training seed")
+    source = static_final_of or learning[0]
+    out: dict[str, Any] = {}
+    layout: dict[str, dict[int, str]] = {}
+    for name, arm in arms.items():
+        static = _is_static_final(arm) or _is_control(arm, STATIC_MATCHED)
+        if name not in learning and not (static and source in learning):
+            out[name], layout[name] = arm, dict.fromkeys(train_seeds, name)
+            continue
+        layout[name] = {t: across_seeds.arm_name(name, t) for t in train_seeds}
+        spec = dict(arm) if isinstance(arm, Mapping) else {"controller": arm}
+        for t in train_seeds:
+            out[layout[name][t]] = ({**spec, "of": across_seeds.arm_name(source, t)} if static else
+                                    {**spec, "config": {**dict(spec.get("config") or {}), "seed": t}})
+    return out, layout
+
+
+def _learns(name: str, arm: Any, config: TrainingConfig) -> bool:
+    """Whether `arm` is trained by `compare` (a learning controller, not yet trained)."""
+    if any(_is_control(arm, kind) for kind in (STATIC_FINAL, STATIC_MATCHED, BEST_FIXED)):
+        return False
+    spec = _arm_spec(name, arm)
+    if isinstance(spec.get("controller"), Trained):
+        raise ValueError(f"arm {name!r} is trained already; training seeds train one controller per seed (give its "
+                         f"controller's name instead)")
+    return _bundle(spec, config)[1].learns
+
+
+def check_train_seeds(train_seeds: Sequence[int]) -> list[int]:
+    """The training seeds as a list: one or more, distinct, each a signed 64-bit seed (else a ValueError
+    naming the problem)."""
+    out = [int(s) for s in train_seeds]
+    check_seed_range(out, "training seed")
+    if not out or len(set(out)) != len(out):
+        raise ValueError(f"training seeds must be one or more distinct seeds (got {out})")
+    return out
+
+
+def check_training_seeds(config: TrainingConfig, train_seeds: Sequence[int], seeds: Sequence[int] | range,
+                         tuning_seeds: Sequence[int] | None = None) -> None:
+    """ValueError unless the training run of every training seed keeps its env seeds off the evaluation
+    seeds and, when given, off best_fixed's tuning seeds (`check_disjoint`, `check_tuning_seeds`)."""
+    for run in [config.replace(seed=int(t)) for t in train_seeds]:
+        check_disjoint(run, seeds)
+        if tuning_seeds is not None:
+            check_tuning_seeds(run, tuning_seeds, seeds)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -503,7 +648,7 @@ def check_tuning_seeds(config: TrainingConfig, tuning_seeds: Sequence[int], seed
         raise ValueError(f"tuning seeds {overlap} are also evaluation seeds")
     overlap = sorted(s for s in tuning if training_seeds_between(config, s, s, 1))
     if overlap:
-        raise ValueError(f"tuning seeds {overlap} are also training seeds of this run")
+        raise ValueError(f"tuning seeds {overlap} are also training seeds of this run (from seed {config.seed})")
 
 
 def check_disjoint(config: TrainingConfig, seeds: Sequence[int] | range) -> None:

@@ -328,3 +328,92 @@ def test_the_overlap_check_of_many_listed_seeds_is_bounded():
     cmp.check_disjoint(config.replace(n_episodes=1024), [-5, *range(-100_000, -10)])  # below every training seed
     assert time.perf_counter() - started < 5
     assert cmp.seed_ranges([5, 3, 4, 9, 10, 1]) == [(1, 1), (3, 5), (9, 10)]
+
+
+# ----------------------------------------------------------------------------------------------
+# several training seeds (issue 36)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--train-seeds"], "--train-seeds: expected at least one argument"),
+    (["--train-seeds", "3", "7", "3"], "--train-seeds: training seeds must be one or more distinct seeds"),
+    (["--train-seeds", "3", BIG], "--train-seeds: training seed 18446744073709551616 is not a signed 64-bit seed"),
+    (["--train-seeds", str(-(2**63) - 1)], "is not a signed 64-bit seed"),
+    (["--train-seeds", "3", "--seed", "4"], "--seed would be ignored (drop --seed)"),
+    (["--train-seeds", "3", "--set", "seed=4"], "--set seed would be ignored (drop --set seed)"),
+    (["--train-seeds", "3", "--checkpoint", "nowhere"], "(drop --train-seeds, or --checkpoint"),
+    (["--train-seeds", "3", "--arms", "wait", "oracle", "static_final"], "no arm learns"),
+    # every training seed's env seeds stay off the evaluation and tuning seeds (seed 0, env 1: 1000)
+    (["--train-seeds", "5", "0", "--eval-seeds", "7", "1000", "--set", "n_envs=2"], "from seed 0"),
+    (["--train-seeds", "5", "0", "--arms", "ppo", "best_fixed", "--tuning-seeds", "1005", "--set", "n_envs=2"],
+     "tuning seeds [1005] are also training seeds of this run (from seed 5)"),
+])
+def test_bad_training_seed_lists_exit_2_with_one_line_before_anything_runs(args, needle, tmp_path, capsys,
+                                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert prove.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def _same_episode(a: dict, b: dict) -> bool:
+    """Every number of two episodes but the arm's name and the wall time."""
+    skip = {"arm", "wall_s"}
+    return {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}
+
+
+@pytest.mark.slow
+def test_each_training_seeds_rows_equal_a_single_seed_prove(tmp_path, capsys):
+    tiny = ["--train-episodes", "2", "--n-eval-seeds", "2", "--quiet", *TINY_SETS]
+    out = tmp_path / "many"
+    assert prove.main(["--train-seeds", "5", "9", "--arms", "ppo", "wait", "static_final", "--out", str(out),
+                       *tiny]) == 0
+    text = capsys.readouterr().out
+    assert "ppo[seed=5]" in text and "across training seeds 5 9" in text and "ppo vs static_final:" in text
+    report = json.loads((out / "prove.json").read_text())
+    assert report["train_seeds"] == [5, 9]
+    assert set(report["episodes"]) == {"ppo[seed=5]", "ppo[seed=9]", "wait", "static_final[seed=5]",
+                                       "static_final[seed=9]"}  # wait ran once
+    assert [g["b"] for g in report["aggregate"]] == ["wait", "static_final"]
+    assert report["training"]["ppo[seed=9]"]["run_dir"] == str(out / "train" / "ppo-seed9")
+    assert (out / "prove.png").stat().st_size > 0
+    for seed in (5, 9):
+        mine = report["episodes"][f"ppo[seed={seed}]"]
+        static = report["episodes"][f"static_final[seed={seed}]"]
+        assert [e["fossils"] for e in static] == [e["fossils"] for e in mine]  # its own seed's network
+        one = tmp_path / f"one-{seed}"
+        assert prove.main(["--seed", str(seed), "--arms", "ppo", "--out", str(one), *tiny]) == 0
+        single = json.loads((one / "prove.json").read_text())["episodes"]["ppo"]
+        assert len(single) == len(mine) == 2 and all(_same_episode(a, b) for a, b in zip(mine, single)), (mine, single)
+        trained = json.loads((out / "train" / f"ppo-seed{seed}" / "config.json").read_text())
+        assert trained["seed"] == seed
+
+
+def test_ctrl_c_during_the_second_training_seed_keeps_the_first_and_a_resumable_checkpoint(tmp_path, capsys,
+                                                                                          monkeypatch):
+    from esper_fx.training import loop
+    from tests.esper_fx.stops import signal_at_apply
+
+    original, pools = loop.build_pool, []
+
+    def build_pool(config, *args):
+        pool = original(config, *args)
+        pools.append(pool)
+        if len(pools) == 2:  # the second training seed's run
+            signal_at_apply(pool, 5)  # the first epoch of its second batch
+        return pool
+
+    monkeypatch.setattr(loop, "build_pool", build_pool)
+    out = tmp_path / "p"
+    code = prove.main(["--train-seeds", "5", "9", "--arms", "ppo", "wait", "--train-episodes", "4", "--n-eval-seeds",
+                       "2", "--out", str(out), "--quiet", *TINY_SETS, "--set", "checkpoint_every=1"])
+    assert code == 130
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("esper_fx.prove")]
+    assert len(err) == 1 and "of 6 finished" in err[0] and f"--resume {out / 'train' / 'ppo-seed9'}" in err[0], err
+    report = json.loads((out / "prove.json").read_text())
+    assert report["partial"] is True and report["episodes"] == {}
+    assert report["training"]["ppo[seed=5]"]["episodes"] == 4  # the first seed's run finished and is kept
+    assert report["stopped"]["training_run_dir"] == str(out / "train" / "ppo-seed9")
+    assert Path(report["stopped"]["training_checkpoint"]).is_dir()
