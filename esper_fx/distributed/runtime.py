@@ -6,6 +6,9 @@ without Ray instantly:
     require_ray()                              # ImportError with the install line when Ray is missing
     session = RaySession.open(address, cpus)   # join `address`, or start a local Ray the run owns
     session.close()                            # shut down what `open` started (a joined cluster stays)
+
+A local Ray the run starts is watched by `reaper`: if the driver is killed outright (SIGKILL), what Ray
+left running is killed too.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ import os
 import re
 import socket
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from esper_fx.errors import SetupError
 from esper_fx.training.stopping import deferred_stops
+from esper_fx.distributed import reaper
 from esper_fx.distributed.auto import usable_cores  # the cores `auto` counts: the process's affinity
 
 INSTALL_HINT = "env workers need Ray, a dependency of the default install: pip install -e ."
@@ -121,6 +126,7 @@ class RaySession:
 
     owned: bool
     joined: bool  # the run connected (False: Ray was already initialised by the caller, e.g. a notebook)
+    reaper: Any = field(default=None, repr=False)  # an owned Ray's `reaper` (kills what a SIGKILL leaves)
 
     @classmethod
     def open(cls, address: str | None, min_cpus: int) -> "RaySession":
@@ -132,6 +138,7 @@ class RaySession:
         check_ray_address(address)
         runtime_env = {"env_vars": {"PYTHONPATH": _pythonpath()}}
         local = address is None
+        guard = reaper.start() if local else None  # before Ray's daemons, so that it sees them as new
         # Ctrl-C / SIGTERM are held until Ray has started (then raised): an interrupted start left Ray's
         # agents orphaned. Leaving the block also restores the SIGTERM handler that ray.init replaces.
         try:
@@ -148,11 +155,12 @@ class RaySession:
         except BaseException as exc:  # a failed start, or a stop held during it: leave nothing running
             with deferred_stops(reraise=False):
                 ray.shutdown()
+                reaper.stop(guard)
             if local and isinstance(exc, Exception):
                 raise RayStartError(f"Ray could not start: {' '.join(str(exc).split())[:300] or type(exc).__name__}") \
                     from exc
             raise
-        return cls(owned=local, joined=True)
+        return cls(owned=local, joined=True, reaper=guard)
 
     def close(self) -> None:
         """Disconnect what `open` connected; a local instance the run started is shut down with it (a
@@ -163,6 +171,7 @@ class RaySession:
             with deferred_stops(reraise=False):
                 if ray.is_initialized():
                     ray.shutdown()
+                reaper.stop(self.reaper)
 
 
 def _pythonpath() -> str:
