@@ -358,7 +358,7 @@ def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, 
 
 
 def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
-    from esper_fx.cli.run import limit_cpu_threads
+    from esper_fx.training.threads import limit_cpu_threads
     from esper_fx.evaluation.comparison import compare
     from esper_fx.training.preflight import check_data
 

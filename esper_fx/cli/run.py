@@ -19,24 +19,8 @@ from esper_fx.config import TrainingConfig
 from esper_fx.distributed.auto import choose_workers
 from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, RunFailure, SetupError
 from esper_fx.training.stopping import exit_code, stop_signal
+from esper_fx.training.threads import limit_cpu_threads
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR
-
-
-def limit_cpu_threads(config: TrainingConfig, say=print) -> None:
-    """On CPU-only runs use one torch intra-op thread unless OMP_NUM_THREADS says otherwise.
-
-    The hosts are tiny: on a small CPU, OpenMP oversubscription made epochs up to 10x slower as soon
-    as anything else ran on the machine, while one thread lost little when it was idle.
-    """
-    devices = [config.device, *(config.env_devices or ())]
-    if os.environ.get("OMP_NUM_THREADS") or any(str(d).startswith("cuda") for d in devices):
-        return
-    import torch
-
-    if config.device == "auto" and torch.cuda.is_available():
-        return
-    torch.set_num_threads(1)
-    say("CPU run: 1 torch thread (set OMP_NUM_THREADS to use more)")
 
 
 def config_summary(config: TrainingConfig) -> list[str]:

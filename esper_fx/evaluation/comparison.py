@@ -55,6 +55,7 @@ import numpy as np
 
 from esper_fx.config import SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation import across_seeds, stats
+from esper_fx.training.threads import limit_cpu_threads
 from esper_fx.evaluation.fair_controls import (BEST_FIXED, DEFAULT_TUNING_SEEDS, STATIC_MATCHED, best_by_task,
                                                default_tuning_seeds, fixed_for, flop_ratios, matched_overrides,
                                                schedule_arm, schedule_name, search_best_fixed, search_episodes)
@@ -248,6 +249,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     elif fixed:
         check_tuning_seeds(config, tuning_seeds, seeds)
     say = progress or (lambda line: None)
+    limit_cpu_threads(config, say)  # as the command line does (`training.threads`)
     with episode_runner(config, evaluation_episodes(arms, config, seeds, tuning_seeds)) as runner:
         if runner.fell_back:  # said once: the learning arms train in process too, without trying Ray again
             config = config.replace(env_workers=0)

@@ -41,6 +41,7 @@ from esper_fx.outputs.history import SKIPPED_UPDATE, summarize_batch
 from esper_fx.training.run_state import Interrupted, LearnerState, Progress, RunState, advance, fresh_learner
 from esper_fx.training.run_state import interrupted, restore, save
 from esper_fx.training.stopping import deferred_stops, sigterm_stops, stop_signal
+from esper_fx.training.threads import limit_cpu_threads
 from esper_fx.outputs.events import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns
 from esper_fx.outputs.events import nonfinite_warning, reward_events, update_warning
 from esper_fx.outputs.tensorboard_log import open_board
@@ -82,11 +83,13 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     ends, however it ends).
 
     Before anything is written, the run directory, the devices and the data are checked (a problem
-    raises a `esper_fx.errors.SetupError` naming it). SIGTERM is handled like Ctrl-C: the last finished
+    raises a `esper_fx.errors.SetupError` naming it). A CPU-only run sets torch to one thread unless
+    OMP_NUM_THREADS is set, as the command line does (`training.threads`). SIGTERM is handled like Ctrl-C: the last finished
     batch is checkpointed and `Interrupted` raised.
     """
     config = absolute_paths(config if run_dir is None else config.replace(run_dir=str(run_dir)))
     preflight.check_before_writing(config)
+    limit_cpu_threads(config, say=lambda line: None if quiet else print(line, flush=True))
     spec = ctl.ControllerSpec.from_config(config)
     bundle = ctl.build(controller if controller is not None else config.controller_name, spec)
     reward = resolve_reward_fn(config, reward_fn)
