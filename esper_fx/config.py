@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 from esper_fx import contracts
 from esper_fx.controllers.registry import REGISTRY
+from esper_fx.errors import did_you_mean
 from rl import validate as check
 from rl.config import (
     HeuristicConfig,
@@ -154,7 +155,8 @@ class TrainingConfig:
     train_steps_budget: int | None = None  # at most this many training steps per episode, spread evenly over
     # its epochs (static_matched's compute budget); None: every epoch's steps
     # devices and data
-    device: str = option("auto", "policy device: `auto`, `cpu` or `cuda:N`", metavar="DEV", resume=True)
+    device: str = option("auto", "policy device: `auto`, `cpu` or `cuda:N` (`cuda` is `cuda:0`)", metavar="DEV",
+                         resume=True)
     env_devices: tuple[str, ...] | None = option(None, "env devices: env i runs on `DEV[i % len]`", flag="--devices",
                                                  metavar="DEV", resume=True)
     data_path: DataPath = option(DataPath.DEVICE, "device-resident data (default) or DataLoader workers",
@@ -335,6 +337,10 @@ class TrainingConfig:
                 raise ValueError(f"{name} must be >= 10 (got {getattr(self, name)})")
         for name, limit in DATA_SIZE_LIMITS.items():
             check.at_most(name, getattr(self, name), limit)
+        if self.device == "cuda":  # torch's name for the current GPU: the first
+            self._set("device", "cuda:0")
+        if isinstance(self.env_devices, (list, tuple)):
+            self._set("env_devices", tuple("cuda:0" if d == "cuda" else d for d in self.env_devices))
         if not isinstance(self.device, str) or not POLICY_DEVICE.fullmatch(self.device):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda:N' (got {self.device!r})")
         if self.env_devices is not None:
@@ -511,7 +517,8 @@ class TrainingConfig:
     def preset(cls, name: str, **overrides: Any) -> "TrainingConfig":
         key = str(name).lower()
         if key not in _PRESETS:
-            raise ValueError(f"unknown preset {name!r}; available: {list(PRESET_NAMES)}")
+            raise ValueError(f"unknown preset {name!r}{did_you_mean(key, PRESET_NAMES)}; available: "
+                             f"{list(PRESET_NAMES)}")
         return cls(**{**_PRESETS[key], **overrides})
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import typing
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 # The exit codes, one table for every command.
 EXIT_OK = 0  # done
@@ -64,6 +64,7 @@ class CommandParser(argparse.ArgumentParser):
 
     def __init__(self, name: str, **kwargs: Any) -> None:
         self.name = name
+        kwargs.setdefault("allow_abbrev", False)  # `--episode 8` is not `--episodes 8`: a typo is refused
         super().__init__(prog=f"python -m {name}", **kwargs)
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
@@ -71,6 +72,8 @@ class CommandParser(argparse.ArgumentParser):
         return with_markdown_help(super().add_argument, args, kwargs)
 
     def error(self, message: str) -> typing.NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            message += unknown_flag_hint(message.split(":", 1)[1].split(), self._option_string_actions)
         raise ConfigError(message)
 
     def fail(self, exc: BaseException) -> int:
@@ -78,6 +81,40 @@ class CommandParser(argparse.ArgumentParser):
         text = " ".join(str(exc).split()) or type(exc).__name__
         print(f"{self.name}: error: {text}", file=sys.stderr)
         return EXIT_SETUP_ERROR
+
+
+# Flags of other RL tools a newcomer types: (this command line's flag for the same thing, the advice), the
+# advice given only where the command has that flag.
+FOREIGN_FLAGS = {
+    "--total-timesteps": ("--episodes", "--episodes N: esper_fx counts episodes of max_epochs epochs"),
+    "--num-envs": ("--n-envs", "--n-envs N"),
+    "--env-id": ("--task", "--task NAME"),
+    "--learning-rate": ("--set", "--set lr=VALUE for the controller's rate"),
+}
+
+
+def unknown_flag_hint(words: Sequence[str], known: Iterable[str]) -> str:
+    """The advice after "unrecognized arguments": for the first unknown flag (its part before any "="), this
+    command's spelling of another tool's flag, else the closest flag, else where to look."""
+    import difflib
+
+    known = list(known)
+    flag = next((w.split("=", 1)[0] for w in words if w.startswith("-")), None)
+    ours, advice = FOREIGN_FLAGS.get(flag, (None, None))
+    if ours in known:
+        return f" (use {advice})"
+    close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6) if flag else []
+    if close:
+        return f" (did you mean {close[0]}?)"
+    return " (see --help)"
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """" (did you mean X?)" for the closest of `choices` to `word`, or ""."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def with_markdown_help(add: Any, args: tuple, kwargs: dict[str, Any]) -> argparse.Action:

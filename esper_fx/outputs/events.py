@@ -593,7 +593,9 @@ class Console:
         elapsed = time.perf_counter() - self._start
         left = self.total_batches - self._first_batch - self._batches_done
         eta = elapsed / max(self._batches_done, 1) * max(left, 0)
-        return f"  Elapsed {format_duration(elapsed)}, ETA {format_duration(eta)} ({max(left, 0)} batches left)"
+        left = max(left, 0)
+        return (f"  Elapsed {format_duration(elapsed)}, ETA {format_duration(eta)} "
+                f"({left} batch{'' if left == 1 else 'es'} left)")
 
     def close(self) -> None:
         if self._progress is not None:

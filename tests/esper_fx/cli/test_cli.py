@@ -68,6 +68,35 @@ def test_bad_configuration_exits_2_in_process(tmp_path, monkeypatch, capsys, arg
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "args, advice",
+    [
+        (["--preset", "quickstrat"], "(did you mean 'quickstart'?)"),
+        (["--episode", "8"], "unrecognized arguments: --episode 8 (did you mean --episodes?)"),
+        (["--n-env=2"], "(did you mean --n-envs?)"),
+        (["--total-timesteps", "5"], "(use --episodes N: esper_fx counts episodes of max_epochs epochs)"),
+        (["--learning-rate", "3e-4"], "(use --set lr=VALUE for the controller's rate)"),
+        (["--zzz"], "unrecognized arguments: --zzz (see --help)"),
+    ],
+    ids=["preset-typo", "abbreviation", "flag-typo", "cleanrl-timesteps", "cleanrl-learning-rate", "nothing-close"],
+)
+def test_a_first_hours_mistakes_get_one_line_with_the_fix(tmp_path, monkeypatch, capsys, args, advice):
+    """Issue 37: a preset typo, an abbreviated flag (no longer taken as the flag it abbreviates), another
+    flag's typo and other tools' spellings each get one line that says what to type."""
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == EXIT_SETUP_ERROR
+    err = capsys.readouterr().err
+    assert advice in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cuda_without_an_index_means_the_first_gpu():
+    """Issue 37: `--device cuda` (torch's name for the current GPU) was refused."""
+    assert TrainingConfig(device="cuda").device == "cuda:0"
+    assert TrainingConfig(n_envs=2, env_devices=("cpu", "cuda")).env_devices == ("cpu", "cuda:0")
+    assert resolve_config(["--device", "cuda"])[0].device == "cuda:0"
+
+
 def test_malformed_json_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.json"
@@ -296,7 +325,7 @@ def test_every_command_rejects_a_bad_flag_with_one_line_and_exit_2(command, tmp_
     positional = ["RUN"] if command == "report" else []
     assert module.main(["--no-such-flag", *positional]) == EXIT_SETUP_ERROR
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"esper_fx.{command}: error: unrecognized arguments: --no-such-flag"]
+    assert len(err) == 1 and err[0].startswith(f"esper_fx.{command}: error: unrecognized arguments: --no-such-flag (")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -329,7 +329,7 @@ def test_console_episode_text_and_eta_on_resume():
     assert console.episodes_text(4) == "episodes 9-9/9"
     console.start_at(3)
     console.batch_done(BatchSummary(**{**_empty_summary(), "batch": 3}))
-    assert "(1 batches left)" in console.time_line()
+    assert "(1 batch left)" in console.time_line()
 
 
 class TerminalStream(io.StringIO):
@@ -348,7 +348,7 @@ def test_console_on_a_terminal_draws_a_progress_bar_with_episodes_and_eta(capsys
     console.close()
     shown = capsys.readouterr().out  # rich draws on the terminal (stdout)
     assert "batch 2/3" in shown and "episodes 3-4/6" in shown and "epoch 1/2" in shown and "ETA" in shown
-    assert "First action after" in shown and "(1 batches left)" in shown
+    assert "First action after" in shown and "(1 batch left)" in shown
 
 
 def test_a_task_mix_batch_line_names_each_envs_task():
