@@ -612,11 +612,13 @@ SHAPES10_QUICK = {
 # fashion_mnist: the real Fashion-MNIST files (the dataset-fashion-mnist package's folder by default) and
 # its small 3x3 host, with the quickstart's controller, reward and episode shape; sized so that
 # `python -m esper_fx.prove --preset fashion_mnist` fits in 30 minutes on an idle 2-core CPU (about 15 min
-# from the 902 s of CPU time its first full prove run took; README).
+# from the 902 s of CPU time its first full prove run took; README). The reference lifecycle with a
+# warmup-stable-decay rate: the grid of docs/LEARNING.md §9 (three cells tied within 0.25 pp; of the two
+# with one change, the rule takes the reference lifecycle's).
 FASHION_MNIST = {
     **QUICKSTART, "task": "fashion_mnist", "n_episodes": 32, "val_samples": 2000,
     "synthetic_train_samples": 50000, "synthetic_test_samples": 10000,
-    "lifecycle": "reference", "lr_schedule": "constant",
+    "lifecycle": "reference", "lr_schedule": "wsd",
 }
 
 # mixed: the quickstart over a task mix (docs/LEARNING.md §8): each episode draws one of three hosts on
