@@ -72,6 +72,9 @@ def run_from_cli(config: TrainingConfig, quiet: bool = False, compile_cache_dir:
 
 def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
          compile_cache_enabled: bool | None) -> int:
+    from esper_fx.training.preflight import check_devices
+
+    check_devices(config)  # before the summary: a missing GPU is the one line a user sees
     for line in config_summary(config):
         print(line, flush=True)
     limit_cpu_threads(config, lambda line: print(line, flush=True))

@@ -200,7 +200,8 @@ def check_devices(config: TrainingConfig) -> None:
     for device in cuda:
         if int(device.split(":")[1]) >= count:
             raise DeviceUnavailableError(f"device {device!r} is not available: torch sees {count} CUDA "
-                                         f"device(s) on this machine")
+                                         f"device(s) on this machine (run on the CPU with --device cpu, or "
+                                         f"check the machine with python -m esper_fx.doctor)")
     if config.device.startswith("cuda:"):
         jax_count = _jax_gpu_count()
         if int(config.device.split(":")[1]) >= jax_count:

@@ -90,6 +90,18 @@ def test_a_first_hours_mistakes_get_one_line_with_the_fix(tmp_path, monkeypatch,
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_missing_gpu_is_one_line_with_the_fix_before_the_summary(tmp_path, monkeypatch, capsys):
+    """Issue 37: `--device cuda:0` on a CPU machine printed the whole config first and suggested nothing."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["--device", "cuda:0", "--episodes", "1"]) == EXIT_SETUP_ERROR
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "'cuda:0' is not available" in err and "--device cpu" in err and "python -m esper_fx.doctor" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cuda_without_an_index_means_the_first_gpu():
     """Issue 37: `--device cuda` (torch's name for the current GPU) was refused."""
     assert TrainingConfig(device="cuda").device == "cuda:0"
