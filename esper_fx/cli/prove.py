@@ -76,7 +76,7 @@ def build_parser() -> CommandParser:
     p.add_argument("--preset", default="quickstart", help=f"base preset, one of {', '.join(PRESET_NAMES)}")
     p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), metavar="ARM",
                    help=f"arms to compare (default: {' '.join(DEFAULT_ARMS)})")
-    p.add_argument("--train-episodes", type=int, metavar="N", help="training episodes (default: the preset's)")
+    p.add_argument("--train-episodes", dest="n_episodes", type=int, help=argparse.SUPPRESS)  # --episodes' old name
     p.add_argument("--eval-seeds", type=int, nargs="+", metavar="S", help="explicit evaluation seeds")
     p.add_argument("--n-eval-seeds", type=int, metavar="N",
                    help=f"number of evaluation seeds (default {DEFAULT_EVAL_SEEDS})")
@@ -96,7 +96,7 @@ def build_parser() -> CommandParser:
     p.add_argument("--json", metavar="PATH", help="JSON results (default <out>/prove.json)")
     p.add_argument("--quiet", action="store_true", help="only the final table")
     add_field_flags(p.add_argument_group("configuration fields (any other: --set KEY=VALUE)"),
-                    ("seed", "env_workers", "ray_address", "data_root"))
+                    ("n_episodes", "seed", "device", "env_workers", "ray_address", "data_root"))
     return p
 
 
@@ -120,8 +120,6 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
         else:
             base = TrainingConfig.preset(args.preset)
         changes = with_sections(base, {**sets, **field_values(args)})
-        if args.train_episodes is not None:
-            changes["n_episodes"] = args.train_episodes
         config = base.replace(**changes, run_dir=None, resume_path=None) if changes else base
     except (ValueError, TypeError, OSError, CheckpointError) as exc:
         raise ProveError(str(exc)) from None
@@ -165,13 +163,13 @@ def train_seed_list(args: argparse.Namespace) -> list[int] | None:
 
 
 def check_nothing_ignored(args: argparse.Namespace, sets: dict[str, Any]) -> None:
-    """A flag or setting that would change nothing is refused, not silently ignored: `--train-episodes` or
+    """A flag or setting that would change nothing is refused, not silently ignored: `--episodes` or
     `--train-seeds` beside `--checkpoint` (nothing is trained), `--seed` (or `--set seed`) beside
     `--train-seeds`, `--n-eval-seeds` or `--eval-seed-offset` beside `--eval-seeds`, an `oracle` setting
     when no arm plays the oracle's schedule (`oracle`, or `best_fixed` with its blend)."""
-    if args.checkpoint is not None and args.train_episodes is not None:
-        raise ProveError(f"--train-episodes: --checkpoint {args.checkpoint} is evaluated as trained, nothing is "
-                         f"trained (drop --train-episodes, or --checkpoint to train a new run)")
+    if args.checkpoint is not None and args.n_episodes is not None:
+        raise ProveError(f"--episodes: --checkpoint {args.checkpoint} is evaluated as trained, nothing is "
+                         f"trained (drop --episodes, or --checkpoint to train a new run)")
     if args.eval_seeds is not None and (args.n_eval_seeds is not None or args.eval_seed_offset is not None):
         raise ProveError("--eval-seeds lists the evaluation seeds: --n-eval-seeds and --eval-seed-offset would be "
                          "ignored (drop them)")

@@ -455,7 +455,7 @@ PROVE_CASES = [
     _prove_case("eval seed beyond 64 bits", "--eval-seeds", str(2**64)),
     _prove_case("eval seed offset past the top", "--eval-seed-offset", str(2**63 - 2), "--n-eval-seeds", "8"),
     _prove_case("n-eval-seeds huge", "--n-eval-seeds", str(10**15)),
-    _prove_case("eval seeds overlap a huge run", "--seed", "900000", "--train-episodes", str(2**40),
+    _prove_case("eval seeds overlap a huge run", "--seed", "900000", "--episodes", str(2**40),
                 "--arms", "ppo", "wait"),
     _prove_case("oracle slot not enabled", "--set", "oracle.slot=r0c0", "--set", "slots=[\"r0c1\"]"),
     _prove_case("oracle slot unknown", "--set", "oracle.slot=r9c9"),

@@ -21,7 +21,7 @@ TINY_SETS = ["--set", "n_envs=2", "--set", "synthetic_train_samples=256", "--set
 
 def test_a_tiny_prove_trains_evaluates_every_arm_and_writes_json_and_plot(tmp_path, capsys):
     out = tmp_path / "p"
-    code = prove.main(["--train-episodes", "2", "--n-eval-seeds", "2", "--out", str(out), "--quiet", *TINY_SETS])
+    code = prove.main(["--episodes", "2", "--n-eval-seeds", "2", "--out", str(out), "--quiet", *TINY_SETS])
     assert code == 0
     text = capsys.readouterr().out
     for arm in prove.DEFAULT_ARMS:
@@ -46,7 +46,7 @@ def test_a_tiny_prove_trains_evaluates_every_arm_and_writes_json_and_plot(tmp_pa
 
 def test_training_and_evaluation_seeds_must_not_overlap(tmp_path, capsys):
     # training seed 0 with 2 envs uses env seeds 0, 1000, 10000, 11000 ...
-    code = prove.main(["--train-episodes", "4", "--seed", "0", "--eval-seeds", "5", "11000", "--out", str(tmp_path / "x"),
+    code = prove.main(["--episodes", "4", "--seed", "0", "--eval-seeds", "5", "11000", "--out", str(tmp_path / "x"),
                        *TINY_SETS])
     assert code == 2
     err = capsys.readouterr().err
@@ -125,10 +125,10 @@ BIG = str(2**64)
     (["--arms", "wait", "static_final", "oracle"], "static_final"),
     (["--arms", "wait", "wait"], "twice"),
     # huge numbers: the seed-overlap check is arithmetic, so these are refused at once
-    (["--seed", "900000", "--train-episodes", str(2**40)], "also training seeds"),
-    (["--seed", "0", "--eval-seed-offset", "0", "--n-eval-seeds", "100000", "--train-episodes", str(2**40)],
+    (["--seed", "900000", "--episodes", str(2**40)], "also training seeds"),
+    (["--seed", "0", "--eval-seed-offset", "0", "--n-eval-seeds", "100000", "--episodes", str(2**40)],
      "also training seeds"),
-    (["--train-episodes", str(2**41)], "n_episodes"),
+    (["--episodes", str(2**41)], "n_episodes"),
     # issue 39, items 4 and 5: a tuning seed out of range raised a 56-line traceback after evaluation began;
     # JSON that Python cannot hold, a traceback (or a line without the key)
     (["--arms", "wait", "best_fixed", "--tuning-seeds", BIG], "tuning seed 18446744073709551616 is not a signed"),
@@ -136,7 +136,7 @@ BIG = str(2**64)
     (["--set", "seed=" + "9" * 5000], "--set seed: the value"),
     (["--set", "lr=" + "[" * 100_000 + "]" * 100_000], "--set lr: the value"),
     # issue 39, item 8: what prove silently ignored
-    (["--checkpoint", "nowhere", "--train-episodes", "4"], "--train-episodes: --checkpoint nowhere"),
+    (["--checkpoint", "nowhere", "--episodes", "4"], "--episodes: --checkpoint nowhere"),
     (["--eval-seeds", "5", "--n-eval-seeds", "3"], "--n-eval-seeds and --eval-seed-offset would be ignored"),
     (["--eval-seeds", "5", "--eval-seed-offset", "3"], "--n-eval-seeds and --eval-seed-offset would be ignored"),
     (["--arms", "wait", "random", "--set", "oracle.slot=r0c1"], "no arm of wait random plays the oracle"),
@@ -262,7 +262,7 @@ def test_ctrl_c_during_training_keeps_its_checkpoint_and_writes_a_partial_prove_
 
     monkeypatch.setattr(loop, "build_pool", build_pool)
     out = tmp_path / "p"
-    code = prove.main(["--arms", "ppo", "wait", "--train-episodes", "6", "--n-eval-seeds", "2", "--out", str(out),
+    code = prove.main(["--arms", "ppo", "wait", "--episodes", "6", "--n-eval-seeds", "2", "--out", str(out),
                        "--quiet", *TINY_SETS, "--set", "checkpoint_every=1"])
     assert code == 130
     err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("esper_fx.prove")]
@@ -366,7 +366,7 @@ def _same_episode(a: dict, b: dict) -> bool:
 
 @pytest.mark.slow
 def test_each_training_seeds_rows_equal_a_single_seed_prove(tmp_path, capsys):
-    tiny = ["--train-episodes", "2", "--n-eval-seeds", "2", "--quiet", *TINY_SETS]
+    tiny = ["--episodes", "2", "--n-eval-seeds", "2", "--quiet", *TINY_SETS]
     out = tmp_path / "many"
     assert prove.main(["--train-seeds", "5", "9", "--arms", "ppo", "wait", "static_final", "--out", str(out),
                        *tiny]) == 0
@@ -407,7 +407,7 @@ def test_ctrl_c_during_the_second_training_seed_keeps_the_first_and_a_resumable_
 
     monkeypatch.setattr(loop, "build_pool", build_pool)
     out = tmp_path / "p"
-    code = prove.main(["--train-seeds", "5", "9", "--arms", "ppo", "wait", "--train-episodes", "4", "--n-eval-seeds",
+    code = prove.main(["--train-seeds", "5", "9", "--arms", "ppo", "wait", "--episodes", "4", "--n-eval-seeds",
                        "2", "--out", str(out), "--quiet", *TINY_SETS, "--set", "checkpoint_every=1"])
     assert code == 130
     err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("esper_fx.prove")]
@@ -417,3 +417,18 @@ def test_ctrl_c_during_the_second_training_seed_keeps_the_first_and_a_resumable_
     assert report["training"]["ppo[seed=5]"]["episodes"] == 4  # the first seed's run finished and is kept
     assert report["stopped"]["training_run_dir"] == str(out / "train" / "ppo-seed9")
     assert Path(report["stopped"]["training_checkpoint"]).is_dir()
+
+
+def test_prove_spells_the_fields_it_shares_with_train_as_train_does():
+    """Issue 37: `prove` said `--train-episodes` where `train` says `--episodes`, and had no `--device`
+    (the old spelling still parses, out of `--help`)."""
+    from esper_fx.cli.train import build_parser as train_parser
+
+    args = prove.build_parser().parse_args(["--episodes", "3", "--device", "cpu", "--seed", "4"])
+    config = prove.resolve(args)[0]
+    assert (config.n_episodes, config.device, config.seed) == (3, "cpu", 4)
+    assert prove.build_parser().parse_args(["--train-episodes", "5"]).n_episodes == 5
+    shared = {"--episodes", "--device", "--seed", "--env-workers", "--data-dir"}
+    for parser in (prove.build_parser(), train_parser()):
+        assert shared <= set(parser._option_string_actions)
+    assert "--train-episodes" not in prove.build_parser().format_help()
