@@ -55,8 +55,8 @@ _CULL_REASON_LABELS: Mapping[str, str] = {
     "governor_rollback": "rollback",
 }
 _METRIC_LABELS: Mapping[str, str] = {
-    "avg_accuracy": "avg val accuracy (pp)",
-    "rolling_avg_accuracy": "rolling avg val accuracy (pp)",
+    "avg_accuracy": "avg val accuracy (%)",
+    "rolling_avg_accuracy": "rolling avg val accuracy (%)",
     "avg_reward": "avg episode reward",
     "entropy_coef": "entropy coefficient",
     "seeds_created": "seeds created",
@@ -576,7 +576,8 @@ def _no_ppo_figure(fig: Figure, n_entries: int, skipped: Sequence[BatchSummary])
 
 def plot_ppo_diagnostics(history: Any, *, fig: Figure | None = None) -> Figure:
     """PPO health per batch: entropy per head, approx KL (early stops circled), clip fraction, explained
-    variance, policy loss, value loss, grad norm and the entropy coefficient (8 panels, shared x).
+    variance, policy loss, value loss, grad norm and the entropy coefficient (8 panels, shared x; a
+    coefficient that never changes is said in the title instead, and its panel left out).
 
     Batches whose update was skipped are shaded grey; batches without PPO (`ppo` is None) are left out.
     With no PPO update at all, the figure holds one text panel saying so.
@@ -589,17 +590,23 @@ def plot_ppo_diagnostics(history: Any, *, fig: Figure | None = None) -> Figure:
     axes = fig.subplots(2, 4, sharex=True).ravel()
     xs = _x_values(updated, "batch")
     _draw_entropies(axes[0], updated, xs)
-    panels = _PPO_PANELS + (("entropy_coef", "entropy coefficient"),)
+    coef = _series(updated, "entropy_coef")
+    constant = bool(np.all(coef == coef[0]))  # (NaN, when never recorded, is not constant: drawn empty)
+    panels = _PPO_PANELS + (() if constant else (("entropy_coef", "entropy coefficient"),))
     for ax, (key, title) in zip(axes[1:], panels):
         _draw_panel(ax, updated, xs, key, title)
+    if constant:
+        axes[-1].remove()
+        axes = axes[:-1]
     for ax in axes:
         _mark_skipped(ax, skipped)
         ax.grid(True, alpha=0.3)
-    for ax in axes[4:]:
+    for ax in axes[3:] if constant else axes[4:]:
         ax.set_xlabel("batch")
         ax.xaxis.get_major_locator().set_params(integer=True)
     note = f" ({len(skipped)} skipped update(s) shaded)" if skipped else ""
-    fig.suptitle(f"PPO diagnostics, {len(updated)} update(s){note}", fontsize=11)
+    coef_note = f"; entropy coefficient {coef[0]:g} throughout" if constant else ""
+    fig.suptitle(f"PPO diagnostics, {len(updated)} update(s){note}{coef_note}", fontsize=11)
     return fig
 
 

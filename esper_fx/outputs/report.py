@@ -304,13 +304,13 @@ def plot_section(plot: Plot) -> str:
 
 
 def config_section(config: Mapping[str, Any]) -> str:
-    rows = [(key, json.dumps(value) if isinstance(value, (dict, list)) else format_config(value))
-            for key, value in config.items()]
+    rows = [(key, format_config(value)) for key, value in config.items()]
     return f'<div class="scroll">{_table(("field", "value"), rows, key_columns=2)}</div>'
 
 
 def format_config(value: Any) -> str:
-    return "null" if value is None else str(value)
+    """A config.json value as config.json writes it (true, null, [1, 2]), a string without its quotes."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def render_html(record: RunRecord, drawn: Sequence[Plot]) -> str:

@@ -393,6 +393,17 @@ def test_action_distribution_without_batches_draws_empty_heads():
 # ----------------------------------------------------------------------------------------------
 
 
+def test_a_constant_entropy_coefficient_is_said_in_the_title_not_drawn(tmp_path):
+    """Issue 37: a whole panel plotted a coefficient that never changed."""
+    import dataclasses
+
+    history = [dataclasses.replace(e, entropy_coef=0.05) for e in make_history()]
+    fig = plots.plot_ppo_diagnostics(SimpleNamespace(history=history, events=[]))
+    assert len(fig.axes) == 7 and "entropy coefficient" not in [ax.get_title() for ax in fig.axes]
+    assert fig.get_suptitle().endswith("; entropy coefficient 0.05 throughout")
+    assert_png(fig, tmp_path / "ppo.png")
+
+
 def test_ppo_diagnostics_plots_updated_batches_and_shades_skipped_ones(tmp_path):
     fig = plots.plot_ppo_diagnostics(SimpleNamespace(history=make_history(), events=[]))
     assert isinstance(fig, Figure) and len(fig.axes) == 8

@@ -663,3 +663,14 @@ def test_report_renders_its_images_in_a_headless_browser(finished, tmp_path):
         pytest.skip(f"{browser} could not start here: {proc.stderr.strip()[-300:]}")
     assert f"<title>rendered {n_images} of {n_images}</title>" in proc.stdout
     assert n_images == 6
+
+
+def test_the_reports_config_table_shows_values_as_config_json_writes_them():
+    """Issue 37: the table mixed Python's True with JSON's null."""
+    from esper_fx.outputs import report
+
+    page = report.config_section({"tensorboard": True, "report": False, "run_dir": None, "slots": ["r0c0", "r0c1"],
+                                  "task": "shapes16", "lr": 0.0003})
+    for shown in (">true<", ">false<", ">null<", '>[&quot;r0c0&quot;, &quot;r0c1&quot;]<', ">shapes16<", ">0.0003<"):
+        assert shown in page
+    assert "True" not in page and "None" not in page
