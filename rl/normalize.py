@@ -136,11 +136,6 @@ class RewardNormalizer:
         scaled = jnp.where(count < 2.0, r, r / std)
         return jnp.clip(scaled, -self.clip, self.clip)
 
-    def normalize_only(self, rewards: jax.Array) -> jax.Array:
-        """Scale rewards (any shape) with the current statistics, without updating them."""
-        chex.assert_type(jnp.asarray(rewards), float)
-        return self._scale(jnp.asarray(rewards, jnp.float32), self.count, self.m2)
-
     def update_and_normalize(
         self, rewards: jax.Array, mask: jax.Array | None = None
     ) -> tuple["RewardNormalizer", jax.Array]:

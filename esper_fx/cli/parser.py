@@ -181,11 +181,6 @@ def with_sections(base: TrainingConfig, changes: Mapping[str, Any]) -> dict[str,
     return out
 
 
-def set_changes(base: TrainingConfig, items: Sequence[str]) -> dict[str, Any]:
-    """The `--set` items as changes to `base` (see `parse_sets`, `with_sections`)."""
-    return with_sections(base, parse_sets(items))
-
-
 # ----------------------------------------------------------------------------------------------
 # README's flag table
 # ----------------------------------------------------------------------------------------------

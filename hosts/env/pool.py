@@ -61,7 +61,7 @@ from hosts.env.epoch_compute import (
 )
 from hosts.env.state import ApplyResult, EnvRng, EnvState, EpisodeResult, EpochMetrics
 from hosts.models.morphogenetic import MorphogeneticModel
-from hosts.seeds.governor import GOVERNOR_SNAPSHOT_EVERY, Governor
+from hosts.seeds.governor import Governor
 from hosts.seeds.lifecycle import SeedClock
 from hosts.seeds.gradient_ratio import ratio_ema
 from hosts.signals.assembly import EnvView, SignalLayout, assemble_signals
@@ -384,8 +384,7 @@ class EnvPool:
         panic = bool(env.governor.check(val_loss))
         if panic:
             self._rollback(env, val_loss)
-        elif env.governor.passed_last_check and t % GOVERNOR_SNAPSHOT_EVERY == 0:
-            env.governor.snapshot()
+        elif env.governor.maybe_snapshot(t):
             env.event(EventType.GOVERNOR_SNAPSHOT, t, message="snapshot after a passing check")
         return panic
 

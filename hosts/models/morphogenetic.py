@@ -89,10 +89,6 @@ class MorphogeneticModel(nn.Module):
     def fossilize(self, slot: str) -> GateResult:
         return self.slot(slot).fossilize()
 
-    def set_isolation(self, isolate: bool = True) -> None:
-        for s in self.slots.values():
-            s.isolate_gradients = bool(isolate)
-
     # ---------------------------------------------------------------- parameters (BEHAVIOUR §3.4)
     def host_parameters(self) -> list[nn.Parameter]:
         """Unique trainable host parameters (a tied weight appears once)."""
@@ -130,12 +126,6 @@ class MorphogeneticModel(nn.Module):
 
     def total_seeds(self) -> int:
         return self.count_active_seeds() + self.count_fossilized_seeds()
-
-    def has_active_seed(self) -> bool:
-        return any(s.is_active for s in self.slots.values())
-
-    def has_active_seed_in_slot(self, slot: str) -> bool:
-        return self.slot(slot).is_active
 
     def slot_reports(self) -> dict[str, SlotReport]:
         """slot id -> SlotReport for every slot whose state is not None, in canonical order."""

@@ -91,10 +91,6 @@ class Governor:
         self.snapshot()
 
     @property
-    def punishment(self) -> float:
-        return -self.death_penalty
-
-    @property
     def passed_last_check(self) -> bool:
         """The last check returned False and left consecutive_panics == 0."""
         return self._last_result is False and self.consecutive_panics == 0

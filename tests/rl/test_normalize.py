@@ -26,8 +26,9 @@ def _reward_step(state, rewards):
     return state.update_and_normalize(rewards)
 
 
-def _reward_only(state, rewards):
-    return state.normalize_only(rewards)
+def _masked_out(state, rewards):
+    """Rewards scaled with the current statistics, without updating them (an update with mask False)."""
+    return state.update_and_normalize(rewards, mask=jnp.zeros(rewards.shape, bool))
 
 
 def _reference_rewards(rewards, count=0, mean=0.0, m2=0.0):
@@ -114,7 +115,9 @@ class RewardNormalizerTest(chex.TestCase):
         state, out = self.variant(_reward_step)(RewardNormalizer.init(), jnp.array([2.0, 4.0, 6.0, 8.0]))
         np.testing.assert_allclose(out, [2.0, 2.8284, 3.0, 3.0984], atol=1e-4)
         np.testing.assert_allclose(state.stats(), (4.0, 5.0, 20.0), rtol=1e-6)
-        np.testing.assert_allclose(self.variant(_reward_only)(state, jnp.float32(5.0)), 1.9365, atol=1e-4)
+        kept, scaled = self.variant(_masked_out)(state, jnp.array([5.0]))
+        np.testing.assert_allclose(scaled, [1.9365], atol=1e-4)
+        np.testing.assert_allclose(kept.stats(), state.stats(), rtol=0)
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_first_samples_are_only_clipped(self):

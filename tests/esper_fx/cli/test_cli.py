@@ -358,6 +358,7 @@ def test_prove_reads_set_and_the_field_flags_through_the_same_code(tmp_path, mon
     config, _, seeds = prove.resolve(args)
     assert (config.ppo.lr, config.oracle.slot, config.seed) == (1e-3, "r0c2", 3) and len(seeds) == 2
     declared = {a.dest: (a.option_strings[0], a.markdown_help) for a in prove.build_parser()._actions if a.dest in FLAGS}
-    # (--data-dir: README's Fashion-MNIST section passes it to prove too; issue 39)
+    # (--data-dir: README's Fashion-MNIST section passes it to prove too, issue 39; --episodes and --device as
+    # train spells them, issue 37)
     assert declared == {name: (FLAGS[name].flag, FLAGS[name].help)
-                        for name in ("seed", "env_workers", "ray_address", "data_root")}
+                        for name in ("n_episodes", "seed", "device", "env_workers", "ray_address", "data_root")}

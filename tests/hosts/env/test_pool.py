@@ -18,6 +18,7 @@ from hosts.env import EnvPool
 from hosts.env.epoch_compute import loss_and_correct
 from hosts.data.feed import DataFeed
 from hosts.tasks import get_task
+from hosts.seeds.governor import Governor
 
 WAIT, GERMINATE, CULL, FOSSILIZE = (int(op) for op in LifecycleOp)
 LINEAR, SIGMOID, GATED = 0, 1, 2
@@ -671,6 +672,8 @@ class AnomalousGovernor:
 
     def snapshot(self) -> None:
         self.snapshots += 1
+
+    maybe_snapshot = Governor.maybe_snapshot  # the real cadence, on this stub's checks
 
 
 def test_no_snapshot_after_an_anomalous_check_at_epoch_five(shapes10_data):

@@ -88,7 +88,6 @@ def test_host_parameters_count_tied_weight_once():
 def test_seed_accounting_and_counts():
     model = cnn_model()
     assert (model.active_seed_params(), model.count_active_seeds(), model.count_fossilized_seeds()) == (0, 0, 0)
-    assert not model.has_active_seed()
     model.germinate("r0c0", "conv_light", blend="gated")
     drive_to(model.slot("r0c0"), S.FOSSILIZED, blend="gated")
     model.germinate("r0c2", "conv_light", blend="gated")
@@ -97,8 +96,6 @@ def test_seed_accounting_and_counts():
     assert model.active_seed_params() == 592 + 9280
     assert model.total_params() == 6418 + 592 + 9280
     assert (model.count_active_seeds(), model.count_fossilized_seeds(), model.total_seeds()) == (1, 1, 2)
-    assert model.has_active_seed() and model.has_active_seed_in_slot("r0c2")
-    assert not model.has_active_seed_in_slot("r0c1")
     gate = model.gate_parameters("r0c2")
     assert gate and not {id(p) for p in gate} & {id(p) for p in model.seed_parameters()}
     assert len(model.seed_parameters()) == len(model.seed_parameters("r0c0")) + len(model.seed_parameters("r0c2"))
@@ -111,14 +108,6 @@ def test_slot_reports_only_for_occupied_slots():
     model.germinate("r0c1", "norm", seed_id="env0_seed_0")
     reports = model.slot_reports()
     assert list(reports) == ["r0c1"] and reports["r0c1"].seed_id == "env0_seed_0"
-
-
-def test_set_isolation_sets_every_slot():
-    model = cnn_model()
-    model.set_isolation(True)
-    assert all(s.isolate_gradients for s in model.slots.values())
-    model.set_isolation(False)
-    assert not any(s.isolate_gradients for s in model.slots.values())
 
 
 def test_model_cull_and_fossilize_delegate():

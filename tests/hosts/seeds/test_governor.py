@@ -98,10 +98,6 @@ def test_three_consecutive_anomalies_needed_by_default():
     assert gov.check(50.0) is True and gov.consecutive_panics == 3
 
 
-def test_punishment_is_minus_death_penalty():
-    assert governor().punishment == -10.0
-
-
 # ------------------------------------------------------------------ BEHAVIOUR §5.3 snapshot and rollback
 
 
