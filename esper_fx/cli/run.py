@@ -17,7 +17,7 @@ import time
 from esper_fx.training import compile_cache
 from esper_fx.config import TrainingConfig
 from esper_fx.distributed.auto import choose_workers
-from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, RunFailure, SetupError
+from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, RunDirectoryError, RunFailure, SetupError
 from esper_fx.training.stopping import exit_code, stop_signal
 from esper_fx.training.threads import limit_cpu_threads
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR
@@ -66,15 +66,16 @@ def run_from_cli(config: TrainingConfig, quiet: bool = False, compile_cache_dir:
         code = _error_exit_code(exc)
         if code is None:
             raise
-        print(f"esper_fx.train: error: {one_line(exc)}{_resume_hint(config)}", file=sys.stderr)
+        hint = "" if isinstance(exc, RunDirectoryError) else _resume_hint(config)  # (its message advises already)
+        print(f"esper_fx.train: error: {one_line(exc)}{hint}", file=sys.stderr)
         return code
 
 
 def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
          compile_cache_enabled: bool | None) -> int:
-    from esper_fx.training.preflight import check_devices
+    from esper_fx.training.preflight import check_before_writing
 
-    check_devices(config)  # before the summary: a missing GPU is the one line a user sees
+    check_before_writing(config)  # before the summary: a refused run directory or a missing GPU is the one line
     for line in config_summary(config):
         print(line, flush=True)
     limit_cpu_threads(config, lambda line: print(line, flush=True))

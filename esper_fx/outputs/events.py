@@ -240,7 +240,12 @@ class RunDirectory:
 def refusal(path: Path, held: Sequence[str]) -> str:
     """Why a fresh run may not start in `path`, and what to do instead."""
     shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
-    what = f"pass --resume {path} to continue it" if has_checkpoint(path) else "it has no checkpoint to resume"
+    if has_checkpoint(path):
+        what = f"pass --resume {path} to continue it"
+    elif (path / CONFIG_NAME).is_file():
+        what = f"it stopped before its first checkpoint: pass --resume {path} to start it again there"
+    else:
+        what = "it has no checkpoint to resume"
     return f"run directory {path} already holds a run ({shown}); {what}, or choose another --run-dir"
 
 

@@ -211,3 +211,23 @@ def test_a_nan_or_inf_observation_is_left_out_of_the_normaliser_with_a_warning(t
     assert [(e["batch"], e["data"]) for e in skipped] == [(0, {"observation_rows": 1})]
     assert "1 observation rows with NaN/inf" in capsys.readouterr().err
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in (result.obs_rms.mean, result.obs_rms.var))
+
+
+def test_a_run_directory_in_use_is_one_line_of_advice_before_the_summary(tmp_path, monkeypatch, capsys):
+    """Issue 37: the same command again after a stop before the first batch was told "it has no checkpoint
+    to resume" although --resume restarts it; a finished run's directory gave its advice twice; and the
+    config summary was printed before the refusal."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.json").write_text(json.dumps({**TINY, "n_episodes": 2, "tensorboard": False, "report": False}))
+    (tmp_path / "stopped").mkdir()
+    (tmp_path / "stopped" / "config.json").write_text((tmp_path / "c.json").read_text())
+    assert main(["--config", "c.json", "--run-dir", "stopped"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert f"stopped before its first checkpoint: pass --resume {tmp_path / 'stopped'} to start it again" in err
+    assert main(["--config", "c.json", "--run-dir", "done", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["--config", "c.json", "--run-dir", "done"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and err.count("--resume") == 1
+    assert f"pass --resume {tmp_path / 'done'} to continue it" in err
