@@ -505,6 +505,26 @@ def summary_from_csv(row: Mapping[str, str], ppo: Mapping[str, Any] | None, menu
 # ----------------------------------------------------------------------------------------------
 
 
+PROGRESS_WIDE = 140  # columns for the bar with the pace and the last batch's numbers
+PROGRESS_MEDIUM = 100  # columns for the bar with the pace
+
+
+def progress_columns(width: int) -> list[Any]:
+    """The progress bar's columns for a terminal `width` columns wide: the batch, its episodes, the epoch,
+    the bar, elapsed and ETA always; the pace from `PROGRESS_MEDIUM` columns, the last batch's numbers
+    (printed as a line after each batch anyway) from `PROGRESS_WIDE`; nothing is cut at 80."""
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = [TextColumn("[bold]batch {task.fields[batch]}/{task.fields[nbatches]}"),
+               TextColumn("{task.fields[episodes]}"), TextColumn("epoch {task.fields[epoch]}/{task.fields[epochs]}"),
+               BarColumn(bar_width=None if width >= PROGRESS_WIDE else 12)]
+    if width >= PROGRESS_MEDIUM:
+        columns.append(TextColumn("{task.fields[rate]}"))
+    if width >= PROGRESS_WIDE:
+        columns.append(TextColumn("{task.fields[last]}"))
+    return columns + [TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
+
+
 class Console:
     """Per-batch lines (BEHAVIOUR §7.7) and, attached to a terminal, a rich progress bar: batch, episodes, epoch within
     the batch, throughput, the last batch's numbers, elapsed time and ETA. Off a terminal the per-batch
@@ -527,15 +547,11 @@ class Console:
         self._batches_done = 0  # in this process
         interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
         if interactive and not quiet:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.console import Console as RichConsole
+            from rich.progress import Progress
 
-            self._progress = Progress(
-                TextColumn("[bold]batch {task.fields[batch]}/{task.fields[nbatches]}"),
-                TextColumn("{task.fields[episodes]}"),
-                TextColumn("epoch {task.fields[epoch]}/{task.fields[epochs]}"), BarColumn(),
-                TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[last]}"), TimeElapsedColumn(),
-                TextColumn("ETA"), TimeRemainingColumn(), transient=False,
-            )
+            terminal = RichConsole(file=self.stream)
+            self._progress = Progress(*progress_columns(terminal.width), console=terminal, transient=False)
             self._progress.start()
             self._task = self._progress.add_task(
                 "run", total=total_batches * n_epochs, batch=0, nbatches=total_batches, episodes="", epoch=0,

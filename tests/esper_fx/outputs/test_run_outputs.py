@@ -337,18 +337,34 @@ class TerminalStream(io.StringIO):
         return True
 
 
-def test_console_on_a_terminal_draws_a_progress_bar_with_episodes_and_eta(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "240")  # rich sizes the bar to the terminal
-    console = Console(3, 2, stream=TerminalStream(), n_envs=2, n_episodes=6)
-    console.start_at(1)  # a resumed run
-    console.action_ready(1, 1)
-    console.epoch_done(1, 1, 64)
-    console.batch_done(BatchSummary(**{**_empty_summary(), "batch": 1}))
+def _drawn(columns: int, monkeypatch) -> str:
+    """What the console draws on a terminal `columns` wide through one resumed batch."""
+    monkeypatch.setenv("COLUMNS", str(columns))  # rich sizes the bar to the terminal
+    stream = TerminalStream()
+    console = Console(30, 12, stream=stream, n_envs=4, n_episodes=120)
+    console.start_at(23)  # a resumed run: two-digit batches and episodes
+    console.action_ready(23, 11)
+    console.epoch_done(23, 11, 4096)
+    console.batch_done(BatchSummary(**{**_empty_summary(), "batch": 23}))
     console.line(console.time_line())
     console.close()
-    shown = capsys.readouterr().out  # rich draws on the terminal (stdout)
-    assert "batch 2/3" in shown and "episodes 3-4/6" in shown and "epoch 1/2" in shown and "ETA" in shown
-    assert "First action after" in shown and "(1 batch left)" in shown
+    return stream.getvalue()  # rich draws on the console's stream
+
+
+def test_console_on_a_terminal_draws_a_progress_bar_with_episodes_and_eta(monkeypatch):
+    shown = _drawn(240, monkeypatch)
+    assert "batch 24/30" in shown and "episodes 93-96/120" in shown and "epoch 11/12" in shown and "ETA" in shown
+    assert "train steps/s" in shown and "acc " in shown
+    assert "First action after" in shown and "(6 batches left)" in shown
+
+
+@pytest.mark.parametrize("columns, pace, last", [(80, False, False), (100, True, False), (140, True, True)])
+def test_the_progress_bar_fits_the_terminal_without_cutting_a_field(monkeypatch, columns, pace, last):
+    """Issue 37: at 80 columns the bar read `batch… episodes 1…`."""
+    shown = _drawn(columns, monkeypatch)
+    assert "…" not in shown
+    assert "batch 24/30" in shown and "episodes 93-96/120" in shown and "epoch 11/12" in shown and "ETA" in shown
+    assert ("train steps/s" in shown) == pace and ("acc " in shown) == last
 
 
 def test_a_task_mix_batch_line_names_each_envs_task():
