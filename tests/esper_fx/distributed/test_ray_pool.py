@@ -357,6 +357,7 @@ def test_a_run_joins_a_running_cluster_and_leaves_it_running(reference, tmp_path
                              "--num-cpus=2", "--include-dashboard=false", "--block"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     try:
+        _wait_listening(port, head)  # (the command checks the address at once, before its summary)
         (tmp_path / "c.json").write_text(json.dumps(SMALL))
         run = subprocess.run([sys.executable, "-m", "esper_fx.train", "--config", str(tmp_path / "c.json"),
                               "--env-workers", "2", "--ray-address", f"127.0.0.1:{port}", "--run-dir",
@@ -369,6 +370,19 @@ def test_a_run_joins_a_running_cluster_and_leaves_it_running(reference, tmp_path
         os.killpg(head.pid, signal.SIGTERM)
         head.wait(timeout=60)
         _forget_cluster(port)
+
+
+def _wait_listening(port: int, head: subprocess.Popen, timeout_s: float = 120.0) -> None:
+    """Until the head started by `ray start` accepts connections on `port`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert head.poll() is None, "ray start --head exited"
+        with socket.socket() as s:
+            s.settimeout(1.0)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"no Ray head listening on port {port} after {timeout_s:.0f} s")
 
 
 def _forget_cluster(port: int) -> None:
