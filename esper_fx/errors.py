@@ -96,25 +96,26 @@ FOREIGN_FLAGS = {
 def unknown_flag_hint(words: Sequence[str], known: Iterable[str]) -> str:
     """The advice after "unrecognized arguments": for the first unknown flag (its part before any "="), this
     command's spelling of another tool's flag, else the closest flag, else where to look."""
-    import difflib
-
     known = list(known)
     flag = next((w.split("=", 1)[0] for w in words if w.startswith("-")), None)
     ours, advice = FOREIGN_FLAGS.get(flag, (None, None))
     if ours in known:
         return f" (use {advice})"
-    close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6) if flag else []
-    if close:
-        return f" (did you mean {close[0]}?)"
-    return " (see --help)"
+    close = closest(flag, known) if flag else None
+    return f" (did you mean {close}?)" if close else " (see --help)"
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """" (did you mean X?)" for the closest of `choices` to `word`, or ""."""
+    """" (did you mean 'X'?)" for the closest of `choices` to `word`, or ""."""
+    close = closest(str(word), choices)
+    return f" (did you mean {close!r}?)" if close else ""
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice most like `word` (difflib's ratio of at least 0.6), or None."""
     import difflib
 
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return next(iter(difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)), None)
 
 
 def with_markdown_help(add: Any, args: tuple, kwargs: dict[str, Any]) -> argparse.Action:

@@ -70,7 +70,7 @@ def aggregate(episodes: Mapping[str, Sequence[Any]], layout: Mapping[str, Mappin
     for arm, by_seed in layout.items():
         if arm == learned:
             continue
-        pairs = {seed: _paired(episodes.get(layout[learned][seed], ()), episodes.get(name, ()))
+        pairs = {seed: paired_accuracies(episodes.get(layout[learned][seed], ()), episodes.get(name, ()))
                  for seed, name in by_seed.items()}
         pairs = {seed: p for seed, p in pairs.items() if p}
         if not pairs:
@@ -84,8 +84,9 @@ def aggregate(episodes: Mapping[str, Sequence[Any]], layout: Mapping[str, Mappin
     return out
 
 
-def _paired(a: Sequence[Any], b: Sequence[Any]) -> list[tuple[float, float]]:
-    """(a's accuracy, b's) on every evaluation seed both ran, in a's order."""
+def paired_accuracies(a: Sequence[Any], b: Sequence[Any]) -> list[tuple[float, float]]:
+    """(a's accuracy, b's) on every evaluation seed both ran, in a's order: how every pair of arms is
+    paired, within one training seed or across a whole comparison."""
     acc_b = {e.seed: e.accuracy for e in b}
     return [(e.accuracy, acc_b[e.seed]) for e in a if e.seed in acc_b]
 

@@ -82,9 +82,13 @@ class ComparisonTable:
     partial: bool = False  # stopped before every arm ran on every seed: the episodes that finished
     controls: dict[str, Any] = field(default_factory=dict)  # best_fixed's search, static_matched's FLOP ratios
     by_task: dict[str, dict[str, Any]] = field(default_factory=dict)  # a task mix: per task, its rows and pairs
-    train_seeds: list[int] = field(default_factory=list)  # several training seeds: one learned arm per seed
     arms_by_train_seed: dict[str, dict[int, str]] = field(default_factory=dict)  # arm -> {training seed: row}
     aggregate: list[dict[str, Any]] = field(default_factory=list)  # across training seeds (across_seeds)
+
+    @property
+    def train_seeds(self) -> list[int]:
+        """The training seeds of a comparison over several (the layout's), else []."""
+        return list(next(iter(self.arms_by_train_seed.values()), ()))
 
     def row(self, arm: str) -> dict[str, Any]:
         for r in self.rows:
@@ -360,9 +364,8 @@ def _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, parti
         for task, part in by_task(view, baseline, mine).items():
             tasks[task]["pairs"] = _unique(tasks[task]["pairs"] + part["pairs"])
     aggregate = across_seeds.aggregate(episodes, layout, learned) if learned is not None else []
-    train_seeds = list(next(iter(layout.values())))
-    return ComparisonTable(rows, pairs, episodes, trained, seeds, partial, dict(controls or {}), tasks, train_seeds,
-                           layout, aggregate)
+    return ComparisonTable(rows, pairs, episodes, trained, seeds, partial, dict(controls or {}), tasks, layout,
+                           aggregate)
 
 
 def _unique(pairs: Any) -> list[dict[str, Any]]:
@@ -687,8 +690,7 @@ def paired(episodes: Mapping[str, Sequence[Any]], baseline: str | None, learned:
         wanted += [(learned, b) for b in episodes if b not in (learned, baseline)]
     out = []
     for a, b in wanted:
-        acc_b = {e.seed: e.accuracy for e in episodes[b]}
-        common = [(e.accuracy, acc_b[e.seed]) for e in episodes[a] if e.seed in acc_b]
+        common = across_seeds.paired_accuracies(episodes[a], episodes[b])
         if not common:
             continue
         d = stats.paired_difference([x for x, _ in common], [y for _, y in common])

@@ -237,12 +237,13 @@ class RunDirectory:
                 replace_text(self.events_path, "\n".join(kept) + ("\n" if kept else ""))
 
 
-def refusal(path: Path, held: Sequence[str]) -> str:
-    """Why a fresh run may not start in `path`, and what to do instead."""
+def refusal(path: Path, held: Sequence[str], restartable: bool = False) -> str:
+    """Why a fresh run may not start in `path`, and what to do instead. `restartable`: it holds a run stopped
+    before its first checkpoint (`training.preflight.restartable_run`), which `--resume` starts again."""
     shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
     if has_checkpoint(path):
         what = f"pass --resume {path} to continue it"
-    elif (path / CONFIG_NAME).is_file():
+    elif restartable:
         what = f"it stopped before its first checkpoint: pass --resume {path} to start it again there"
     else:
         what = "it has no checkpoint to resume"

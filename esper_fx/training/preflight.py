@@ -119,7 +119,7 @@ def check_run_dir(path: Path, resumed: Path | None = None) -> None:
             raise RunDirectoryError(f"run directory {path} exists and is not a directory")
         held = run_dir_entries(path)
         if held and (resumed is None or path.resolve() != resumed):
-            raise RunDirectoryError(refusal(path, held))
+            raise RunDirectoryError(refusal(path, held, restartable=restartable_run(path) is not None))
         if not os.access(path, os.W_OK | os.X_OK):
             raise RunDirectoryError(f"run directory {path} is not writable")
         if is_locked(path):

@@ -22,6 +22,7 @@ from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.training import loop
 from esper_fx.config import TrainingConfig
 from esper_fx.distributed.pool import worker_slices
+from esper_fx.distributed import reaper
 from esper_fx.distributed.runtime import INSTALL_HINT
 from esper_fx.cli.train import main
 
@@ -67,25 +68,9 @@ def _params_equal(a, b) -> bool:
     return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
 
 
-def _descendants(pid: int) -> set[int]:
-    """Live (non-zombie) processes below `pid`, from the process table."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.add(child)
-            todo.append(child)
-    return out
+def _descendants(pid: int) -> set[tuple[int, int]]:
+    """Live (non-zombie) processes below `pid`, as (pid, start time), from the process table (the reaper's)."""
+    return reaper.descendants(pid, reaper.process_table())
 
 
 @pytest.fixture(scope="module")
@@ -287,16 +272,9 @@ def test_compare_fans_the_evaluation_episodes_out_with_the_same_numbers(tmp_path
         f" {arm} seed {s}" for arm in arms for s in seeds]  # progress in seed order
 
 
-def _alive(pids: set[int]) -> set[int]:
-    out = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            out.add(pid)
-    return out
+def _alive(processes: set[tuple[int, int]]) -> list[int]:
+    """The pids of `processes` still running (the same processes: a reused pid does not count)."""
+    return reaper.still_running(processes, reaper.process_table())
 
 
 @pytest.mark.slow
@@ -329,7 +307,7 @@ def test_a_stopped_ray_run_checkpoints_and_leaves_no_ray_process(tmp_path, signu
     deadline = time.monotonic() + 15
     while _alive(ray_processes) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _alive(ray_processes) == set()
+    assert _alive(ray_processes) == []
 
 
 def test_workers_share_the_gpus_so_that_every_one_is_placed():
