@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from esper_fx.contracts import GOVERNOR_DEATH_PENALTY, SeedStage
+from esper_fx.contracts import SeedStage
 
 # BEHAVIOUR §1.6 governor constants
 GOVERNOR_SENSITIVITY = 6.0  # sigma
@@ -73,14 +73,13 @@ class Governor:
         sensitivity: float = GOVERNOR_SENSITIVITY,
         multiplier: float = GOVERNOR_MULTIPLIER,
         absolute_threshold: float = GOVERNOR_ABSOLUTE_THRESHOLD,
-        death_penalty: float = GOVERNOR_DEATH_PENALTY,
         history_window: int = GOVERNOR_HISTORY_WINDOW,
         min_panics_before_rollback: int = GOVERNOR_MIN_PANICS,
         random_guess_loss: float = math.log(10),
     ) -> None:
         self.model = model
         self.sensitivity, self.multiplier = float(sensitivity), float(multiplier)
-        self.absolute_threshold, self.death_penalty = float(absolute_threshold), float(death_penalty)
+        self.absolute_threshold = float(absolute_threshold)
         self.min_panics = int(min_panics_before_rollback)
         self.random_guess_loss = float(random_guess_loss)
         self.loss_history: deque[float] = deque(maxlen=int(history_window))
