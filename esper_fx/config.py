@@ -43,7 +43,7 @@ from rl.config import (
 
 __all__ = [
     "TrainingConfig", "HeuristicConfig", "OracleConfig", "PPOConfig", "RewardConfig", "Task", "DataSplit", "DataPath",
-    "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "PRESET_NAMES",
+    "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "WandbMode", "PRESET_NAMES",
 ]
 
 Task = StrEnum("Task", {name.upper(): name for name in contracts.TASK_NAMES})
@@ -62,6 +62,14 @@ class DataPath(StrEnum):
 class AmpDtype(StrEnum):
     FLOAT16 = "float16"
     BFLOAT16 = "bfloat16"
+
+
+class WandbMode(StrEnum):
+    """Weights & Biases logging (`esper_fx.outputs.wandb_log`): none, live, or files for `wandb sync` later."""
+
+    OFF = "off"
+    ONLINE = "online"
+    OFFLINE = "offline"
 
 
 class TelemetryLevel(StrEnum):
@@ -209,6 +217,11 @@ class TrainingConfig:
     checkpoint_every: int = option(10, "checkpoint every N batches", resume=True)
     tensorboard: bool = option(True, "no TensorBoard scalars in `<run dir>/tb/`", resume=True)
     report: bool = option(True, "no `plots/` and `report.html` at the end of the run", resume=True)
+    wandb: WandbMode = option(WandbMode.OFF, "also log to Weights & Biases, `online` or `offline` (no network; "
+                              "`wandb sync` uploads later): TensorBoard's scalars, the config, the report's plots "
+                              "and the summary, W&B's files in `<run dir>/wandb/`; needs `pip install -e "
+                              "'.[wandb]'`", resume=True)
+    wandb_project: str = option("esper_fx", "the W&B project of `--wandb`", metavar="NAME", resume=True)
     # scripted controllers
     heuristic: HeuristicConfig = field(default_factory=HeuristicConfig)
     oracle: OracleConfig = field(default_factory=OracleConfig)
@@ -243,7 +256,7 @@ class TrainingConfig:
 
     def _coerce(self) -> None:
         enums = {"task": Task, "data_split": DataSplit, "data_path": DataPath, "amp_dtype": AmpDtype,
-                 "telemetry_level": TelemetryLevel}
+                 "telemetry_level": TelemetryLevel, "wandb": WandbMode}
         if isinstance(self.telemetry_level, str) and self.telemetry_level in RETIRED_TELEMETRY_LEVELS:
             raise ValueError(RETIRED_TELEMETRY_LEVELS[self.telemetry_level])
         for name, cls in enums.items():
@@ -256,6 +269,7 @@ class TrainingConfig:
         for name in ("run_dir", "resume_path"):
             self._set(name, check.text(name, getattr(self, name), optional=True))
         check.text("data_root", self.data_root)
+        check.text("wandb_project", self.wandb_project)
         for name, section in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
             value = getattr(self, name)
             if isinstance(value, Mapping):
@@ -612,7 +626,7 @@ SHAPES10_QUICK = {
 # fashion_mnist: the real Fashion-MNIST files (the dataset-fashion-mnist package's folder by default) and
 # its small 3x3 host, with the quickstart's controller, reward and episode shape; sized so that
 # `python -m esper_fx.prove --preset fashion_mnist` fits in 30 minutes on an idle 2-core CPU (about 15 min
-# from the 902 s of CPU time its first full prove run took; README). The reference lifecycle with a
+# from the 902 s of CPU time its first full prove run took; docs/PERFORMANCE.md). The reference lifecycle with a
 # warmup-stable-decay rate: the grid of docs/LEARNING.md §9 (three cells tied within 0.25 pp; of the two
 # with one change, the rule takes the reference lifecycle's).
 FASHION_MNIST = {

@@ -34,7 +34,9 @@ from typing import Any, Callable, Sequence
 DEFAULT_ROUNDS = 2
 MODULES = {"train": "esper_fx.train", "prove": "esper_fx.prove"}
 FIRST_ACTION = re.compile(r"First action after ([0-9.]+) s")
-VOLATILE = frozenset({"timing", "timestamp", "started", "finished", "checkpoint", "run_dir", "out", "path", "json"})
+# (provenance: where a run came from, its command line and start time included, not what it computed)
+VOLATILE = frozenset({"timing", "timestamp", "started", "finished", "checkpoint", "run_dir", "out", "path", "json",
+                      "provenance"})
 PROVE_INVOCATION = ("command", "config")  # prove.json's record of the command line and its configuration
 CORE_COUNTS = (2, 4, 8, 16)
 TARGETS = {"train": 1.6, "prove": 1.5}  # issue 28's speed-ups on the 2-core machine

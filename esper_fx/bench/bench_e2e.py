@@ -140,7 +140,7 @@ def run(settings: BenchSettings) -> dict:
     size = QUICK if settings.quick else FULL
     config = _config(settings, size)
     pool = TimedPool(build_pool(config))
-    result = esper_fx.run(config, quiet=True, pool=pool)
+    result = esper_fx.run(config, run_dir=False, quiet=True, pool=pool)
     case = _case(size, pool.epochs, _batch_rows(result.history))
     met = case["ratio"] < TARGET_SHARE
     return {

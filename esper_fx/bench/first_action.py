@@ -62,7 +62,7 @@ def time_to_first_action(config, marks: dict[str, float] | None = None) -> dict[
     pool = StopAtFirstAction(build_pool(config))
     marks["pool_built"] = time.time()
     try:
-        run(config, pool=pool, quiet=True)
+        run(config, run_dir=False, pool=pool, quiet=True)
     except FirstAction:
         pass
     return {**marks, **pool.marks}

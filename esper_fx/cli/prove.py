@@ -48,6 +48,7 @@ from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ra
 from esper_fx.errors import EXIT_OK, CommandParser, ConfigError
 from esper_fx.evaluation.comparison import MAX_EVAL_SEEDS
 from esper_fx.outputs.checkpoint import SHAPE_FIELDS, CheckpointError
+from esper_fx.outputs.provenance import collect, run_devices
 from esper_fx.training.stopping import deferred_stops, exit_code, sigterm_stops, stop_signal
 
 NAME = "esper_fx.prove"
@@ -405,8 +406,11 @@ def workers_line(config: TrainingConfig, arms: Any, seeds: Any, tuning_seeds: An
 
 
 def report_of(table: Any, config: TrainingConfig, wall: float, stopped: dict[str, Any] | None = None) -> dict:
-    """prove.json: the table, the command, the configuration, the training runs (and how it was stopped)."""
+    """prove.json: the table, the command, the configuration, where it ran from (`outputs.provenance`), the
+    training runs (and how it was stopped)."""
+    provenance = collect(run_devices(config.device, config.env_devices), started=time.time() - wall)
     report = {**table.to_dict(), "command": sys.argv, "config": config.to_dict(), "wall_s": wall,
+              "provenance": provenance,
               "training": {arm: {"run_dir": r.run_dir, "episodes": r.summary["episodes"],
                                  "wall_s": r.summary["wall_time_s"]} for arm, r in table.trained.items()}}
     if stopped is not None:

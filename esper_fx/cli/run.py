@@ -20,7 +20,6 @@ from esper_fx.distributed.auto import choose_workers
 from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, RunDirectoryError, RunFailure, SetupError
 from esper_fx.training.stopping import exit_code, stop_signal
 from esper_fx.training.threads import limit_cpu_threads
-from esper_fx.outputs.tensorboard_log import TB_SUBDIR
 
 
 def config_summary(config: TrainingConfig) -> list[str]:
@@ -81,7 +80,7 @@ def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
     limit_cpu_threads(config, lambda line: print(line, flush=True))
     cache_dir = compile_cache.enable(compile_cache_dir, enabled=compile_cache_enabled)
     from esper_fx.training.loop import Interrupted, run
-    from esper_fx.outputs.events import final_table
+    from esper_fx.outputs.closing import closing_lines
 
     started = time.perf_counter()
     try:
@@ -96,14 +95,10 @@ def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
         else:
             print("No batch had finished, so there is nothing to resume.", file=sys.stderr)
         return exc.exit_code
-    print()
-    print(final_table(result.history))
-    s = result.summary
-    print(f"\nDone in {time.perf_counter() - started:.1f} s: {s['episodes']} episodes, final accuracy "
-          f"{s['final_avg_accuracy']:.2f}% (best rolling {s['best_rolling_avg_accuracy']:.2f}%), seeds "
-          f"germinated {s['seeds_created']}, fossilized {s['seeds_fossilized']}, culled {s['seeds_culled']}")
-    for line in where_lines(result, cache_stats.describe(cache_dir)):
-        print(line)
+    if quiet:  # run() says its closing lines itself unless quiet; the command line always ends with them
+        for line in closing_lines(result, time.perf_counter() - started):
+            print(line)
+    print(cache_stats.describe(cache_dir))
     return EXIT_OK
 
 
@@ -148,18 +143,3 @@ def _stopped_outside_training(config: TrainingConfig, signum: int) -> int:
     else:
         print(f"\nInterrupted ({name}) before the first batch finished: nothing to resume.", file=sys.stderr)
     return exit_code(signum)
-
-
-def where_lines(result, cache_line: str) -> list[str]:
-    """The run's last lines: the compilation cache, TensorBoard, the run directory, the report."""
-    lines = [cache_line]
-    first_action = (result.summary.get("timing") or {}).get("first_action_s")
-    if first_action is not None:
-        lines.append(f"First action after {first_action:.1f} s")
-    if result.run_dir:
-        if result.config is not None and result.config.tensorboard:
-            lines.append(f"TensorBoard: tensorboard --logdir {os.path.join(result.run_dir, TB_SUBDIR)}")
-        lines.append(f"Run directory: {result.run_dir}")
-    if result.report_path:
-        lines.append(f"Report: {result.report_path}")
-    return lines

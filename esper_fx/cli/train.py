@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import signal
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
 from esper_fx.training import compile_cache
+from esper_fx.outputs.run_names import default_run_dir
 from esper_fx.cli.run import config_summary, run_from_cli  # noqa: F401 (config_summary re-exported)
 from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
 from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths
@@ -28,7 +27,6 @@ from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
 from esper_fx.training.stopping import exit_code, sigterm_stops, stop_signal
 
 NAME = "esper_fx.train"
-DEFAULT_RUNS_DIR = "runs"
 DEFAULT_PRESET = "quickstart"
 
 
@@ -86,14 +84,6 @@ def _with_ray(config: TrainingConfig) -> TrainingConfig:
     if config.env_workers != AUTO and config.env_workers > 0 and not ray_installed():
         raise ConfigError(f"--env-workers {config.env_workers}: {INSTALL_HINT}")
     return config
-
-
-def default_run_dir(label: str, now: datetime | None = None) -> str:
-    """runs/<label>-<UTC timestamp to the millisecond>-<4 random hex digits>: two launches in the same
-    second (or millisecond) get different directories (and the run directory's lock catches the rest)."""
-    now = now or datetime.now(timezone.utc)
-    stamp = now.strftime("%Y%m%dT%H%M%S") + f".{now.microsecond // 1000:03d}Z"
-    return os.path.join(DEFAULT_RUNS_DIR, f"{label}-{stamp}-{secrets.token_hex(2)}")
 
 
 def _resume_config(args: argparse.Namespace, overrides: dict[str, Any]) -> TrainingConfig:

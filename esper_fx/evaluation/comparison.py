@@ -55,6 +55,7 @@ import numpy as np
 
 from esper_fx.config import SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation import across_seeds, stats
+from esper_fx.training import compile_cache
 from esper_fx.training.threads import limit_cpu_threads
 from esper_fx.evaluation.fair_controls import (BEST_FIXED, DEFAULT_TUNING_SEEDS, STATIC_MATCHED, best_by_task,
                                                default_tuning_seeds, fixed_for, flop_ratios, matched_overrides,
@@ -254,6 +255,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
         check_tuning_seeds(config, tuning_seeds, seeds)
     say = progress or (lambda line: None)
     limit_cpu_threads(config, say)  # as the command line does (`training.threads`)
+    compile_cache.enable_once()  # and warm like it, unless the process chose otherwise
     with episode_runner(config, evaluation_episodes(arms, config, seeds, tuning_seeds)) as runner:
         if runner.fell_back:  # said once: the learning arms train in process too, without trying Ray again
             config = config.replace(env_workers=0)
@@ -490,7 +492,7 @@ def _build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], tr
     key = (bundle.name, repr(sorted((spec.get("config") or {}).items())), repr(spec.get("reward_fn")))
     if key not in cache:
         say(f"compare: training {name} ({bundle.name}, {arm_config.n_episodes} episodes)")
-        run_dir = None if train_dir is None else f"{train_dir}/{across_seeds.run_dir_name(name)}"
+        run_dir = False if train_dir is None else f"{train_dir}/{across_seeds.run_dir_name(name)}"
         cache[key] = run(arm_config, controller=bundle, reward_fn=spec.get("reward_fn"), run_dir=run_dir,
                          quiet=quiet)
     result = cache[key]

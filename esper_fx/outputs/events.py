@@ -27,6 +27,7 @@ from esper_fx.outputs.durable import append_text, replace_text
 from esper_fx.contracts import ACTION_HEADS, EventType
 from esper_fx.errors import OutputError, RunDirectoryError
 from esper_fx.outputs.history import OP_NAMES, BatchSummary
+from esper_fx.outputs.provenance import PROVENANCE_NAME, collect, run_devices
 
 
 def utc_now() -> str:
@@ -120,7 +121,7 @@ def run_dir_entries(path: Path) -> list[str]:
 
 
 class RunDirectory:
-    """Files of one run: config.json, events.jsonl, metrics.csv, summary.json (and checkpoints/).
+    """Files of one run: config.json, provenance.json, events.jsonl, metrics.csv, summary.json (and checkpoints/).
 
     `columns` fixes metrics.csv's header (see `metric_columns`); without it the header is the first
     row's keys, widened (the file rewritten) if a later row brings new ones. `claim` takes the
@@ -136,6 +137,7 @@ class RunDirectory:
         self.checkpoint_dir = self.path / "checkpoints"
         self._metric_columns: list[str] | None = list(columns) if columns else self._existing_columns()
         self._lock: Any = None
+        self.provenance: dict[str, Any] | None = None  # this process's, from `write_config`
 
     @classmethod
     def claim(cls, path: str | Path, *, may_hold_a_run: bool = False) -> "RunDirectory":
@@ -177,10 +179,19 @@ class RunDirectory:
         return header or None
 
     def write_config(self, config_dict: Mapping[str, Any]) -> None:
+        """config.json, and beside it provenance.json: where this process runs it from (`outputs.provenance`;
+        a file of its own, since config.json must stay a config `TrainingConfig.from_dict` reads). Both are
+        written at the run's start, so a run that stops early keeps them; a resume rewrites both."""
         with _writing(self.path / CONFIG_NAME):
             replace_text(self.path / CONFIG_NAME, json.dumps(to_jsonable(config_dict), indent=2) + "\n")
+        self.provenance = collect(run_devices(config_dict.get("device"), config_dict.get("env_devices")))
+        with _writing(self.path / PROVENANCE_NAME):
+            replace_text(self.path / PROVENANCE_NAME, json.dumps(self.provenance, indent=2) + "\n")
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
+        """summary.json, with the provenance of the process that finished the run under "provenance"."""
+        if self.provenance is not None:
+            summary = {**summary, "provenance": self.provenance}
         with _writing(self.path / "summary.json"):
             replace_text(self.path / "summary.json", json.dumps(to_jsonable(summary), indent=2) + "\n")
 
@@ -288,14 +299,20 @@ def _csv_text(rows: Iterable[Sequence[Any]]) -> str:
 
 class RunLog:
     """Where a run's outputs go: events (kept in memory and appended to events.jsonl), metrics.csv rows,
-    config.json, summary.json, the TensorBoard scalars (`board`, optional) and the console. `run_dir` None
-    writes no file."""
+    config.json, summary.json, the TensorBoard scalars (`board`, optional), the W&B run (`wandb`, optional)
+    and the console. `run_dir` None writes no file."""
 
-    def __init__(self, run_dir: RunDirectory | str | None, console: "Console", board: Any = None):
+    def __init__(self, run_dir: RunDirectory | str | None, console: "Console", board: Any = None,
+                 wandb: Any = None):
         self.dir = run_dir if isinstance(run_dir, RunDirectory) or run_dir is None else RunDirectory(run_dir)
         self.console = console
         self.board = board  # esper_fx.outputs.tensorboard_log.Board or None
+        self.wandb = wandb  # esper_fx.outputs.wandb_log.WandbLog or None
         self.events: list[dict[str, Any]] = []
+
+    def _scalar_logs(self) -> list[Any]:
+        """Where each batch's scalars go besides metrics.csv: the TensorBoard board and the W&B run, if on."""
+        return [log for log in (self.board, self.wandb) if log is not None]
 
     @property
     def path(self) -> str | None:
@@ -308,8 +325,8 @@ class RunLog:
 
     def batch_done(self, summary: BatchSummary, events: Sequence[Event], total_episodes: int,
                    reward_components: Mapping[str, float] | None = None) -> None:
-        """The console lines (and warnings), the batch's events, its metrics.csv row and its TensorBoard
-        scalars."""
+        """The console lines (and warnings), the batch's events, its metrics.csv row and its TensorBoard (and
+        W&B) scalars."""
         self.console.batch_done(summary)
         for line in format_batch_lines(summary, total_episodes) + [self.console.time_line()]:
             self.console.line(line)
@@ -319,17 +336,25 @@ class RunLog:
         self.log(events)
         if self.dir is not None:
             self.dir.append_metrics(summary)
+        for log in self._scalar_logs():
+            with _writing(log.log_dir):
+                log.add_batch(summary, reward_components, self.console.first_action_s)
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        """The run's end: summary.json and TensorBoard's HParams session with the summary's final numbers."""
+        if self.dir is not None:
+            self.dir.write_summary(summary)
         if self.board is not None:
             with _writing(self.board.log_dir):
-                self.board.add_batch(summary, reward_components, self.console.first_action_s)
+                self.board.finish(summary)
 
     def truncate_history(self, n_batches: int) -> None:
         """On resume: metrics.csv, events.jsonl and the TensorBoard scalars keep batches 0 .. n_batches−1."""
         if self.dir is not None:
             self.dir.truncate_history(n_batches)
-        if self.board is not None:
-            with _writing(self.board.log_dir):
-                self.board.truncate(n_batches)
+        for log in self._scalar_logs():
+            with _writing(log.log_dir):
+                log.truncate(n_batches)
 
     def close(self) -> None:
         """Stop the progress display and flush the TensorBoard files."""
@@ -337,6 +362,13 @@ class RunLog:
         if self.board is not None:
             with _writing(self.board.log_dir):
                 self.board.close()
+
+    def end_wandb(self, summary: Mapping[str, Any] | None = None, report_path: str | None = None) -> None:
+        """End the W&B run, if any: a finished run's (`summary`) after its final metrics and the report's plots
+        (`esper_fx.outputs.wandb_log`). A second call does nothing."""
+        if self.wandb is not None:
+            with _writing(self.wandb.log_dir):
+                self.wandb.finish(summary, report_path)
 
 
 # Columns of metrics.csv, in order; PPO metrics are prefixed "ppo_".

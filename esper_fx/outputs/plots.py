@@ -187,7 +187,8 @@ def _runs_legend(ax: Axes, with_rolling: bool) -> None:
 
 
 def plot_runs(runs: Any, metrics: Sequence[str] = ("avg_accuracy", "avg_reward"), *, rolling: bool = True,
-              x: str = "batch", env_band: bool = False, fig: Figure | None = None) -> Figure:
+              x: str = "batch", env_band: bool = False, static_host: float | None = None,
+              fig: Figure | None = None) -> Figure:
     """Several runs on one figure: one subplot per metric (stacked, shared x), one line per run.
 
     runs: {name: RunResult-like or history list}; a single run (not a mapping) is labelled "run".
@@ -195,12 +196,17 @@ def plot_runs(runs: Any, metrics: Sequence[str] = ("avg_accuracy", "avg_reward")
     rolling: also draw `rolling_avg_accuracy` dashed (same colour) on the avg_accuracy subplot.
     x: history key for the x axis ("batch" or "episodes_completed").
     env_band: shade the min..max of `env_accuracies` around avg_accuracy.
+    static_host: the static host's accuracy (summary.json's "static_host"), a grey dotted line across the
+    avg_accuracy subplot: what the run reached without growth.
     """
     run_map = _as_run_mapping(runs)
     fig = _new_figure(fig, (8.0, 2.8 * max(1, len(metrics)) + 0.4))
     axes = np.atleast_1d(fig.subplots(len(metrics), 1, sharex=True, squeeze=False)[:, 0])
     for ax, metric in zip(axes, metrics):
         _plot_metric(ax, metric, run_map, x, rolling, env_band)
+        if metric == "avg_accuracy" and static_host is not None:
+            ax.axhline(static_host, color="0.35", linestyle=":", linewidth=1.4,
+                       label=f"static host {static_host:.1f}%")
         _runs_legend(ax, rolling and metric == "avg_accuracy")
     axes[-1].set_xlabel("episodes completed" if x == "episodes_completed" else x)
     axes[-1].xaxis.get_major_locator().set_params(integer=True)

@@ -9,6 +9,7 @@ rebuilds one for any run directory, an interrupted or crashed one included, from
                      the PPO metrics of their PPO_UPDATE_COMPLETED events)
     events.jsonl     the lifecycle events (the swimlane of the last batch)
     summary.json     the run's totals, when it finished
+    provenance.json  where the run came from (versions, commit, command, host, devices), shown in the header
 
 It writes `<run_dir>/plots/*.png` (learning curves with the per-env spread, seed events, the lifecycle
 swimlane of the last batch, the action distribution, PPO diagnostics, timing) and `<run_dir>/report.html`:
@@ -23,6 +24,7 @@ import base64
 import html
 import json
 import math
+import shlex
 import sys
 import time
 import warnings
@@ -37,6 +39,7 @@ from esper_fx.contracts import SlotIdError, sort_slot_ids
 from esper_fx.errors import EXIT_OK, CommandParser, ConfigError, OutputError
 from esper_fx.outputs.events import load_events, read_metrics, summary_from_csv
 from esper_fx.outputs.history import BatchSummary, as_summaries, run_summary
+from esper_fx.outputs.provenance import PROVENANCE_NAME
 
 PLOTS_SUBDIR = "plots"
 REPORT_NAME = "report.html"
@@ -61,6 +64,7 @@ class RunRecord:
     finished: bool  # summary.json describes exactly these batches
     planned_batches: int | None
     notes: list[str] = field(default_factory=list)  # what could not be read
+    provenance: dict[str, Any] = field(default_factory=dict)  # provenance.json (or summary.json's copy)
 
 
 def load_run(run_dir: str | Path) -> RunRecord:
@@ -78,7 +82,9 @@ def load_run(run_dir: str | Path) -> RunRecord:
     finished = bool(saved) and saved.get("batches") == len(history)
     summary = saved if finished else computed_summary(config, history)
     planned = _planned_batches(config)
-    return RunRecord(path, config, history, events, summary, finished, planned, notes)
+    provenance = _read_json(path / PROVENANCE_NAME, notes) or (saved or {}).get("provenance")
+    return RunRecord(path, config, history, events, summary, finished, planned, notes,
+                     provenance if isinstance(provenance, dict) else {})
 
 
 def _read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
@@ -168,9 +174,11 @@ class Plot:
 def plot_specs(record: RunRecord) -> list[tuple[str, str, Callable[[], Any]]]:
     """(file stem, title, draw) for every figure this run can show."""
     history, config = record.history, record.config
+    static_host = (record.summary.get("static_host") or {}).get("accuracy")
     specs: list[tuple[str, str, Callable[[], Any]]] = [
-        ("learning_curves", "Accuracy and reward per batch (band: spread over envs; dashed: rolling mean)",
-         lambda: plots.plot_runs(history, ("avg_accuracy", "avg_reward"), env_band=True)),
+        ("learning_curves", "Accuracy and reward per batch (band: spread over envs; dashed: rolling mean"
+         + ("; dotted: the static host, trained alone in one more batch)" if static_host is not None else ")"),
+         lambda: plots.plot_runs(history, ("avg_accuracy", "avg_reward"), env_band=True, static_host=static_host)),
         ("seed_events", "Seed events per batch", lambda: plots.plot_seed_events(history)),
     ]
     if history:
@@ -277,6 +285,10 @@ def summary_section(record: RunRecord) -> str:
     first_action = (s.get("timing") or {}).get("first_action_s")
     if first_action is not None:
         rows.append(("time to the first action (s)", format_value(first_action)))
+    static_host = s.get("static_host")
+    if static_host:
+        rows.append((f"static host, trained alone in batch {static_host['batch']} (%)",
+                     format_value(static_host["accuracy"])))
     return _table(("", "value"), rows)
 
 
@@ -287,6 +299,29 @@ def status_line(record: RunRecord) -> str:
         return f'<p class="status">Finished: {done}{planned} batches.</p>'
     return (f'<p class="status unfinished">Not finished: {done}{planned} batches on disk. Continue it with '
             f"<code>python -m esper_fx.train --resume {html.escape(str(record.path))}</code>.</p>")
+
+
+def provenance_line(p: Mapping[str, Any]) -> str:
+    """The header's compact line of where the run came from (provenance.json): versions, commit (and whether
+    the checkout was dirty), host, torch threads, devices and the command; empty without a provenance."""
+    if not p:
+        return ""
+    versions, git, devices = (_mapping(p.get(key)) for key in ("versions", "git", "devices"))
+    esc = html.escape
+    commit = git.get("commit")
+    shown = f'<code title="{esc(str(commit))}">{esc(str(commit)[:12])}</code>' if commit else "–"
+    parts = [esc(", ".join(f"{name} {v}" for name, v in versions.items() if v is not None)),
+             f"commit {shown}{' (dirty)' if git.get('dirty') else ''}",
+             esc(f"host {p.get('host')}"), esc(f"torch threads {p.get('torch_threads')}"),
+             esc("devices " + "; ".join(f"{kind} {', '.join(map(str, v)) if isinstance(v, list) else v}"
+                                        for kind, v in devices.items() if v is not None))]
+    if isinstance(p.get("command"), list):
+        parts.append(f"command <code>{esc(shlex.join(map(str, p['command'])))}</code>")
+    return f'<p class="status">{" · ".join(parts)}</p>'
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def batches_section(history: Sequence[BatchSummary]) -> str:
@@ -327,6 +362,7 @@ def render_html(record: RunRecord, drawn: Sequence[Plot]) -> str:
 {status_line(record)}
 <p class="status">{html.escape(str(record.path))} · report written {html.escape(generated)} · TensorBoard:
 <code>tensorboard --logdir {html.escape(str(record.path / "tb"))}</code></p>
+{provenance_line(record.provenance)}
 {notes}
 <h2>Summary</h2>
 {summary_section(record)}

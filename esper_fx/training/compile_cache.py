@@ -2,8 +2,9 @@
 
 Every run builds the same jitted programs (the controller's init, its step, its update): a run that finds
 them in the persistent cache loads them instead of compiling them again with XLA. `enable()` points JAX at
-the cache directory; call it before the first jitted call of the process (the CLI does; a notebook calls it
-in its first cell; it also works later, then taking effect from the next compilation).
+the cache directory; call it before the first jitted call of the process (the CLI does; `esper_fx.run` and
+`esper_fx.compare` call `enable_once()`, which keeps a choice the process already made; it also works
+later, then taking effect from the next compilation).
 
 Where the cache lives, in order:
 
@@ -81,16 +82,31 @@ def resolve_dir(directory: str | os.PathLike | None = None, enabled: bool | None
     return default_dir(environ).absolute()
 
 
+_chosen: list[Path | None] = []  # the process's choice, once `enable` has made one
+
+
 def enable(directory: str | os.PathLike | None = None, *, enabled: bool | None = None,
            environ: Mapping[str, str] | None = None) -> Path | None:
     """Point JAX's persistent compilation cache at the resolved directory and return it (None: off).
 
     A directory that cannot be created or written warns once and leaves the cache off (JAX would otherwise
     warn once per program it fails to save): a cache never stops a run."""
+    path = _enable(directory, enabled, os.environ if environ is None else environ)
+    _chosen[:] = [path]
+    return path
+
+
+def enable_once() -> Path | None:
+    """`enable()` with the default resolution, unless this process already chose (the command line's
+    --compile-cache-dir or --no-compile-cache, or a notebook's own `enable` call): what `esper_fx.run` and
+    `esper_fx.compare` call, so a notebook starts warm like the command line."""
+    return _chosen[0] if _chosen else enable()
+
+
+def _enable(directory: str | os.PathLike | None, enabled: bool | None, environ: Mapping[str, str]) -> Path | None:
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
-    environ = os.environ if environ is None else environ
     path = resolve_dir(directory, enabled, environ)
     if path is not None:
         problem = _unwritable(path)

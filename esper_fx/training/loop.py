@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from esper_fx.controllers import protocol as ctl
-from esper_fx.training import preflight
+from esper_fx.training import compile_cache, preflight
 from esper_fx.outputs import report
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig, absolute_paths
@@ -45,6 +45,9 @@ from esper_fx.training.threads import limit_cpu_threads
 from esper_fx.outputs.events import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns
 from esper_fx.outputs.events import nonfinite_warning, reward_events, update_warning
 from esper_fx.outputs.tensorboard_log import open_board
+from esper_fx.outputs.wandb_log import open_wandb
+from esper_fx.outputs.closing import closing_lines
+from esper_fx.outputs.run_names import default_run_dir
 from hosts.env import EnvPool
 from hosts.env.pool import resolve_device
 from rl import rewards
@@ -69,27 +72,32 @@ class RunResult:
 
 
 def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | None = None,
-        reward_fn: Callable | str | None = None, run_dir: str | os.PathLike | None = None, *,
-        quiet: bool = True, pool: EpisodePool | None = None, console_stream=None) -> RunResult:
+        reward_fn: Callable | str | None = None, run_dir: str | os.PathLike | bool | None = None, *,
+        quiet: bool = False, pool: EpisodePool | None = None, console_stream=None) -> RunResult:
     """Train `config` end to end and return the history, events and summary.
 
     controller: a registered name, a Controller bundle or a constructor (default: config.controller).
     reward_fn: a name (shaped, sparse, minimal, loss) or a function with the rl.rewards signature
     (default: config.reward's family and mode). run_dir: where to write config.json, events.jsonl,
     metrics.csv, summary.json, checkpoints/, the TensorBoard scalars tb/ (unless config.tensorboard is
-    off), and at the end plots/ and report.html (unless config.report is off) (default: config.run_dir;
-    None writes nothing). A run directory must be new or empty, unless the run resumes the run it holds;
-    it is locked while the run lives. pool: an env pool (default: `build_pool(config)`, closed when the run
-    ends, however it ends).
+    off), and at the end plots/ and report.html (unless config.report is off); default config.run_dir, or
+    for a new run without one `runs/<task>-<UTC time>-<hex>` under the working directory, as the command
+    line does; False writes nothing. A run directory must be new or empty, unless the run resumes the run
+    it holds; it is locked while the run lives. pool: an env pool (default: `build_pool(config)`, closed
+    when the run ends, however it ends). quiet: no per-batch lines and no closing table (default: both, on
+    `console_stream` or stdout).
 
     Before anything is written, the run directory, the devices and the data are checked (a problem
-    raises a `esper_fx.errors.SetupError` naming it). A CPU-only run sets torch to one thread unless
-    OMP_NUM_THREADS is set, as the command line does (`training.threads`). SIGTERM is handled like Ctrl-C: the last finished
-    batch is checkpointed and `Interrupted` raised.
+    raises a `esper_fx.errors.SetupError` naming it). The process policy is the command line's: a CPU-only
+    run sets torch to one thread unless OMP_NUM_THREADS is set (`training.threads`), and JAX's persistent
+    compilation cache is on unless the process chose otherwise (`compile_cache.enable_once`). SIGTERM is
+    handled like Ctrl-C: the last finished batch is checkpointed and `Interrupted` raised.
     """
-    config = absolute_paths(config if run_dir is None else config.replace(run_dir=str(run_dir)))
+    started = time.perf_counter()
+    config = absolute_paths(with_run_dir(config, run_dir))
     preflight.check_before_writing(config)
     limit_cpu_threads(config, say=lambda line: None if quiet else print(line, flush=True))
+    compile_cache.enable_once()
     spec = ctl.ControllerSpec.from_config(config)
     bundle = ctl.build(controller if controller is not None else config.controller_name, spec)
     reward = resolve_reward_fn(config, reward_fn)
@@ -103,7 +111,21 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
         wait_ready(pool)
         with open_run_log(config, console) as out:
             result = train_and_summarize(config, bundle, spec, reward, pool, out, n_batches, learner)
+    for line in closing_lines(result, time.perf_counter() - started):
+        console.line(line)
     return result
+
+
+def with_run_dir(config: TrainingConfig, run_dir: str | os.PathLike | bool | None) -> TrainingConfig:
+    """The config with the run directory `run` was asked for (see its docstring): False none, a path that
+    path, None the config's own or, for a new run without one, a fresh `runs/<task>-...`."""
+    if run_dir is False:
+        return config.replace(run_dir=None)
+    if run_dir is not None and run_dir is not True:
+        return config.replace(run_dir=str(run_dir))
+    if config.run_dir is None and config.resume_path is None:
+        return config.replace(run_dir=default_run_dir(config.task.value))
+    return config
 
 
 def train_and_summarize(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSpec, reward: Callable,
@@ -123,12 +145,34 @@ def train_and_summarize(config: TrainingConfig, bundle: ctl.Controller, spec: ct
     report_path = None
     if out.dir is not None:
         with deferred_stops(reraise=False):  # the run is complete: a late Ctrl-C only waits for this
-            out.dir.write_summary(summary)
+            if config.report:
+                summary["static_host"] = static_host_reference(config, spec, reward, pool)
+            out.write_summary(summary)
         if config.report:
             report_path = write_report(out)
+        out.end_wandb(summary, report_path)
     return RunResult(history=progress.history, events=out.events, summary=summary, run_dir=out.path,
                      controller_state=state.learner.controller, best_controller_state=state.learner.best_controller,
                      config=config, obs_rms=state.learner.obs_rms, report_path=report_path)
+
+
+def static_host_reference(config: TrainingConfig, spec: ctl.ControllerSpec, reward: Callable,
+                          pool: EpisodePool) -> dict[str, Any] | None:
+    """The report's reference line: the host trained alone (the `wait` controller) in one more batch of the
+    run's envs, on the batch index after the last (env seeds no episode of the run trained on). Its
+    `accuracy` is that batch's avg_accuracy, the learning curve's own measure; a reference level, not a
+    paired comparison (that is `prove`). None for a task mix, whose episodes draw different hosts."""
+    if config.task_mix:
+        return None
+    wait = ctl.build("wait", spec)
+    runner = Runner.build(config, spec, wait, reward, pool, Console(1, config.max_epochs, quiet=True))
+    learner = runner.to_device(fresh_learner(wait, spec, config.seed, runner.device))
+    batch = math.ceil(config.n_episodes / config.n_envs)
+    # counted as the run's last batch, so that no next batch is prefetched
+    progress = Progress(next_batch_idx=batch, episodes_completed=config.n_episodes - config.n_envs)
+    summary = run_batch(runner, learner, progress)[2]
+    return {"accuracy": summary.avg_accuracy, "env_accuracies": summary.env_accuracies, "batch": batch,
+            "controller": wait.name}
 
 
 def write_report(out: RunLog) -> str | None:
@@ -151,12 +195,14 @@ def open_run_log(config: TrainingConfig, console: Console):
         resumed = preflight.resumed_run_dir(config.resume_path)
         run_dir = RunDirectory.claim(config.run_dir, may_hold_a_run=resumed is not None and
                                      Path(config.run_dir).resolve() == resumed)
-    out = RunLog(run_dir, console, open_board(config.run_dir, config.tensorboard, config.to_dict()))
+    out = RunLog(run_dir, console, open_board(config.run_dir, config.tensorboard, config.to_dict()),
+                 open_wandb(config))
     try:
         yield out
     finally:
         try:
             out.close()
+            out.end_wandb()  # a stopped or failed run's (a finished run's ended after its report)
         finally:  # the lock is released even if flushing the TensorBoard files failed
             if run_dir is not None:
                 run_dir.close()

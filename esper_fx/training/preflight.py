@@ -1,5 +1,5 @@
 """What can be checked before a run writes its first file: the run directory, a resume's checkpoint, the Ray
-cluster to join, the devices, the data root.
+cluster to join, the devices, the data root, W&B's package and credentials.
 
 Each check raises a `SetupError` naming the path, device or field; none writes anything (a lock held by a
 live run is probed with a read-only open). `esper_fx.training.loop.run` calls `check_before_writing` first, then
@@ -20,6 +20,7 @@ from esper_fx.errors import DataError, DeviceUnavailableError, ResumeMismatchErr
 from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint, read_manifest
 from esper_fx.outputs.events import CONFIG_NAME, LOCK_NAME, METRICS_NAME, metric_rows, refusal, rows_by_batch
 from esper_fx.outputs.events import int_or_none, run_dir_entries
+from esper_fx.outputs.wandb_log import check_wandb
 
 # Room left in a path for what a run writes inside its directory (checkpoints/.tmp-batch-.../state/...).
 RUN_DIR_PATH_RESERVE = 200
@@ -27,7 +28,7 @@ DISK_TASKS = ("cifar10", "cifar10_deep", "tinystories", "fashion_mnist")  # task
 
 
 def check_before_writing(config: TrainingConfig) -> None:
-    """Every check that needs no data loaded: the run directory, the devices, the data root."""
+    """Every check that needs no data loaded: the run directory, the devices, the data root, W&B."""
     if config.run_dir:
         check_run_dir(Path(os.path.abspath(config.run_dir)), resumed_run_dir(config.resume_path))
     check_resume(config)
@@ -35,6 +36,7 @@ def check_before_writing(config: TrainingConfig) -> None:
         check_ray_address(config.ray_address)
     check_devices(config)
     check_data_root(config)
+    check_wandb(config.wandb)
 
 
 def resumed_run_dir(resume_path: str | None) -> Path | None:

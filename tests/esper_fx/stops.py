@@ -31,8 +31,9 @@ def signal_at_call(owner: Any, name: str, call: int, signum: int = signal.SIGINT
     return lambda: setattr(owner, name, original) if not bound else owner.__dict__.pop(name, None)
 
 
-# what differs between two runs of one configuration: wall times, timestamps and checkpoint paths
-VOLATILE_KEYS = frozenset({"wall_time_s", "timing", "timestamp", "checkpoint"})
+# what differs between two runs of one configuration: wall times, timestamps, checkpoint paths and where the
+# run came from (summary.json's provenance: its command line and start time)
+VOLATILE_KEYS = frozenset({"wall_time_s", "timing", "timestamp", "checkpoint", "provenance"})
 
 
 def without_keys(value: Any, keys: Collection[str]) -> Any:

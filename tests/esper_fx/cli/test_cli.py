@@ -178,6 +178,8 @@ SAMPLES = {
     "checkpoint_every": (["3"], 3),
     "tensorboard": ([], False),
     "report": ([], False),
+    "wandb": (["offline"], "offline"),
+    "wandb_project": (["mine"], "mine"),
 }
 FLAGS = {ff.field: ff for ff in cli_parser.field_flags()}
 
@@ -289,7 +291,8 @@ def test_on_resume_exactly_the_declared_fields_may_change(tmp_path, monkeypatch)
 def test_the_resume_overridable_fields_are_todays_and_fix_no_shape():
     assert set(RESUME_OVERRIDABLE) == {
         "n_episodes", "device", "env_devices", "run_dir", "checkpoint_every", "data_root", "num_workers",
-        "env_workers", "ray_address", "data_path", "amp", "amp_dtype", "tensorboard", "report"}
+        "env_workers", "ray_address", "data_path", "amp", "amp_dtype", "tensorboard", "report", "wandb",
+        "wandb_project"}
     assert set(RESUME_OVERRIDABLE).isdisjoint(SHAPE_FIELDS)
 
 

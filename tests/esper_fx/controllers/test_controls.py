@@ -30,7 +30,7 @@ def _lifecycle(result):
 def test_oracle_reproduces_its_schedule_exactly():
     config = tiny16(controller="oracle", oracle={"slot": "r0c1", "blueprint": "depthwise", "blend": "linear",
                                                  "germinate_epoch": 2})
-    result = esper_fx.run(config)
+    result = esper_fx.run(config, run_dir=False, quiet=True)
     events = _lifecycle(result)
     assert events[0][:3] == ("SEED_GERMINATED", 2, "r0c1")
     assert events[0][3]["blueprint"] == "depthwise" and events[0][3]["blend"] == "linear"
@@ -79,17 +79,17 @@ def test_two_controllers_under_one_run_seed_draw_different_action_noise():
     b = step.act_key(root, "ppo_mlp", 0, 1)
     assert not np.array_equal(np.asarray(a), np.asarray(b))
     config = tiny16(max_epochs=6)
-    first = esper_fx.run(config, controller="random")
+    first = esper_fx.run(config, controller="random", run_dir=False, quiet=True)
     renamed = ctl.Controller(name="random_twin", act=ctl.build("random", ctl.ControllerSpec.from_config(config)).act)
-    second = esper_fx.run(config, controller=renamed)
+    second = esper_fx.run(config, controller=renamed, run_dir=False, quiet=True)
     assert first.history[0].head_counts != second.history[0].head_counts
-    again = esper_fx.run(config, controller="random")
+    again = esper_fx.run(config, controller="random", run_dir=False, quiet=True)
     assert again.history[0].head_counts == first.history[0].head_counts  # each stream is reproducible
 
 
 def test_greedy_evaluation_of_a_trained_policy_is_deterministic_and_learns_nothing():
     config = tiny16(controller="ppo_lstm", n_envs=2, n_episodes=2, max_epochs=4)
-    trained = esper_fx.run(config)
+    trained = esper_fx.run(config, run_dir=False, quiet=True)
     arm = Arm.trained("ppo", config, Policy(trained.controller_state, trained.obs_rms))
     assert not arm.controller.learns and arm.controller.name == "ppo_lstm_greedy"
     first, second = run_arm(arm, [101, 101])
@@ -129,7 +129,7 @@ def test_the_reference_horizon_bootstraps_the_last_epoch():
 
     spy = ctl.Controller(name="ppo_lstm", act=bundle.act, init=bundle.init, initial_carry=bundle.initial_carry,
                          value=bundle.value, update=spying_update, learns=True)
-    esper_fx.run(config, controller=spy)
+    esper_fx.run(config, controller=spy, run_dir=False, quiet=True)
     rollout = captured["rollout"]
     assert np.all(np.asarray(rollout.truncated[:, -1])) and np.all(np.asarray(rollout.dones[:, -1]))
     assert np.all(np.asarray(rollout.bootstrap[:, -1]) != 0.0)  # V of the post-action signals

@@ -17,7 +17,8 @@ from esper_fx.config import TrainingConfig
 from esper_fx.errors import EXIT_SETUP_ERROR, RunDirectoryError
 from esper_fx.outputs.history import BatchSummary
 from esper_fx.outputs.events import LOCK_NAME, RunDirectory, metric_columns
-from esper_fx.cli.train import default_run_dir, main
+from esper_fx.cli.train import main
+from esper_fx.outputs.run_names import default_run_dir
 from tests.esper_fx.bad_inputs import snapshot
 
 TINY = dict(
@@ -110,6 +111,25 @@ def test_default_run_directories_of_one_second_differ_and_stay_recognisable():
     names = {default_run_dir("quickstart", now) for _ in range(50)}
     assert len(names) == 50
     assert all(n.startswith(os.path.join("runs", "quickstart-20250102T030405.678Z-")) for n in names)
+
+
+def test_the_python_api_writes_a_run_directory_by_default_and_says_where(tmp_path, monkeypatch, capsys):
+    """Issue 37: `esper_fx.run(config)` kept nothing and printed nothing; now it writes runs/<task>-<time>-<hex>
+    under the working directory, as the command line does, and ends with the table and where it is."""
+    monkeypatch.chdir(tmp_path)
+    result = esper_fx.run(tiny(n_episodes=2, controller="wait", tensorboard=False, report=False))
+    (made,) = (tmp_path / "runs").iterdir()
+    assert made.name.startswith("shapes10-") and result.run_dir == str(made)
+    assert json.loads((made / "summary.json").read_text())["episodes"] == 2
+    out = capsys.readouterr().out
+    assert "BATCH 0 |" in out and f"Run directory: {made}" in out and "Done in" in out
+
+
+def test_run_dir_false_writes_nothing_and_quiet_says_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    result = esper_fx.run(tiny(n_episodes=2, controller="wait"), run_dir=False, quiet=True)
+    assert result.run_dir is None and list(tmp_path.iterdir()) == []
+    assert capsys.readouterr().out == ""
 
 
 # ----------------------------------------------------------------------------------------------

@@ -78,7 +78,7 @@ def _board_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
     acc = EventAccumulator(str(run_dir / TB_SUBDIR), size_guidance={"scalars": 0})
     acc.Reload()
-    assert acc.Tags()["tensors"] == [] or all(t.startswith("config") for t in acc.Tags()["tensors"])
+    assert all(t.startswith(("config", "_hparams_/")) for t in acc.Tags()["tensors"])  # text and HParams
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 

@@ -53,7 +53,9 @@ def jax_cache_settings():
     """Restore JAX's cache settings after a test that calls `enable` in this process."""
     names = ["jax_enable_compilation_cache", "jax_compilation_cache_dir", *cc.JAX_ENV_THRESHOLDS]
     saved = {name: getattr(jax.config, name) for name in names}
+    chosen = list(cc._chosen)
     yield
+    cc._chosen[:] = chosen
     for name, value in saved.items():
         jax.config.update(name, value)
     from jax.experimental.compilation_cache import compilation_cache
@@ -69,6 +71,15 @@ def test_enable_points_jax_at_the_directory_and_off_turns_jaxs_cache_off(tmp_pat
     assert jax.config.jax_enable_compilation_cache
     assert cc.enable(enabled=False, environ={}) is None
     assert not jax.config.jax_enable_compilation_cache
+
+
+def test_esper_fx_run_keeps_the_choice_the_process_made(tmp_path, jax_cache_settings):
+    """`run` and `compare` call enable_once: a notebook starts warm, the command line's --no-compile-cache holds."""
+    cc._chosen.clear()
+    assert cc.enable(enabled=False, environ={}) is None
+    assert cc.enable_once() is None and not jax.config.jax_enable_compilation_cache
+    cc._chosen.clear()
+    assert cc.enable_once() == cc.resolve_dir() and jax.config.jax_enable_compilation_cache
 
 
 def test_an_unwritable_directory_warns_and_leaves_the_cache_off(tmp_path, jax_cache_settings):

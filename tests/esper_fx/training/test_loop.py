@@ -82,7 +82,7 @@ def test_rollout_holds_exactly_E_times_T_valid_steps():
 
     spy = ctl.Controller(name="spy", act=bundle.act, init=bundle.init, initial_carry=bundle.initial_carry,
                          value=bundle.value, update=spying_update, learns=True)
-    esper_fx.run(config, controller=spy)
+    esper_fx.run(config, controller=spy, run_dir=False, quiet=True)
     rollout = captured["rollout"]
     assert int(jnp.sum(rollout.valid)) == 2 * 3
     # [fix] the last epoch ends the episode: done, not truncated, nothing bootstrapped (LEARNING.md)
@@ -104,7 +104,7 @@ def test_forced_nan_loss_triggers_rollback_and_the_run_continues():
 
     spy = ctl.Controller(name="spy", act=bundle.act, init=bundle.init, initial_carry=bundle.initial_carry,
                          value=bundle.value, update=spying_update, learns=True)
-    result = esper_fx.run(config, controller=spy, pool=pool)
+    result = esper_fx.run(config, controller=spy, pool=pool, run_dir=False, quiet=True)
     assert result.history[0].rollbacks == 1
     kinds = [e["event_type"] for e in result.events if e["env_id"] == 1]
     assert "GOVERNOR_ROLLBACK" in kinds
@@ -118,7 +118,7 @@ def test_discard_rolled_back_envs_drops_their_rows():
     config = tiny(n_episodes=2, discard_rolled_back_envs=True)
     pool = loop.build_pool(config)
     pool.inject_nan(env=1, epoch=2)
-    result = esper_fx.run(config, pool=pool)
+    result = esper_fx.run(config, pool=pool, run_dir=False, quiet=True)
     assert result.history[0].rollbacks == 1
     assert np.isfinite(result.history[0].ppo["policy_loss"])
 
@@ -183,7 +183,7 @@ def test_custom_two_function_controller_registers_and_runs():
 
     ctl.register("always_wait_custom", ctl.make_controller(act, init=init, name="always_wait_custom"))
     assert "always_wait_custom" in ctl.names()
-    result = esper_fx.run(tiny(n_episodes=2), controller="always_wait_custom")
+    result = esper_fx.run(tiny(n_episodes=2), controller="always_wait_custom", run_dir=False, quiet=True)
     assert result.history[0].action_counts["WAIT"] == 6
 
 
@@ -195,7 +195,7 @@ def test_history_records_the_seed_params_held_at_the_last_epoch():
         germinate = wait.at[:, 3].set(int(LifecycleOp.GERMINATE))
         return jnp.where((signals["epoch"] == 1)[:, None], germinate, wait)
 
-    result = esper_fx.run(tiny(n_episodes=2), controller=ctl.make_controller(act, name="germinate_once"))
+    result = esper_fx.run(tiny(n_episodes=2), controller=ctl.make_controller(act, name="germinate_once"), run_dir=False, quiet=True)
     entry = result.history[0]
     assert entry.seeds_created == 2
     assert len(entry.env_seed_params) == 2 and all(p > 0 for p in entry.env_seed_params)
@@ -207,7 +207,7 @@ def test_history_records_the_seed_params_held_at_the_last_epoch():
 
 
 def test_reward_fn_is_swappable_by_name_and_function():
-    sparse = esper_fx.run(tiny(n_episodes=2, controller="wait"), reward_fn="sparse")
+    sparse = esper_fx.run(tiny(n_episodes=2, controller="wait"), reward_fn="sparse", run_dir=False, quiet=True)
     # sparse pays only at t = T: 1.0 · clip(host_max_acc/100 − 0.1·0/500000, −1, 1) with no seeds
     expected = np.mean(sparse.history[0].host_max_accuracies) / 100.0
     assert sparse.history[0].avg_reward == pytest.approx(expected, abs=1e-5)

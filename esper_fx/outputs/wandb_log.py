@@ -1,0 +1,143 @@
+"""Weights & Biases logging of a run, beside TensorBoard (`--wandb online|offline`; `pip install -e '.[wandb]'`).
+
+`WandbLog` logs the scalars TensorBoard gets (`tensorboard_log.batch_scalars`; the step is the batch, as in
+`metrics.csv`, and the values are exact, not float32), the run's config (`to_dict`) as W&B's config and, once
+the run has finished, summary.json's numbers as W&B's run summary (TensorBoard's `final_scalars`:
+`final/final_avg_accuracy`, ...) and the plots the report drew (`plots/*.png`, images at the last step). The
+W&B run is named after the run directory; W&B's files go to `<run_dir>/wandb/` and its run id to
+`<run_dir>/wandb/run_id`, so that a resumed run continues the same W&B run (`resume="allow"`).
+
+`offline` needs no network and no account: each process of the run leaves an `offline-run-*` folder, which
+`wandb sync` uploads later. `online` needs W&B credentials (`wandb login` or WANDB_API_KEY), checked before
+anything is written: W&B never prompts for them. W&B prints nothing and does not capture the console; its
+errors are raised. W&B's history cannot be cut: the batches a resume repeats (the same numbers but for the
+timings) are logged again offline, and online W&B keeps those it already holds (`add_batch`).
+
+wandb is imported only when the run uses it. Logging never changes learning: this module only reads values
+the loop already computed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any, Mapping
+
+from esper_fx.errors import RunFailure, SetupError
+from esper_fx.outputs.durable import replace_text
+from esper_fx.outputs.history import BatchSummary
+from esper_fx.outputs.tensorboard_log import batch_scalars, final_scalars
+
+WANDB_SUBDIR = "wandb"  # W&B's own name for the folder it makes in the directory it is given
+RUN_ID_NAME = "run_id"
+INSTALL = "pip install -e '.[wandb]'"
+
+
+def import_wandb(mode: str) -> Any:
+    """The wandb module, or a SetupError naming the command that installs it."""
+    try:
+        import wandb
+    except ImportError:
+        raise SetupError(f"--wandb {mode} needs the wandb package, which is not installed: {INSTALL}") from None
+    return wandb
+
+
+def check_wandb(mode: str) -> None:
+    """Before anything is written (`training.preflight`): for W&B logging, wandb is installed and, online, has
+    credentials (without them W&B would prompt for a key)."""
+    if mode == "off":
+        return
+    wandb = import_wandb(mode)
+    if mode == "online":
+        wandb.setup(wandb.Settings(silent=True))  # no "logged in as" lines
+        if not wandb.login(prompt=False, verify=False):
+            raise SetupError("--wandb online needs W&B credentials: run `wandb login` or set WANDB_API_KEY "
+                             "(or log with --wandb offline and upload later with `wandb sync`)")
+
+
+def run_id(log_dir: Path) -> str:
+    """The W&B run id of a run directory: the one in `wandb/run_id`, or a new one written there."""
+    path = log_dir / RUN_ID_NAME
+    if path.is_file():
+        return path.read_text(encoding="utf-8").strip()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    new = secrets.token_hex(4)
+    replace_text(path, new + "\n")
+    return new
+
+
+def plot_images(wandb: Any, report_path: str | Path | None) -> dict[str, Any]:
+    """The report's plots (`plots/*.png` beside report.html) as W&B images, `plots/<name>` -> image."""
+    if report_path is None:
+        return {}
+    from esper_fx.outputs.report import PLOTS_SUBDIR
+
+    pngs = sorted((Path(report_path).parent / PLOTS_SUBDIR).glob("*.png"))
+    return {f"plots/{png.stem}": wandb.Image(str(png)) for png in pngs}
+
+
+class WandbLog:
+    """The W&B run of one run directory. It starts at the first batch it logs (or at `finish`), continuing
+    the W&B run an earlier process of the run directory started, and ends at `finish`."""
+
+    def __init__(self, run_dir: str | Path, mode: str, project: str, config: Mapping[str, Any]):
+        self.log_dir = Path(run_dir) / WANDB_SUBDIR
+        self._mode = str(mode)
+        self._project = project
+        self._config = dict(config)
+        self._wandb = None
+        self._run = None
+        self._ended = False
+
+    def truncate(self, first_batch: int) -> None:
+        """Nothing to drop: W&B's history cannot be cut (see the module docstring)."""
+
+    def add_batch(self, summary: BatchSummary, reward_components: Mapping[str, float] | None = None,
+                  first_action_s: float | None = None) -> None:
+        """The batch's TensorBoard scalars at step `summary.batch` (`first_action_s` once per process, as
+        TensorBoard). A batch below the step an online W&B run resumed at is skipped: W&B already holds it."""
+        opening = self._run is None
+        run = self._open()
+        if summary.batch < run.starting_step:
+            return
+        run.log(batch_scalars(summary, reward_components, first_action_s if opening else None), step=summary.batch)
+
+    def finish(self, summary: Mapping[str, Any] | None = None, report_path: str | Path | None = None) -> None:
+        """End the W&B run. For a finished run (`summary`), first its final metrics and the report's plots
+        (when `report_path` was written). Without a summary (a stopped or failed run), only ends it. A second
+        call does nothing."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            if summary is not None:
+                run = self._open()
+                run.summary.update(final_scalars(summary))
+                images = plot_images(self._wandb, report_path)
+                if images:
+                    run.log(images)  # at W&B's current step: the last batch's
+        finally:
+            run, self._run = self._run, None
+            if run is not None:
+                run.finish()
+
+    def _open(self) -> Any:
+        if self._run is None:
+            self._wandb = wandb = import_wandb(self._mode)
+            settings = wandb.Settings(silent=True, console="off", reinit="create_new")
+            try:
+                self._run = wandb.init(
+                    project=self._project, name=self.log_dir.parent.name, id=run_id(self.log_dir),
+                    dir=str(self.log_dir.parent), config=self._config, allow_val_change=True, resume="allow",
+                    mode=self._mode, settings=settings)
+            except wandb.errors.Error as exc:
+                raise RunFailure(f"W&B could not start its run ({exc}); --wandb offline needs no network, and "
+                                 f"--resume {self.log_dir.parent} continues the run") from None
+        return self._run
+
+
+def open_wandb(config: Any) -> WandbLog | None:
+    """The run's W&B log (`config` a TrainingConfig), or None (W&B off, or no run directory)."""
+    if config.wandb == "off" or not config.run_dir:
+        return None
+    return WandbLog(config.run_dir, config.wandb, config.wandb_project, config.to_dict())
