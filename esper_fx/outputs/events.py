@@ -27,6 +27,7 @@ from esper_fx.outputs.durable import append_text, replace_text
 from esper_fx.contracts import ACTION_HEADS, EventType
 from esper_fx.errors import OutputError, RunDirectoryError
 from esper_fx.outputs.history import OP_NAMES, BatchSummary
+from esper_fx.outputs.notebook_bar import NotebookBar, format_duration, in_notebook
 from esper_fx.outputs.provenance import PROVENANCE_NAME, collect, run_devices
 
 
@@ -561,7 +562,8 @@ def progress_columns(width: int) -> list[Any]:
 class Console:
     """Per-batch lines (BEHAVIOUR §7.7) and, attached to a terminal, a rich progress bar: batch, episodes, epoch within
     the batch, throughput, the last batch's numbers, elapsed time and ETA. Off a terminal the per-batch
-    lines carry the elapsed time and the ETA instead. It also notes when the first action is ready."""
+    lines carry the elapsed time and the ETA instead, and in a Jupyter kernel a progress line above them is
+    updated after every epoch (`notebook_bar`). It also notes when the first action is ready."""
 
     def __init__(self, total_batches: int, n_epochs: int, quiet: bool = False, stream: TextIO | None = None,
                  *, n_envs: int | None = None, n_episodes: int | None = None):
@@ -578,7 +580,10 @@ class Console:
         self._samples = 0
         self._first_batch = 0  # the batch this process started at (later on a resume)
         self._batches_done = 0  # in this process
+        self._notebook = None  # a Jupyter kernel's progress line (`notebook_bar`)
         interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
+        if not interactive and not quiet and in_notebook(self.stream):
+            self._notebook = NotebookBar(total_batches, n_epochs)
         if interactive and not quiet:
             from rich.console import Console as RichConsole
             from rich.progress import Progress
@@ -609,6 +614,8 @@ class Console:
     def start_at(self, batch: int) -> None:
         """A resumed run starts at `batch`: the bar and the ETA count only the batches left."""
         self._first_batch = batch
+        if self._notebook is not None:
+            self._notebook.start_at(batch)
         if self._progress is not None and batch > 0:
             self._progress.reset(self._task, completed=batch * self.n_epochs)  # (fields given here replace all)
             self._progress.update(self._task, batch=batch, episodes=self.episodes_text(batch))
@@ -622,6 +629,8 @@ class Console:
     def epoch_done(self, batch: int, epoch: int, samples: int) -> None:
         """`samples`: the epoch's training steps over all envs (the loop passes steps x envs)."""
         self._samples += samples
+        if self._notebook is not None:
+            self._notebook.epoch_done(batch, epoch, self.episodes_text(batch))
         if self._progress is None:
             return
         elapsed = max(time.perf_counter() - self._start, 1e-9)
@@ -655,12 +664,6 @@ class Console:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
-
-
-def format_duration(seconds: float) -> str:
-    """h:mm:ss"""
-    seconds = max(int(round(seconds)), 0)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 # Events whose warnings are also printed on stderr (the governor's are printed as console lines).

@@ -8,12 +8,20 @@ directory, so neither a missing nor a foreign `python3` kernelspec matters), wit
 on PYTHONPATH, its working directory in a temporary directory, and SMOKE=1. Any cell error fails the
 test; so does a notebook that takes longer than NOTEBOOK_TIME_LIMIT_S (default 120 s) or leaves a new
 file in the repository.
+
+A SMOKE run must also show what the notebook is about, not only run: at least one figure among its outputs
+(an `image/png`: the notebooks select the inline backend in Jupyter, SMOKE or not, although the kernel's
+environment says MPLBACKEND=Agg) and at least one germination, read from the line `seeds germinated: N`
+that every notebook prints from a run's summary or a comparison's episodes (N >= 1 in at least one). The
+SMOKE sizes run 6 epochs, the fewest in which every schedule of the notebooks germinates (GERMINATE closes
+once a seed could no longer be fossilized before the last epoch).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -29,6 +37,7 @@ NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 TIME_LIMIT_S = float(os.environ.get("NOTEBOOK_TIME_LIMIT_S", "120"))
 CELL_TIMEOUT_S = 600
+GERMINATED = re.compile(r"^seeds germinated: (\d+)", re.MULTILINE)  # the line each notebook prints
 IGNORED_DIRS = {".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ipynb_checkpoints", ".venv", "venv",
                 ".jax_cache"}
 
@@ -85,6 +94,7 @@ def test_committed_notebook_has_no_outputs_and_no_execution_counts(path):
         assert cell.outputs == [], f"cell {cell.get('id')} of {path.name} carries outputs"
         assert cell.execution_count is None, f"cell {cell.get('id')} of {path.name} has an execution count"
     assert "SMOKE" in code_cells[0].source
+    assert any("seeds germinated: " in c.source for c in code_cells), f"{path.name} never prints its germinations"
 
 
 def test_the_notebooks_are_the_source_with_no_generator_beside_them():
@@ -109,5 +119,16 @@ def test_notebook_runs_top_to_bottom_under_smoke(path, kernel_dir, compile_cache
     assert errors == []
     setup_text = "".join(o.get("text", "") for o in executed[0].outputs)
     assert "SMOKE=True" in setup_text, "the kernel did not see SMOKE=1"
+    figures = [o for c in executed for o in c.outputs if "image/png" in o.get("data", {})]
+    assert figures, f"{path.name} showed no figure (no image/png output) under SMOKE=1"
+    printed = "".join(o.text for c in executed for o in c.outputs
+                      if o.output_type == "stream" and o.name == "stdout")
+    germinated = [int(n) for n in GERMINATED.findall(printed)]
+    assert germinated, f"{path.name} printed no 'seeds germinated: N' line under SMOKE=1"
+    assert max(germinated) >= 1, f"{path.name} germinated no seed under SMOKE=1 (counts {germinated})"
+    if path.name == "01_quickstart.ipynb":  # its esper_fx.run draws the notebook's progress line, updated in place
+        bars = [o["data"]["text/plain"] for c in executed for o in c.outputs
+                if o.output_type == "display_data" and o["data"].get("text/plain", "").startswith("batch ")]
+        assert bars and all("] 100% · " in bar and "ETA 0:00:00" in bar for bar in bars), bars
     assert _repo_files() == before, f"{path.name} wrote into the repository: {_repo_files() - before}"
     assert elapsed < TIME_LIMIT_S, f"{path.name} took {elapsed:.0f} s under SMOKE=1 (limit {TIME_LIMIT_S:.0f} s)"
