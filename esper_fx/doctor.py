@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import torch
 
 from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, CommandParser, ConfigError
+from esper_fx.errors import JAX_CUDA_HINT
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR  # esper_fx.errors' table
@@ -114,7 +115,7 @@ def resolve_devices(name: str) -> tuple[torch.device, Any]:
     gpus = _jax_gpus()
     if int(index) >= len(gpus):
         raise UsageError(f"argument --device: {name} is not available to JAX ({len(gpus)} GPU(s); "
-                         "install JAX's CUDA plugin, e.g. pip install -e '.[cuda12]' or '.[cuda13]')")
+                         f"{JAX_CUDA_HINT})")
     return torch.device(name), gpus[int(index)]
 
 
@@ -237,8 +238,8 @@ def check_devices(ctx: Context) -> str:
     seen = (f"torch sees {n_torch} CUDA device(s){': ' + ', '.join(names) if names else ''}; "
             f"JAX backend {jax.default_backend()}, devices {[str(d) for d in jax.devices()]}")
     if n_torch and not gpus:
-        raise RuntimeError(f"{seen}. JAX has no GPU: install its CUDA plugin (pip install -e '.[cuda12]' or "
-                           "'.[cuda13]'); --device auto refuses to run the two halves on different devices")
+        raise RuntimeError(f"{seen}. JAX has no GPU: {JAX_CUDA_HINT}; --device auto refuses to run the two "
+                           "halves on different devices")
     return seen
 
 

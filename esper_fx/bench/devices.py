@@ -8,6 +8,8 @@ from typing import Any
 import jax
 import torch
 
+from esper_fx.errors import JAX_CUDA_HINT
+
 DEVICE_CHOICES = ("cpu", "cuda")
 
 
@@ -54,5 +56,5 @@ def resolve(name: str) -> BenchDevice:
     try:
         gpu = jax.devices("gpu")[0]
     except RuntimeError as err:
-        raise DeviceUnavailable(f"--device cuda: JAX has no GPU backend ({err}); install jax[cuda12]") from err
+        raise DeviceUnavailable(f"--device cuda: JAX has no GPU backend ({err}); {JAX_CUDA_HINT}") from err
     return BenchDevice("cuda", torch.device("cuda", 0), gpu)

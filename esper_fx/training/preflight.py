@@ -17,6 +17,7 @@ from esper_fx import contracts
 from esper_fx.config import TrainingConfig
 from esper_fx.distributed.runtime import check_ray_address
 from esper_fx.errors import DataError, DeviceUnavailableError, ResumeMismatchError, RunDirectoryError
+from esper_fx.errors import JAX_CUDA_HINT
 from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint, read_manifest
 from esper_fx.outputs.events import CONFIG_NAME, LOCK_NAME, METRICS_NAME, metric_rows, refusal, rows_by_batch
 from esper_fx.outputs.events import int_or_none, run_dir_entries
@@ -208,7 +209,7 @@ def check_devices(config: TrainingConfig) -> None:
         jax_count = _jax_gpu_count()
         if int(config.device.split(":")[1]) >= jax_count:
             raise DeviceUnavailableError(f"device {config.device!r} is not available to JAX ({jax_count} GPU(s); "
-                                         f"install JAX's CUDA plugin: pip install -e '.[cuda12]' or '.[cuda13]')")
+                                         f"{JAX_CUDA_HINT})")
 
 
 def _check_auto_agrees() -> None:
@@ -218,8 +219,7 @@ def _check_auto_agrees() -> None:
     if torch.cuda.is_available() and _jax_gpu_count() == 0:
         raise DeviceUnavailableError(
             "device 'auto': torch sees a CUDA device but JAX has no GPU backend, so the two halves would "
-            "run on different devices; install JAX's CUDA plugin (pip install -e '.[cuda12]' or '.[cuda13]') "
-            "or pass --device cpu")
+            f"run on different devices; {JAX_CUDA_HINT}, or pass --device cpu")
 
 
 def _jax_gpu_count() -> int:
