@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from esper_fx import doctor
+from esper_fx.cli import doctor
 
 REPO = Path(__file__).resolve().parents[2]
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -122,7 +122,7 @@ def _namespaces() -> bool:
 
 @pytest.mark.skipif(not _namespaces(), reason="needs unshare to mount a read-only tmpfs")
 def test_a_json_destination_on_a_read_only_mount_is_refused_before_the_checks(tmp_path):
-    script = ("import sys\nfrom esper_fx import doctor\n"
+    script = ("import sys\nfrom esper_fx.cli import doctor\n"
               "doctor.run_checks = lambda *a: sys.exit('the checks ran before --json was checked')\n"
               "sys.exit(doctor.main(['--json', sys.argv[1]]))\n")
     (tmp_path / "ro").mkdir()
