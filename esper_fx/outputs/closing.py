@@ -34,7 +34,8 @@ def where_lines(result: Any) -> list[str]:
             lines.append(f"TensorBoard: tensorboard --logdir {os.path.join(result.run_dir, TB_SUBDIR)}")
         wandb = getattr(result.config, "wandb", "off")
         if wandb == "offline":
-            lines.append(f"W&B (offline): upload with wandb sync {os.path.join(result.run_dir, 'wandb', 'offline-run-*')}")
+            offline_runs = os.path.join(result.run_dir, "wandb", "offline-run-*")
+            lines.append(f"W&B (offline): upload with wandb sync {offline_runs}")
         elif wandb == "online":
             lines.append(f"W&B: project {result.config.wandb_project}, run {os.path.basename(result.run_dir)}")
         lines.append(f"Run directory: {result.run_dir}")

@@ -195,7 +195,8 @@ def test_history_records_the_seed_params_held_at_the_last_epoch():
         germinate = wait.at[:, 3].set(int(LifecycleOp.GERMINATE))
         return jnp.where((signals["epoch"] == 1)[:, None], germinate, wait)
 
-    result = esper_fx.run(tiny(n_episodes=2), controller=ctl.make_controller(act, name="germinate_once"), run_dir=False, quiet=True)
+    result = esper_fx.run(tiny(n_episodes=2), controller=ctl.make_controller(act, name="germinate_once"),
+                          run_dir=False, quiet=True)
     entry = result.history[0]
     assert entry.seeds_created == 2
     assert len(entry.env_seed_params) == 2 and all(p > 0 for p in entry.env_seed_params)
