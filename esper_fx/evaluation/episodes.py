@@ -32,7 +32,7 @@ from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.training.loop import BatchTally, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch
 from esper_fx.controllers.ppo import frozen
 from esper_fx.training.run_state import LearnerState, fresh_learner, learner_builder
-from esper_fx.outputs.events import Console
+from esper_fx.outputs.console import Console
 from rl.normalize import RunningMeanStd
 
 LAST_EPOCHS = 3  # the metric: validation accuracy averaged over the last 3 epochs

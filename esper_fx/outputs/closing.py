@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from esper_fx.outputs.events import final_table
+from esper_fx.outputs.console import final_table
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR
 
 

@@ -1,6 +1,6 @@
 """What each batch leaves behind: its `BatchSummary`, its events, and the run's summary (BEHAVIOUR §7.6, §7.7).
 
-A `BatchSummary` is one typed row per RL batch. The loop builds it (`summarize_batch`), `outputs.events` writes it
+A `BatchSummary` is one typed row per RL batch. The loop builds it (`summarize_batch`), `outputs.run_log` writes it
 (`metrics.csv`, the console), the plots, `compare` and the notebooks read its attributes, and a checkpoint
 stores it as a plain dict (`to_dict` / `from_dict`). The PPO metrics stay a dict of named values
 (`metrics_to_python`), since what a controller's update reports is the controller's business.

@@ -1,5 +1,5 @@
 """A progress line for Jupyter: one output cell line updated in place through IPython's display handles, where a
-terminal gets rich's bar (`events.Console`). It needs nothing beyond IPython, which every Jupyter kernel has
+terminal gets rich's bar (`console.Console`). It needs nothing beyond IPython, which every Jupyter kernel has
 (no widgets): batch, episodes, epoch, a text bar, elapsed time and ETA. `quiet=True` turns it off with the
 rest of the console; the per-batch lines are printed below it as anywhere off a terminal.
 """

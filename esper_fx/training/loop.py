@@ -42,8 +42,11 @@ from esper_fx.training.run_state import Interrupted, LearnerState, Progress, Run
 from esper_fx.training.run_state import interrupted, restore, save
 from esper_fx.training.stopping import deferred_stops, sigterm_stops, stop_signal
 from esper_fx.training.threads import limit_cpu_threads
-from esper_fx.outputs.events import Console, Event, RunDirectory, RunLog, lifecycle_event, metric_columns
-from esper_fx.outputs.events import nonfinite_warning, reward_events, update_warning
+from esper_fx.outputs.console import Console, nonfinite_warning, update_warning
+from esper_fx.outputs.events import Event, lifecycle_event, reward_events
+from esper_fx.outputs.metrics_csv import metric_columns
+from esper_fx.outputs.run_directory import RunDirectory
+from esper_fx.outputs.run_log import RunLog
 from esper_fx.outputs.tensorboard_log import open_board
 from esper_fx.outputs.wandb_log import open_wandb
 from esper_fx.outputs.closing import closing_lines

@@ -19,8 +19,8 @@ from esper_fx.distributed.runtime import check_ray_address
 from esper_fx.errors import DataError, DeviceUnavailableError, ResumeMismatchError, RunDirectoryError
 from esper_fx.errors import JAX_CUDA_HINT
 from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint, read_manifest
-from esper_fx.outputs.events import CONFIG_NAME, LOCK_NAME, METRICS_NAME, metric_rows, refusal, rows_by_batch
-from esper_fx.outputs.events import int_or_none, run_dir_entries
+from esper_fx.outputs.metrics_csv import int_or_none, metric_rows, rows_by_batch
+from esper_fx.outputs.run_directory import CONFIG_NAME, LOCK_NAME, METRICS_NAME, refusal, run_dir_entries
 from esper_fx.outputs.wandb_log import check_wandb
 
 # Room left in a path for what a run writes inside its directory (checkpoints/.tmp-batch-.../state/...).

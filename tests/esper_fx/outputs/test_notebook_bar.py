@@ -28,8 +28,8 @@ def test_a_notebook_run_updates_one_progress_line_after_every_epoch(monkeypatch,
     monkeypatch.setattr(notebook_bar, "in_notebook", lambda stream: True)
     monkeypatch.setattr(notebook_bar, "open_display", lambda text: handles.append(FakeHandle({"text/plain": text}))
                         or handles[-1])
-    from esper_fx.outputs import events
-    monkeypatch.setattr(events, "in_notebook", notebook_bar.in_notebook)
+    from esper_fx.outputs import console
+    monkeypatch.setattr(console, "in_notebook", notebook_bar.in_notebook)
     esper_fx.run(TrainingConfig(**TINY), run_dir=False)
     (handle,) = handles
     assert len(handle.shown) == 1 + 2 * 3  # opened, then one update per epoch of the two batches

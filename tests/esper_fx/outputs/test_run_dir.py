@@ -16,7 +16,8 @@ from esper_fx.training import loop
 from esper_fx.config import TrainingConfig
 from esper_fx.errors import EXIT_SETUP_ERROR, RunDirectoryError
 from esper_fx.outputs.history import BatchSummary
-from esper_fx.outputs.events import LOCK_NAME, RunDirectory, metric_columns
+from esper_fx.outputs.metrics_csv import metric_columns
+from esper_fx.outputs.run_directory import LOCK_NAME, RunDirectory
 from esper_fx.cli.train import main
 from esper_fx.outputs.run_names import default_run_dir
 from tests.esper_fx.bad_inputs import snapshot
@@ -202,7 +203,8 @@ def test_resume_truncates_metrics_and_events_by_batch_number(tmp_path):
     run_dir = RunDirectory(tmp_path / "r", metric_columns(2, None))
     for b in (0, 2, 1, 1, 3):  # rows out of order and twice (segments cut at different points)
         run_dir.append_metrics(_row(b))
-    from esper_fx.outputs.events import Event, EventType
+    from esper_fx.contracts import EventType
+    from esper_fx.outputs.events import Event
 
     run_dir.append_events([Event(EventType.BATCH_COMPLETED, batch=b) for b in (0, 2, 1, 3)])
     with open(run_dir.events_path, "a") as fh:

@@ -30,7 +30,8 @@ from esper_fx.training import loop
 from esper_fx.config import TrainingConfig
 from esper_fx.outputs.history import BatchSummary
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR, Board, batch_scalars
-from esper_fx.outputs.events import LOCK_NAME, Console
+from esper_fx.outputs.console import Console
+from esper_fx.outputs.run_directory import LOCK_NAME
 from tests.esper_fx.stops import signal_at_apply
 
 REPO = Path(__file__).resolve().parents[3]
@@ -368,7 +369,7 @@ def test_the_progress_bar_fits_the_terminal_without_cutting_a_field(monkeypatch,
 
 
 def test_a_task_mix_batch_line_names_each_envs_task():
-    from esper_fx.outputs.events import format_batch_lines
+    from esper_fx.outputs.console import format_batch_lines
     plain = BatchSummary(**{**_empty_summary(), "env_accuracies": [12.5, 60.0]})
     assert "env acc [12.5, 60.0]" in format_batch_lines(plain, 4)[0]
     mixed = BatchSummary(**{**_empty_summary(), "env_accuracies": [12.5, 60.0],
