@@ -46,7 +46,7 @@ from esper_fx.config import AUTO, PRESET_NAMES, SEED_MAX, SEED_MIN, TrainingConf
 from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, default_tuning_seeds
 from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
 from esper_fx.errors import EXIT_OK, CommandParser, ConfigError
-from esper_fx.evaluation.comparison import MAX_EVAL_SEEDS
+from esper_fx.evaluation.seed_sets import MAX_EVAL_SEEDS
 from esper_fx.outputs.checkpoint import SHAPE_FIELDS, CheckpointError
 from esper_fx.outputs.provenance import collect, run_devices
 from esper_fx.training.stopping import deferred_stops, exit_code, sigterm_stops, stop_signal
@@ -134,7 +134,7 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
             check_ray_address(config.ray_address)
         except RayAddressError as exc:
             raise ProveError(str(exc)) from None
-    from esper_fx.evaluation.comparison import check_disjoint, check_training_seeds, check_tuning_seeds
+    from esper_fx.evaluation.seed_sets import check_disjoint, check_training_seeds, check_tuning_seeds
 
     if args.tuning_seeds is None:
         args.tuning_seeds = list(default_tuning_seeds(config))
@@ -152,8 +152,8 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
 
 
 def train_seed_list(args: argparse.Namespace) -> list[int] | None:
-    """`--train-seeds` checked (`comparison.check_train_seeds`: distinct signed 64-bit seeds), or None."""
-    from esper_fx.evaluation.comparison import check_train_seeds
+    """`--train-seeds` checked (`seed_sets.check_train_seeds`: distinct signed 64-bit seeds), or None."""
+    from esper_fx.evaluation.seed_sets import check_train_seeds
 
     if args.train_seeds is None:
         return None
@@ -258,7 +258,7 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict
     """Arm name -> a `compare` arm. Learned arms share one trained policy (trained once). Every arm is
     checked against the configuration here (e.g. the oracle's schedule against the enabled slots)."""
     from esper_fx.controllers.registry import REGISTRY
-    from esper_fx.evaluation.comparison import STATIC_FINAL, Trained
+    from esper_fx.evaluation.arms import STATIC_FINAL, Trained
     from esper_fx.evaluation.fair_controls import BEST_FIXED, STATIC_MATCHED
 
     if len(set(names)) != len(names):
@@ -292,10 +292,10 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict
 
 def arm_runs(arms: dict[str, Any], config: TrainingConfig, train_seeds: Sequence[int] | None) -> int:
     """How many arms run on the evaluation seeds: with `--train-seeds`, a learned arm (and a static arm
-    rebuilding it) once per training seed (`comparison.per_seed_arms`: at least one arm must learn)."""
+    rebuilding it) once per training seed (`arms.per_seed_arms`: at least one arm must learn)."""
     if train_seeds is None:
         return len(arms)
-    from esper_fx.evaluation.comparison import per_seed_arms
+    from esper_fx.evaluation.arms import per_seed_arms
 
     try:
         return len(per_seed_arms(arms, config, train_seeds)[0])
@@ -396,7 +396,7 @@ def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
 def workers_line(config: TrainingConfig, arms: Any, seeds: Any, tuning_seeds: Any, train_seeds: Any = None) -> str:
     """What `--env-workers` (default `auto`) gives training and the evaluation episodes, before they run."""
     from esper_fx.distributed.auto import choose_eval_workers, choose_workers
-    from esper_fx.evaluation.comparison import evaluation_episodes
+    from esper_fx.evaluation.arm_runner import evaluation_episodes
 
     n = evaluation_episodes(arms, config, seeds, tuning_seeds, train_seeds)
     evaluation = choose_eval_workers(config, n)
@@ -434,7 +434,7 @@ def _stopped(args, config: TrainingConfig, seeds: list[int], json_path: Path, st
              started: float, runs: int) -> int:
     """After Ctrl-C or SIGTERM: prove.json of the finished episodes (marked partial), one message, the exit
     code of the signal. A second signal meanwhile is ignored: prove is stopping."""
-    from esper_fx.evaluation.comparison import ComparisonTable
+    from esper_fx.evaluation.comparison_table import ComparisonTable
 
     signum = int(getattr(stop, "signum", stop_signal(stop)))
     table = getattr(stop, "partial", None) or ComparisonTable([], [], {}, {}, list(seeds), True)

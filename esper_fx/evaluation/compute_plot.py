@@ -14,7 +14,7 @@ MARKERS = "osD^vPX*"
 
 
 def accuracy_vs_compute(table: Any, path=None, title: str | None = None) -> Figure:
-    """Draw `table` (an `esper_fx.evaluation.comparison.ComparisonTable`); save it to `path` when given."""
+    """Draw `table` (an `esper_fx.evaluation.comparison_table.ComparisonTable`); save it to `path` when given."""
     fig = Figure(figsize=(6.4, 4.4), layout="constrained")
     ax = fig.add_subplot()
     for i, row in enumerate(table.rows):

@@ -8,8 +8,11 @@ import pytest
 
 from esper_fx.config import TrainingConfig
 from esper_fx.evaluation import across_seeds, stats
-from esper_fx.evaluation import comparison as cmp
+from esper_fx.evaluation.arms import Trained, per_seed_arms
+from esper_fx.evaluation.comparison import compare
+from esper_fx.evaluation.comparison_table import table_of
 from esper_fx.evaluation.episodes import Episode
+from esper_fx.evaluation.seed_sets import check_training_seeds
 
 SEEDS = [900_000, 900_001, 900_002]
 LAYOUT = {"ppo": {42: "ppo[seed=42]", 7: "ppo[seed=7]"}, "wait": {42: "wait", 7: "wait"},
@@ -28,15 +31,15 @@ def _episodes(accuracy=ACCURACY):
 
 
 def _table(episodes=None, partial=False):
-    return cmp.table_of(_episodes() if episodes is None else episodes, {}, ["ppo[seed=42]", "ppo[seed=7]"], "wait",
-                        SEEDS, partial=partial, layout=LAYOUT)
+    return table_of(_episodes() if episodes is None else episodes, {}, ["ppo[seed=42]", "ppo[seed=7]"], "wait",
+                    SEEDS, partial=partial, layout=LAYOUT)
 
 
 def test_learned_and_static_arms_run_once_per_training_seed_the_others_once():
     config = TrainingConfig.preset("quickstart")
     arms = {"ppo": {"controller": "ppo_lstm", "greedy": True}, "wait": "wait", "oracle": "oracle",
             "static_final": "static_final", "best_fixed": "best_fixed"}
-    out, layout = cmp.per_seed_arms(arms, config, [3, 4])
+    out, layout = per_seed_arms(arms, config, [3, 4])
     assert list(out) == ["ppo[seed=3]", "ppo[seed=4]", "wait", "oracle", "static_final[seed=3]",
                          "static_final[seed=4]", "best_fixed"]
     assert out["ppo[seed=4]"] == {"controller": "ppo_lstm", "greedy": True, "config": {"seed": 4}}
@@ -49,10 +52,10 @@ def test_learned_and_static_arms_run_once_per_training_seed_the_others_once():
 def test_training_seeds_need_an_arm_that_learns_and_is_not_trained_yet():
     config = TrainingConfig.preset("quickstart")
     with pytest.raises(ValueError, match="no arm learns"):
-        cmp.per_seed_arms({"wait": "wait", "static_final": "static_final"}, config, [1])
-    trained = cmp.Trained(config, None)
+        per_seed_arms({"wait": "wait", "static_final": "static_final"}, config, [1])
+    trained = Trained(config, None)
     with pytest.raises(ValueError, match="trained already"):
-        cmp.per_seed_arms({"ppo": {"controller": trained}}, config, [1])
+        per_seed_arms({"ppo": {"controller": trained}}, config, [1])
 
 
 @pytest.mark.parametrize("train_seeds, needle", [
@@ -61,15 +64,15 @@ def test_training_seeds_need_an_arm_that_learns_and_is_not_trained_yet():
 ])
 def test_compare_refuses_bad_training_seeds_before_anything_runs(train_seeds, needle):
     with pytest.raises(ValueError, match=needle):
-        cmp.compare({"ppo": "ppo_lstm", "wait": "wait"}, TrainingConfig.preset("quickstart"), SEEDS,
-                    train_seeds=train_seeds)
+        compare({"ppo": "ppo_lstm", "wait": "wait"}, TrainingConfig.preset("quickstart"), SEEDS,
+                train_seeds=train_seeds)
 
 
 def test_every_training_seed_keeps_off_the_evaluation_seeds():
     config = TrainingConfig.preset("quickstart", n_episodes=4, n_envs=2)
-    cmp.check_training_seeds(config, [3, 5], [8, 900_000])
+    check_training_seeds(config, [3, 5], [8, 900_000])
     with pytest.raises(ValueError, match="from seed 5"):  # seed 5's env 1 of batch 0 is 1005
-        cmp.check_training_seeds(config, [3, 5], [1005])
+        check_training_seeds(config, [3, 5], [1005])
 
 
 def test_pairs_are_taken_within_each_training_seed():
@@ -117,7 +120,7 @@ def test_prove_json_keeps_every_episode_the_layout_and_the_aggregate():
 
 def test_a_table_without_training_seeds_keeps_todays_layout():
     episodes = {arm: eps for arm, eps in _episodes().items() if arm in ("ppo[seed=42]", "wait")}
-    report = cmp.table_of(episodes, {}, ["ppo[seed=42]"], "wait", SEEDS).to_dict()
+    report = table_of(episodes, {}, ["ppo[seed=42]"], "wait", SEEDS).to_dict()
     assert set(report) == {"seeds", "partial", "rows", "pairs", "controls", "by_task", "episodes"}
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from esper_fx.evaluation import comparison as cmp
+from esper_fx.evaluation.comparison import compare
+from esper_fx.evaluation.seed_sets import check_disjoint, seed_ranges, training_seeds, training_seeds_between
 from esper_fx.cli import prove
 from esper_fx.config import TrainingConfig
 
@@ -56,7 +57,7 @@ def test_training_and_evaluation_seeds_must_not_overlap(tmp_path, capsys):
 
 def test_training_seeds_are_every_env_seed_of_the_run():
     config = TrainingConfig.preset("quickstart", seed=3, n_episodes=8, n_envs=4)
-    assert cmp.training_seeds(config) == {3, 1003, 2003, 3003, 10003, 11003, 12003, 13003}
+    assert training_seeds(config) == {3, 1003, 2003, 3003, 10003, 11003, 12003, 13003}
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -98,7 +99,7 @@ def test_the_command_line_runs_as_a_module(tmp_path):
 
 def test_the_comparison_module_does_not_shadow_esper_fx_compare():
     import esper_fx
-    from esper_fx.evaluation.comparison import Trained  # noqa: F401 - importing the engine first
+    import esper_fx.evaluation.comparison  # noqa: F401 - importing the engine first
 
     assert callable(esper_fx.compare) and esper_fx.compare.__name__ == "compare"
 
@@ -187,9 +188,9 @@ def test_the_seed_overlap_check_agrees_with_enumerating_every_training_seed():
     def check(seed, n_episodes, n_envs, low, width):
         config = TrainingConfig.preset("quickstart", seed=seed, n_episodes=n_episodes, n_envs=n_envs,
                                        num_minibatches=1)
-        expected = sorted(s for s in cmp.training_seeds(config) if low <= s <= low + width)
-        assert cmp.training_seeds_between(config, low, low + width, limit=10**6) == expected
-        assert cmp.training_seeds_between(config, low, low + width, limit=3) == expected[:3]
+        expected = sorted(s for s in training_seeds(config) if low <= s <= low + width)
+        assert training_seeds_between(config, low, low + width, limit=10**6) == expected
+        assert training_seeds_between(config, low, low + width, limit=3) == expected[:3]
 
     check()
 
@@ -314,7 +315,7 @@ def test_compare_refuses_bad_seed_sets_at_once(seeds, needle):
 
     started = time.perf_counter()
     with pytest.raises(ValueError, match=needle):
-        cmp.compare({"wait": "wait"}, TrainingConfig.preset("quickstart"), seeds)
+        compare({"wait": "wait"}, TrainingConfig.preset("quickstart"), seeds)
     assert time.perf_counter() - started < 5
 
 
@@ -324,10 +325,10 @@ def test_the_overlap_check_of_many_listed_seeds_is_bounded():
     config = TrainingConfig.preset("quickstart", seed=0, n_episodes=2**40, n_envs=1024, num_minibatches=1)
     started = time.perf_counter()
     with pytest.raises(ValueError, match="also training seeds"):
-        cmp.check_disjoint(config, list(range(0, 100_000)))
-    cmp.check_disjoint(config.replace(n_episodes=1024), [-5, *range(-100_000, -10)])  # below every training seed
+        check_disjoint(config, list(range(0, 100_000)))
+    check_disjoint(config.replace(n_episodes=1024), [-5, *range(-100_000, -10)])  # below every training seed
     assert time.perf_counter() - started < 5
-    assert cmp.seed_ranges([5, 3, 4, 9, 10, 1]) == [(1, 1), (3, 5), (9, 10)]
+    assert seed_ranges([5, 3, 4, 9, 10, 1]) == [(1, 1), (3, 5), (9, 10)]
 
 
 # ----------------------------------------------------------------------------------------------

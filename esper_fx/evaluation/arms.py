@@ -1,0 +1,133 @@
+"""The arms of a comparison: what an arm may be (a controller, a learning controller trained here, a
+`Trained` policy, `static_final` / `static_matched` / `best_fixed`, or a dict of options), how one is built
+into an `episodes.Arm` (training it when it learns), and `per_seed_arms`, one arm per training seed."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+from esper_fx.config import TrainingConfig
+from esper_fx.evaluation import across_seeds
+from esper_fx.evaluation.fair_controls import BEST_FIXED, STATIC_MATCHED
+from esper_fx.evaluation.seed_sets import check_disjoint
+
+STATIC_FINAL = "static_final"
+
+
+class Trained(NamedTuple):
+    """A trained learning controller: its training configuration and its policy (`episodes.Policy`)."""
+
+    config: TrainingConfig
+    policy: Any
+
+
+def is_control(arm: Any, kind: str) -> bool:
+    return arm == kind or (isinstance(arm, Mapping) and arm.get("controller") == kind)
+
+
+def is_static_final(arm: Any) -> bool:
+    return is_control(arm, STATIC_FINAL)
+
+
+def static_source(static_final_of: str | None, learned: list[str], arms: Mapping[str, Any], name: str,
+                  kind: str = STATIC_FINAL) -> str:
+    """The arm whose architecture the static arm `name` rebuilds: its own "of" (one training seed's learned
+    arm, `per_seed_arms`), else `static_final_of`, else the first learned arm, else "oracle"."""
+    source = source_named(arms[name]) or static_final_of or (learned[0] if learned else "oracle")
+    names = list(arms)
+    if source not in arms or names.index(source) > names.index(name):
+        raise ValueError(f"{kind} needs the arm whose architecture it rebuilds ({source!r}) listed before it")
+    return source
+
+
+def source_named(arm: Any) -> str | None:
+    return arm.get("of") if isinstance(arm, Mapping) else None
+
+
+def fossils_of(source: list[Any]) -> Callable[[int], dict[str, Any]]:
+    by_seed = {e.seed: tuple(e.fossils) for e in source}
+    return lambda seed: {"static_seeds": by_seed[seed]}
+
+
+def build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], train_dir: str | None,
+              say: Callable[[str], None], quiet: bool, cache: dict):
+    """(evaluate.Arm, the training RunResult or None). Arms trained alike share one run (`cache`)."""
+    from esper_fx.evaluation import episodes as ev
+    from esper_fx.training.loop import run
+
+    spec = _arm_spec(name, arm)
+    greedy = spec.get("greedy", True)
+    if isinstance(spec.get("controller"), Trained):
+        return ev.Arm.trained(name, spec["controller"].config, spec["controller"].policy, greedy=greedy), None
+    arm_config, bundle = _bundle(spec, config)
+    if not bundle.learns:
+        return ev.Arm.build(name, arm_config, bundle), None
+    check_disjoint(arm_config, seeds)
+    key = (bundle.name, repr(sorted((spec.get("config") or {}).items())), repr(spec.get("reward_fn")))
+    if key not in cache:
+        say(f"compare: training {name} ({bundle.name}, {arm_config.n_episodes} episodes)")
+        run_dir = False if train_dir is None else f"{train_dir}/{across_seeds.run_dir_name(name)}"
+        cache[key] = run(arm_config, controller=bundle, reward_fn=spec.get("reward_fn"), run_dir=run_dir,
+                         quiet=quiet)
+    result = cache[key]
+    policy = ev.Policy(result.controller_state, result.obs_rms)
+    return ev.Arm(name, arm_config, ev.frozen(bundle, greedy=greedy), policy=policy), result
+
+
+def _arm_spec(name: str, arm: Any) -> Mapping[str, Any]:
+    """An arm as a dict of controller, reward_fn, config and greedy (a bare controller: its controller)."""
+    spec = arm if isinstance(arm, Mapping) else {"controller": arm}
+    unknown = set(spec) - {"controller", "reward_fn", "config", "greedy"}
+    if unknown:
+        raise ValueError(f"arm {name!r}: unknown keys {sorted(unknown)}; use controller, reward_fn, config, greedy")
+    return spec
+
+
+def _bundle(spec: Mapping[str, Any], config: TrainingConfig) -> tuple[TrainingConfig, Any]:
+    """(the arm's config, its controller bundle) of an arm that is not a `Trained`."""
+    from esper_fx.controllers import protocol as ctl
+
+    arm_config = config.replace(**dict(spec.get("config") or {}))
+    controller = spec.get("controller", arm_config.controller_name)
+    return arm_config, ctl.build(controller, ctl.ControllerSpec.from_config(arm_config))
+
+
+# ----------------------------------------------------------------------------------------------
+# several training seeds
+# ----------------------------------------------------------------------------------------------
+
+
+def per_seed_arms(arms: Mapping[str, Any], config: TrainingConfig, train_seeds: Sequence[int],
+                  static_final_of: str | None = None) -> tuple[dict[str, Any], dict[str, dict[int, str]]]:
+    """(the arms to run, arm -> {training seed: the name its episodes go under}). Each learning arm becomes
+    one arm per training seed S (`<arm>[seed=S]`, trained with config.seed = S); so does a `static_final` or
+    `static_matched` that rebuilds a learning arm's network (each rebuilding its seed's); every other arm
+    runs once, the same for every seed. ValueError when no arm learns or an arm is already `Trained`."""
+    learning = [name for name, arm in arms.items() if _learns(name, arm, config)]
+    if not learning:
+        raise ValueError(f"no arm learns ({', '.join(arms)}): there is nothing to train per training seed")
+    source = static_final_of or learning[0]
+    out: dict[str, Any] = {}
+    layout: dict[str, dict[int, str]] = {}
+    for name, arm in arms.items():
+        static = is_static_final(arm) or is_control(arm, STATIC_MATCHED)
+        if name not in learning and not (static and source in learning):
+            out[name], layout[name] = arm, dict.fromkeys(train_seeds, name)
+            continue
+        layout[name] = {t: across_seeds.arm_name(name, t) for t in train_seeds}
+        spec = dict(arm) if isinstance(arm, Mapping) else {"controller": arm}
+        for t in train_seeds:
+            out[layout[name][t]] = ({**spec, "of": across_seeds.arm_name(source, t)} if static else
+                                    {**spec, "config": {**dict(spec.get("config") or {}), "seed": t}})
+    return out, layout
+
+
+def _learns(name: str, arm: Any, config: TrainingConfig) -> bool:
+    """Whether `arm` is trained by `compare` (a learning controller, not yet trained)."""
+    if any(is_control(arm, kind) for kind in (STATIC_FINAL, STATIC_MATCHED, BEST_FIXED)):
+        return False
+    spec = _arm_spec(name, arm)
+    if isinstance(spec.get("controller"), Trained):
+        raise ValueError(f"arm {name!r} is trained already; training seeds train one controller per seed (give its "
+                         f"controller's name instead)")
+    return _bundle(spec, config)[1].learns
