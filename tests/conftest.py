@@ -42,14 +42,6 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    # The suite runs on one pytest-xdist worker per core (pyproject's addopts: `--dist loadgroup`). A test
-    # file's tests stay on one worker, so that a module-scoped fixture (a trained reference run) is built once;
-    # the files that start Ray clusters, join them or count Ray processes share one worker, one after another,
-    # so that none sees another's Ray.
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        group = "ray" if path.startswith("tests/esper_fx/distributed/") else path
-        item.add_marker(pytest.mark.xdist_group(group))
     if not any("gpu" in item.keywords for item in items):
         return
     if _cuda_available():

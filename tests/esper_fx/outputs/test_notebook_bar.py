@@ -6,12 +6,9 @@ import sys
 import esper_fx
 from esper_fx.config import TrainingConfig
 from esper_fx.outputs import notebook_bar
+from tests.esper_fx import tiny
 
-TINY = dict(
-    task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256,
-    synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3, device="cpu",
-    controller="wait", tensorboard=False, report=False,
-)
+TINY = dict(tiny.TINY, device="cpu", controller="wait", tensorboard=False, report=False)
 
 
 class FakeHandle:

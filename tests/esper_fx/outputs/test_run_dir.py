@@ -21,11 +21,9 @@ from esper_fx.outputs.run_directory import LOCK_NAME, RunDirectory
 from esper_fx.cli.train import main
 from esper_fx.outputs.run_names import default_run_dir
 from tests.esper_fx.bad_inputs import snapshot
+from tests.esper_fx import tiny
 
-TINY = dict(
-    task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256,
-    synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3, device="cpu",
-)
+TINY = dict(tiny.TINY, device="cpu")
 
 
 def tiny(**overrides) -> TrainingConfig:

@@ -33,11 +33,10 @@ from esper_fx.outputs.tensorboard_log import TB_SUBDIR, Board, batch_scalars
 from esper_fx.outputs.console import Console
 from esper_fx.outputs.run_directory import LOCK_NAME
 from tests.esper_fx.stops import signal_at_apply
+from tests.esper_fx import tiny
 
 REPO = Path(__file__).resolve().parents[3]
-TINY = dict(task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256,
-            synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3,
-            slots=["r0c0", "r0c1"])
+TINY = dict(tiny.TINY, slots=["r0c0", "r0c1"])
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 
 

@@ -10,12 +10,9 @@ import esper_fx  # noqa: E402
 from esper_fx.config import TrainingConfig  # noqa: E402
 from esper_fx.outputs import plots  # noqa: E402
 from esper_fx.outputs.closing import closing_lines  # noqa: E402
+from tests.esper_fx import tiny
 
-TINY = dict(
-    task="shapes10", n_envs=2, max_epochs=3, n_episodes=2, synthetic_train_samples=256,
-    synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3, device="cpu",
-    tensorboard=False,
-)
+TINY = dict(tiny.TINY, n_episodes=2, device="cpu", tensorboard=False)
 
 
 def test_the_static_host_is_the_wait_controllers_batch_after_the_last(tmp_path):

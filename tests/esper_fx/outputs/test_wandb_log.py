@@ -27,12 +27,11 @@ from esper_fx.errors import SetupError
 from esper_fx.outputs import report
 from esper_fx.outputs.tensorboard_log import batch_scalars
 from esper_fx.outputs.wandb_log import INSTALL, RUN_ID_NAME, WANDB_SUBDIR
+from tests.esper_fx import tiny
 
 wandb = pytest.importorskip("wandb")
 
-TINY = dict(task="shapes10", controller="random", n_envs=2, max_epochs=3, n_episodes=4,
-            synthetic_train_samples=256, synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2,
-            seed=3, slots=["r0c0", "r0c1"], wandb="offline")
+TINY = dict(tiny.TINY, controller="random", slots=["r0c0", "r0c1"], wandb="offline")
 BLOCK = 32768  # the transaction log's block size (LevelDB's log format)
 FULL, LAST = 1, 4  # the record types that end a record
 

@@ -14,10 +14,10 @@ import pytest
 
 from esper_fx.training import compile_cache as cc
 from esper_fx.cli.train import resolve_config
+from tests.esper_fx import tiny
 
 REPO = Path(__file__).resolve().parents[3]
-TINY = dict(task="shapes10", n_envs=2, max_epochs=3, n_episodes=2, synthetic_train_samples=256,
-            synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3)
+TINY = dict(tiny.TINY, n_episodes=2)
 
 
 def test_the_default_directory_is_the_users_cache_directory():

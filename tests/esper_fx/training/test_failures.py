@@ -23,11 +23,9 @@ from esper_fx.training.run_state import fresh_learner
 from esper_fx.cli.train import main
 from rl import rewards
 from tests.esper_fx.stops import signal_at_apply
+from tests.esper_fx import tiny
 
-TINY = dict(
-    task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256,
-    synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3, device="cpu",
-)
+TINY = dict(tiny.TINY, device="cpu")
 
 
 def tiny(**overrides) -> TrainingConfig:

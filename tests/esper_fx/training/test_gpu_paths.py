@@ -23,11 +23,9 @@ from esper_fx.evaluation.ray_tasks import task_arm
 from esper_fx.distributed.worker import one_gpu_config, worker_config
 from esper_fx.training.run_state import fresh_learner
 from esper_fx.cli.train import main
+from tests.esper_fx import tiny
 
-TINY = dict(
-    task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256, synthetic_test_samples=64,
-    batch_size_per_env=32, max_train_batches=2, seed=3, device="cpu", tensorboard=False, report=False,
-)
+TINY = dict(tiny.TINY, device="cpu", tensorboard=False, report=False)
 
 
 def tiny(**overrides) -> TrainingConfig:

@@ -21,13 +21,11 @@ from esper_fx.controllers import baselines
 from esper_fx.training import loop
 from esper_fx.config import TrainingConfig
 from tests.esper_fx.stops import signal_at_apply
+from tests.esper_fx import tiny
 
 REPO = Path(__file__).resolve().parents[3]
 
-TINY = dict(
-    task="shapes10", n_envs=2, max_epochs=3, n_episodes=4, synthetic_train_samples=256,
-    synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3,
-)
+TINY = dict(tiny.TINY)
 
 
 def tiny(**overrides) -> TrainingConfig:

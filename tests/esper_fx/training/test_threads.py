@@ -12,12 +12,9 @@ import esper_fx
 from esper_fx.cli.train import main
 from esper_fx.config import TrainingConfig
 from esper_fx.training import threads
+from tests.esper_fx import tiny
 
-TINY = dict(
-    task="shapes10", n_envs=2, max_epochs=3, n_episodes=2, synthetic_train_samples=256,
-    synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3, device="cpu",
-    tensorboard=False, report=False,
-)
+TINY = dict(tiny.TINY, n_episodes=2, device="cpu", tensorboard=False, report=False)
 
 
 @pytest.fixture
