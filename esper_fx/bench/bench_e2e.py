@@ -45,22 +45,22 @@ QUICK = {"controller": "heuristic", "n_envs": 1, "max_epochs": 5, "batches": 1, 
 @dataclasses.dataclass(frozen=True)
 class EpochTiming:
     batch: int
-    env_s: float  # run_epoch + apply
+    env_s: float  # train_and_validate + apply
     gap_s: float  # between them: bridge + controller
-    epoch_s: float  # run_epoch start to apply end
+    epoch_s: float  # train_and_validate start to apply end
 
 
 class TimedPool:
     """Forwards everything to an EnvPool and records the clock around `begin` and `step`.
 
     `step` is the epoch's actions followed by the next epoch's training: the pool's own clock splits it
-    with `run_epoch`, which it calls inside `step` (and `begin`)."""
+    with `train_and_validate`, which it calls inside `step` (and `begin`)."""
 
     def __init__(self, pool: Any):
         self._pool = pool
         self.epochs: list[EpochTiming] = []
         self._batch = -1
-        self._marks: tuple[float, float] = (0.0, 0.0)  # this epoch's run_epoch: start, end
+        self._marks: tuple[float, float] = (0.0, 0.0)  # this epoch's train_and_validate: start, end
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._pool, name)
@@ -68,7 +68,7 @@ class TimedPool:
     def begin(self, batch_index: int, *args, **kwargs):
         self._batch = int(batch_index)
         self._pool.build_envs(batch_index, *args, **kwargs)
-        return self._run_epoch()
+        return self._train_and_validate()
 
     def step(self, actions, bootstrap: bool = True):
         start, signals_ready = self._marks
@@ -78,11 +78,11 @@ class TimedPool:
         end = time.perf_counter()
         self.epochs.append(EpochTiming(self._batch, (signals_ready - start) + (end - applying),
                                        applying - signals_ready, end - start))
-        return result, None if last else self._run_epoch()
+        return result, None if last else self._train_and_validate()
 
-    def _run_epoch(self):
+    def _train_and_validate(self):
         start = time.perf_counter()
-        signals = self._pool.run_epoch()
+        signals = self._pool.train_and_validate()
         self._marks = (start, time.perf_counter())
         return signals
 
@@ -146,8 +146,8 @@ def run(settings: BenchSettings) -> dict:
     return {
         "what": f"a real esper_fx.run on {TASK} ({size['controller']}, E={size['n_envs']}, T={size['max_epochs']}, "
                 f"{size['batches']} batches, {size['train']} training samples, batch {size['bpe']})",
-        "measured": "controller + bridge per epoch (the gap between the pool's run_epoch and apply)",
-        "reference": "the epoch's wall time (run_epoch start to apply end)",
+        "measured": "controller + bridge per epoch (the gap between the pool's train_and_validate and apply)",
+        "reference": "the epoch's wall time (train_and_validate start to apply end)",
         "ratio_definition": "median over epochs of controller+bridge / epoch wall time (a share)",
         "columns": {"case": "n_envs", "measured": "controller_bridge", "reference": "epoch"},
         "ratio_is_share": True,

@@ -2,7 +2,7 @@
 
 For each preset (`--preset`, default quickstart and shapes10 at the sizes of `presets.py`) at E = 4:
 
-- **env_epoch**: `EnvPool.run_epoch()`, everything the pool does in an epoch for E envs: batch building
+- **env_epoch**: `EnvPool.train_and_validate()`, everything the pool does in an epoch for E envs: batch building
   (gather + augmentation on the device), the training steps interleaved across envs with their
   accumulators and gradient statistics, the fused validation + counterfactual pass, the single read-back,
   the governor, the tracker and the signals.
@@ -151,7 +151,7 @@ def _case(settings: BenchSettings, preset: str, rate: float) -> dict:
     reset = lambda: pool.build_envs(0)  # noqa: E731  (fresh models for each timed epoch, untimed)
     cl, nchw = BareLoop(pool, channels_last=True), BareLoop(pool, channels_last=False)
     candidates = {
-        "env_epoch": Candidate(pool.run_epoch, sync, prepare=reset),
+        "env_epoch": Candidate(pool.train_and_validate, sync, prepare=reset),
         "bare_cl": Candidate(cl.run, sync, prepare=cl.prepare),
         "bare_nchw": Candidate(nchw.run, sync, prepare=nchw.prepare),
         "batches": Candidate(lambda: build_batches(pool), sync, prepare=reset),
@@ -237,9 +237,9 @@ def run(settings: BenchSettings) -> dict:
         else None,
     }
     return {
-        "what": f"one epoch of E={N_ENVS} envs through EnvPool.run_epoch vs bare eager loops and the FLOP floor; "
+        "what": f"one epoch of E={N_ENVS} envs through EnvPool.train_and_validate vs bare eager loops and the FLOP floor; "
                 "time to first action",
-        "measured": "hosts.env.EnvPool.run_epoch (E envs)",
+        "measured": "hosts.env.EnvPool.train_and_validate (E envs)",
         "reference": "bare channels_last eager loop over the same models and batches (bench_host.bare_epoch)",
         "ratio_definition": "env_epoch median / bare_cl median",
         "columns": {"case": "preset", "measured": "env_epoch", "reference": "bare_cl"},

@@ -351,7 +351,7 @@ def _epochs(pool, epochs: int) -> list[dict]:
 
     out = []
     for t in range(epochs):
-        out.append(pool.run_epoch())
+        out.append(pool.train_and_validate())
         pool.apply(_actions(pool, int(LifecycleOp.GERMINATE if t == 0 else LifecycleOp.WAIT)))
     return out
 

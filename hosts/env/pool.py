@@ -19,6 +19,7 @@ Underneath, an epoch runs in phases, each public so tests and benchmarks can dri
                                      #   host sync, governor (rollback now), record_accuracy,
                                      #   contributions, ratio EMA + telemetry, tracker.update
     signals = pool.signals()         # phase 8: the SIGNAL_FIELDS dict (post-rollback, pre-action)
+                                     #   (the three together: pool.train_and_validate())
     result = pool.apply(actions, bootstrap=(t == T))   # step 10: actions, then step_epoch
 
 A pool may run a contiguous slice of the E envs (`env_ids`, for `esper_fx.distributed.pool`: one slice per Ray
@@ -486,8 +487,9 @@ class EnvPool:
             env.events.clear()
         return ApplyResult(self._last_actions, success, tuple(events), boot)
 
-    def run_epoch(self) -> dict[str, torch.Tensor]:
-        """train_epoch + validate + signals."""
+    def train_and_validate(self) -> dict[str, torch.Tensor]:
+        """The next epoch's training and validation (phases 1–7), then its signals: train_epoch + validate +
+        signals."""
         self.train_epoch()
         self.validate()
         return self.signals()
@@ -496,14 +498,14 @@ class EnvPool:
     def begin(self, batch_index: int, n_active: int | None = None) -> dict[str, torch.Tensor]:
         """Start episode batch `batch_index`: build_envs(b), then the first epoch; returns its signals."""
         self.build_envs(batch_index, n_active)
-        return self.run_epoch()
+        return self.train_and_validate()
 
     def step(self, actions, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
         """apply(actions), with the post-action bootstrap signals at t == T if `bootstrap`, then the next
         epoch's signals (None at T)."""
         last = self.epoch >= self.max_epochs
         result = self.apply(actions, bootstrap=last and bootstrap)
-        return result, None if last else self.run_epoch()
+        return result, None if last else self.train_and_validate()
 
     # ---------------------------------------------------------------- BEHAVIOUR §7.6 inputs
     def episode_results(self) -> list[EpisodeResult]:

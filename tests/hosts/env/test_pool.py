@@ -85,7 +85,7 @@ def germinate_all(pool: EnvPool, slot: int = 1, blueprint: int = CONV_LIGHT, ble
 
 def epoch(pool: EnvPool, acts=None, bootstrap: bool = False):
     """One full epoch: train, validate, signals, apply (WAIT by default); returns (signals, result)."""
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     result = pool.apply(wait_all(pool) if acts is None else acts, bootstrap=bootstrap)
     return signals, result
 
@@ -139,7 +139,7 @@ def check_contract(signals: dict, e: int, s: int, b: int, d: int) -> None:
 @pytest.mark.parametrize("telemetry", [True, False])
 def test_signals_match_the_contract_on_the_three_slot_host(shapes10_data, slots, telemetry):
     pool = make_pool(shapes10_data, slots=slots, use_telemetry=telemetry, n_envs=2)
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     check_contract(signals, e=2, s=3, b=5, d=obs_dim(3, telemetry))
     assert signals["obs"].shape[1] == (89 if telemetry else 59)
 
@@ -149,16 +149,16 @@ def test_signals_match_the_contract_on_the_five_slot_deep_host():
     pool = EnvPool(config=make_config(task="cifar10_deep", slots=slots, n_envs=1, max_train_batches=1),
                    data=fake_image_data())
     pool.build_envs(0)
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     check_contract(signals, e=1, s=5, b=5, d=133)
     pool.apply(actions((4, CONV_LIGHT, SIGMOID, GERMINATE)))
     assert pool.envs[0].model.slot("r0c4").stage == SeedStage.TRAINING
-    check_contract(pool.run_epoch(), e=1, s=5, b=5, d=133)
+    check_contract(pool.train_and_validate(), e=1, s=5, b=5, d=133)
 
 
 def test_signals_are_fresh_tensors_every_call(shapes10_data):
     pool = make_pool(shapes10_data)
-    pool.run_epoch()
+    pool.train_and_validate()
     first, second = pool.signals(), pool.signals()
     assert all(first[n].data_ptr() != second[n].data_ptr() for n in first)
     assert_signals_equal(first, second)
@@ -167,12 +167,12 @@ def test_signals_are_fresh_tensors_every_call(shapes10_data):
 def test_fewer_active_envs_give_fewer_signal_rows(shapes10_data):
     pool = EnvPool(config=make_config(n_envs=3), data=shapes10_data)
     pool.build_envs(1, n_active=2)
-    check_contract(pool.run_epoch(), e=2, s=3, b=5, d=89)
+    check_contract(pool.train_and_validate(), e=2, s=3, b=5, d=89)
 
 
 def test_per_env_fields_report_epoch_metrics_and_accounting(shapes10_data):
     pool = make_pool(shapes10_data)
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     m = pool.envs[0].metrics
     assert signals["epoch"].tolist() == [1, 1] and signals["max_epochs"].tolist() == [8, 8]
     assert signals["val_acc"][0].item() == pytest.approx(m.val_acc)
@@ -181,7 +181,7 @@ def test_per_env_fields_report_epoch_metrics_and_accounting(shapes10_data):
     assert signals["host_params"].tolist() == [6418.0, 6418.0]
     assert signals["seed_params"].tolist() == [0.0, 0.0]
     pool.apply(germinate_all(pool, blueprint=CONV_LIGHT))
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     assert signals["seed_params"].tolist() == [2336.0, 2336.0]  # conv_light at C = 16
     assert signals["total_seeds"].tolist() == [1, 1]
     assert signals["slot_acc_at_germination_valid"][:, 1].all()
@@ -194,9 +194,9 @@ def test_per_env_fields_report_epoch_metrics_and_accounting(shapes10_data):
 
 
 def test_the_tempo_mask_allows_only_the_standard_tempo_under_the_reference_clock(shapes10_data):
-    signals = make_pool(shapes10_data, n_envs=1).run_epoch()
+    signals = make_pool(shapes10_data, n_envs=1).train_and_validate()
     assert signals["mask_tempo"].tolist() == [[False, True, False]]
-    proportional = make_pool(shapes10_data, n_envs=1, lifecycle="proportional").run_epoch()
+    proportional = make_pool(shapes10_data, n_envs=1, lifecycle="proportional").train_and_validate()
     assert proportional["mask_tempo"].tolist() == [[True, True, True]]
 
 
@@ -204,7 +204,7 @@ def test_a_proportional_seed_ramps_during_its_blending_epoch_and_carries_its_tem
     """T = 30 epochs of 3 steps: the slow ramp lasts round(8/150 · 90) = 5 training steps, two epochs' worth."""
     pool = make_pool(shapes10_data, n_envs=1, lifecycle="proportional", max_epochs=30)
     assert pool.clock.blend_ticks(2) == round(8 / 150 * 90) == 5
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(actions((1, CONV_LIGHT, SIGMOID, GERMINATE, 2)))  # the slow tempo
     slot = pool.envs[0].slot("r0c1")
     assert slot.stage == SeedStage.TRAINING and slot.report().tempo == 2
@@ -224,7 +224,7 @@ def test_a_proportional_seed_ramps_during_its_blending_epoch_and_carries_its_tem
 
 def test_masks_follow_the_slot_states(shapes10_data):
     pool = make_pool(shapes10_data, slots=("r0c1", "r0c2"), n_envs=1)
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     assert signals["mask_slot"].tolist() == [[False, True, True]]
     assert signals["mask_blueprint"].tolist() == [[False, True, True, True, True]]
     assert signals["mask_blend"].tolist() == [[True, True, True]]
@@ -234,20 +234,20 @@ def test_masks_follow_the_slot_states(shapes10_data):
     assert signals["mask_op"].tolist() == [[True, True, True, False]]
     model = pool.envs[0].model
     force_stage(model.slot("r0c1"), SeedStage.PROBATIONARY, alpha=1.0)
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     assert signals["mask_op"].tolist() == [[True, True, True, True]]
     force_stage(model.slot("r0c1"), SeedStage.FOSSILIZED, alpha=1.0)
     pool.apply(actions((2, ATTENTION, SIGMOID, GERMINATE)))
-    signals = pool.run_epoch()  # fossil in r0c1, a TRAINING seed in r0c2 (age 1): no empty slot left
+    signals = pool.train_and_validate()  # fossil in r0c1, a TRAINING seed in r0c2 (age 1): no empty slot left
     assert signals["mask_op"].tolist() == [[True, False, True, False]]
     assert signals["slot_stage"].tolist() == [[0, int(SeedStage.FOSSILIZED), int(SeedStage.TRAINING)]]
 
 
 def test_telemetry_block_is_zero_for_disabled_and_empty_slots(shapes10_data):
     pool = make_pool(shapes10_data, slots=("r0c1",), n_envs=1)
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(germinate_all(pool))
-    obs = pool.run_epoch()["obs"][0]
+    obs = pool.train_and_validate()["obs"][0]
     blocks = [obs[telemetry_block_start(i, 3) : telemetry_block_start(i, 3) + 10] for i in range(3)]
     assert not blocks[0].any() and not blocks[2].any()  # disabled slots
     assert blocks[1][1].item() == 1.0  # gradient health of the seed in r0c1
@@ -319,7 +319,7 @@ def test_validation_metrics_do_not_depend_on_the_validation_batch_size(shapes10_
     results = []
     for vbs in (64, 100, 256):
         pool = make_pool(shapes10_data, val_batch_size=vbs)
-        signals = pool.run_epoch()
+        signals = pool.train_and_validate()
         results.append((signals["val_acc"], signals["val_loss"]))
     for acc, loss in results[1:]:
         assert torch.equal(acc, results[0][0])
@@ -342,7 +342,7 @@ def test_language_model_validation_loss_is_token_weighted_over_the_fixed_set():
                          val_batch_size=4)  # chunks of 4, 4, 2 blocks
     pool = EnvPool(config=config, data=data)
     pool.build_envs(0)
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     check_contract(signals, e=1, s=3, b=5, d=89)
     model = pool.envs[0].model.eval()
     blocks = data.x_test[:10]
@@ -354,7 +354,7 @@ def test_language_model_validation_loss_is_token_weighted_over_the_fixed_set():
     assert signals["val_acc"][0].item() == pytest.approx(accuracy, abs=1e-4)
     pool.apply(actions((1, 1, SIGMOID, GERMINATE)))  # lora on the transformer menu
     assert pool.envs[0].slot("r0c1").state.blueprint_id == "lora"
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     assert signals["slot_stage"][0, 1].item() == int(SeedStage.TRAINING)
     assert torch.isfinite(signals["train_loss"]).all()
 
@@ -366,9 +366,9 @@ def test_language_model_validation_loss_is_token_weighted_over_the_fixed_set():
 
 def test_contribution_equals_the_accuracy_drop_with_alpha_forced_to_zero(shapes10_data):
     pool = make_pool(shapes10_data, n_envs=1, slots=("r0c0", "r0c1"))
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(actions((0, NORM, SIGMOID, GERMINATE)))
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(actions((1, CONV_LIGHT, SIGMOID, GERMINATE)))
     model = pool.envs[0].model
     force_stage(model.slot("r0c0"), SeedStage.PROBATIONARY, alpha=1.0)
@@ -390,9 +390,9 @@ def test_contribution_equals_the_accuracy_drop_with_alpha_forced_to_zero(shapes1
 
 def test_a_training_seed_has_no_contribution(shapes10_data):
     pool = make_pool(shapes10_data, n_envs=1)
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(germinate_all(pool))
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     assert pool.envs[0].metrics.cf_slots == ()
     assert not signals["slot_contribution_valid"].any()
 
@@ -404,11 +404,11 @@ def test_a_training_seed_has_no_contribution(shapes10_data):
 
 def test_cull_aimed_at_a_fossil_keeps_the_same_optimizer_and_momentum(shapes10_data):
     pool = make_pool(shapes10_data, n_envs=1)
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(germinate_all(pool))
     env = pool.envs[0]
     force_stage(env.slot("r0c1"), SeedStage.FOSSILIZED, alpha=1.0)
-    pool.run_epoch()  # the fossil keeps training: its optimizer holds momentum
+    pool.train_and_validate()  # the fossil keeps training: its optimizer holds momentum
     entry = env.seed_optimizers["r0c1"]
     optimizer = entry.optimizer
     momentum = {id(p): s["momentum_buffer"].clone() for p, s in optimizer.state.items()}
@@ -423,14 +423,14 @@ def test_cull_aimed_at_a_fossil_keeps_the_same_optimizer_and_momentum(shapes10_d
 
 def test_gated_blend_gate_joins_the_seed_optimizer_at_blending_and_trains(shapes10_data):
     pool = make_pool(shapes10_data, n_envs=1, max_train_batches=1)
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(actions((1, CONV_LIGHT, GATED, GERMINATE)))
     env = pool.envs[0]
     for _ in range(2):  # eis 1, 2: G2 cannot pass yet
         epoch(pool)
     slot = env.slot("r0c1")
     optimizer = env.seed_optimizers["r0c1"].optimizer
-    pool.run_epoch()
+    pool.train_and_validate()
     metrics = slot.state.metrics  # make G2 pass at this step_epoch, with the measured ratio kept
     metrics.accuracy_at_stage_start = metrics.current_val_accuracy - 1.0
     metrics.seed_gradient_norm_ratio = max(metrics.seed_gradient_norm_ratio, 0.2)
@@ -441,7 +441,7 @@ def test_gated_blend_gate_joins_the_seed_optimizer_at_blending_and_trains(shapes
     assert gate
     gate_before = [p.detach().clone() for p in gate]
     momentum_before = {id(p): s["momentum_buffer"].clone() for p, s in optimizer.state.items()}
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     entry = env.seed_optimizers["r0c1"]
     assert entry.optimizer is optimizer and entry.gate_added
     grouped = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -457,12 +457,12 @@ def test_gated_blend_gate_joins_the_seed_optimizer_at_blending_and_trains(shapes
 def test_ratio_is_computed_without_telemetry_and_g2_moves_the_seed_to_blending(shapes10_data):
     pool = make_pool(shapes10_data, n_envs=1, use_telemetry=False, slots=("r0c0",), max_train_batches=4,
                      max_epochs=10)
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(actions((0, CONV_LIGHT, SIGMOID, GERMINATE)))
     slot = pool.envs[0].slot("r0c0")
     reached = False
     for _ in range(8):
-        pool.run_epoch()
+        pool.train_and_validate()
         report = slot.report()
         assert report.gradient_ratio > 0.0 and pool.envs[0].counters.ratio_ema["r0c0"] == report.gradient_ratio
         g2 = (report.improvement_since_stage_start >= 0.5 and report.epochs_in_stage >= 3
@@ -479,19 +479,19 @@ def test_ratio_is_computed_without_telemetry_and_g2_moves_the_seed_to_blending(s
 
 def test_germinate_fossilize_and_cull_follow_the_action_table(shapes10_data):
     pool = make_pool(shapes10_data, n_envs=1, slots=("r0c1", "r0c2"))
-    pool.run_epoch()
+    pool.train_and_validate()
     result = pool.apply(actions((0, CONV_LIGHT, SIGMOID, GERMINATE)))  # r0c0 is disabled
     assert result.success == (False,)
-    pool.run_epoch()
+    pool.train_and_validate()
     result = pool.apply(actions((1, NORM, LINEAR, GERMINATE)))
     env = pool.envs[0]
     assert result.success == (True,) and env.slot("r0c1").state.seed_id == "env0_seed_0"
     assert env.slot("r0c1").state.blueprint_id == "norm" and env.slot("r0c1").blend == "linear"
-    pool.run_epoch()
+    pool.train_and_validate()
     assert pool.apply(actions((1, CONV_LIGHT, SIGMOID, GERMINATE))).success == (False,)  # occupied
-    pool.run_epoch()
+    pool.train_and_validate()
     assert pool.apply(actions((1, 1, 1, FOSSILIZE))).success == (False,)  # TRAINING
-    pool.run_epoch()
+    pool.train_and_validate()
     result = pool.apply(actions((1, 1, 1, CULL)))
     assert result.success == (True,) and env.slot("r0c1").state is None
     assert "r0c1" not in env.seed_optimizers and "r0c1" not in env.counters.acc_at_germination
@@ -503,11 +503,11 @@ def test_germinate_fossilize_and_cull_follow_the_action_table(shapes10_data):
 
 def test_fossilize_succeeds_from_probationary_with_contribution(shapes10_data):
     pool = make_pool(shapes10_data, n_envs=1)
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(germinate_all(pool))
     env = pool.envs[0]
     force_stage(env.slot("r0c1"), SeedStage.PROBATIONARY, alpha=1.0)
-    pool.run_epoch()
+    pool.train_and_validate()
     env.slot("r0c1").set_contribution(2.0)
     metrics = env.slot("r0c1").state.metrics
     metrics.initial_val_accuracy = metrics.current_val_accuracy - 1.5
@@ -521,27 +521,27 @@ def test_fossilize_succeeds_from_probationary_with_contribution(shapes10_data):
 
 def test_auto_cull_penalty_is_reported_on_the_next_step_once(shapes10_data):
     pool = make_pool(shapes10_data, n_envs=1)
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(germinate_all(pool))
     env = pool.envs[0]
     force_stage(env.slot("r0c1"), SeedStage.PROBATIONARY, alpha=1.0)
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     assert signals["pending_penalty"].tolist() == [0.0]
     env.slot("r0c1").set_contribution(-1.0)
     result = pool.apply(wait_all(pool))
     assert env.slot("r0c1").state is None and "r0c1" not in env.seed_optimizers
     culls = [e for e in result.events if e.event_type == EventType.SEED_CULLED]
     assert [(e.data["reason"], e.data["auto"]) for e in culls] == [("negative_counterfactual", True)]
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     assert signals["pending_penalty"].tolist() == [pytest.approx(-0.2)]
     pool.apply(wait_all(pool))
-    assert pool.run_epoch()["pending_penalty"].tolist() == [0.0]
+    assert pool.train_and_validate()["pending_penalty"].tolist() == [0.0]
 
 
 def test_bootstrap_signals_describe_the_post_action_state(shapes10_data):
     pool = make_pool(shapes10_data, n_envs=1, max_epochs=2)
     epoch(pool)
-    pre = pool.run_epoch()
+    pre = pool.train_and_validate()
     result = pool.apply(germinate_all(pool), bootstrap=True)
     boot = result.bootstrap_signals
     check_contract(boot, e=1, s=3, b=5, d=89)
@@ -556,8 +556,8 @@ def test_bootstrap_signals_describe_the_post_action_state(shapes10_data):
 
 def test_peek_between_execute_and_finish_equals_the_bootstrap(shapes10_data):
     a, b = make_pool(shapes10_data, n_envs=1), make_pool(shapes10_data, n_envs=1)
-    a.run_epoch()
-    b.run_epoch()
+    a.train_and_validate()
+    b.train_and_validate()
     boot = a.apply(germinate_all(a), bootstrap=True).bootstrap_signals
     b.execute_actions(germinate_all(b))
     assert_signals_equal(boot, b.peek_signals())
@@ -600,7 +600,7 @@ def test_begin_and_step_run_a_whole_episode_with_the_bootstrap_at_the_end(shapes
 
 def test_bad_actions_raise_naming_the_head(shapes10_data):
     pool = make_pool(shapes10_data)
-    pool.run_epoch()
+    pool.train_and_validate()
     with pytest.raises(ValueError, match="blueprint"):
         pool.apply(actions((1, 7, 1, WAIT), (1, 1, 1, WAIT)))
 
@@ -612,7 +612,7 @@ def test_a_non_finite_gradient_measurement_leaves_the_ratio_ema_alone(shapes10_d
     env = pool.envs[0]
     before = env.counters.ratio_ema["r0c1"]
     monkeypatch.setattr("hosts.env.epoch_compute.gradient_ratio", lambda host, seed: torch.full((), float("inf")))
-    pool.run_epoch()
+    pool.train_and_validate()
     assert env.counters.ratio_ema["r0c1"] == before == env.slot("r0c1").report().gradient_ratio
 
 
@@ -627,7 +627,7 @@ def test_forced_nan_in_env_1_rolls_back_without_ghost_state(shapes10_data):
     env0, env1 = pool.envs
     force_stage(env1.slot("r0c1"), SeedStage.BLENDING, alpha=0.5)
     epoch(pool, actions((0, NORM, SIGMOID, GERMINATE), (0, NORM, SIGMOID, GERMINATE)))
-    signals = pool.run_epoch()  # epoch 3: env 1's host is NaN after training
+    signals = pool.train_and_validate()  # epoch 3: env 1's host is NaN after training
     assert signals["panic"].tolist() == [False, True]
     assert math.isnan(env1.metrics.val_loss) and env1.counters.rollbacks == 1 and env0.counters.rollbacks == 0
     for slot_id in ("r0c0", "r0c1"):
@@ -642,7 +642,7 @@ def test_forced_nan_in_env_1_rolls_back_without_ghost_state(shapes10_data):
     types = [(e.env_id, e.event_type, e.data.get("reason")) for e in result.events]
     assert (1, EventType.GOVERNOR_PANIC, None) in types and (1, EventType.GOVERNOR_ROLLBACK, None) in types
     assert types.count((1, EventType.SEED_CULLED, "governor_rollback")) == 2
-    after = pool.run_epoch()
+    after = pool.train_and_validate()
     assert after["panic"].tolist() == [False, False]
     assert math.isfinite(after["val_loss"][1].item())
     assert pool.episode_results()[1].rollbacks == 1
@@ -721,7 +721,7 @@ def test_any_action_sequence_keeps_the_bookkeeping_consistent(property_pool, scr
     pool = property_pool
     pool.build_envs(batch)
     for t, rows in enumerate(script, start=1):
-        signals = pool.run_epoch()
+        signals = pool.train_and_validate()
         check_bookkeeping(pool, signals)
         result = pool.apply(actions(*rows), bootstrap=t == 4)
         for env, row, ok in zip(pool.envs, rows, result.success):
@@ -741,7 +741,7 @@ def test_any_action_sequence_keeps_the_bookkeeping_consistent(property_pool, scr
 
 def test_training_epoch_reads_nothing_back_to_the_host(shapes10_data, monkeypatch):
     pool = make_pool(shapes10_data)
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(germinate_all(pool))
 
     def forbidden(*_args, **_kwargs):
@@ -759,7 +759,7 @@ def test_amp_on_cpu_is_disabled_with_a_warning(shapes10_data):
         pool = EnvPool(config=make_config(amp=True), data=shapes10_data)
     pool.build_envs(0)
     assert all(env.scaler is None for env in pool.envs)
-    assert torch.isfinite(pool.run_epoch()["val_loss"]).all()
+    assert torch.isfinite(pool.train_and_validate()["val_loss"]).all()
 
 
 def test_packed_signals_unpack_to_the_same_fields(shapes10_data):
@@ -768,7 +768,7 @@ def test_packed_signals_unpack_to_the_same_fields(shapes10_data):
 
     pool = make_pool(shapes10_data, slots=("r0c0", "r0c1", "r0c2"))
     epoch(pool, germinate_all(pool, slot=1))
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     columns = signal_columns(3, 5, obs_dim(3, True))
     packed = pack_signals(signals, columns)
     assert list(packed) == list(PACKED_DTYPES)
@@ -801,9 +801,9 @@ def test_a_gated_blend_draws_its_gate_from_its_own_env_whatever_runs_beside_it(s
 def test_seed_flop_share_follows_the_seeds_that_train(shapes10_data):
     """The signal a FLOP rent reads: 0 with no seed, then the env's meter's seed share once its seed trains."""
     pool = make_pool(shapes10_data, n_envs=1)
-    assert pool.run_epoch()["seed_flop_share"].tolist() == [0.0]
+    assert pool.train_and_validate()["seed_flop_share"].tolist() == [0.0]
     pool.apply(germinate_all(pool))
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     env = pool.envs[0]
     share = env.compute.seed_share(env.model)
     assert share > 0.0 and signals["seed_flop_share"].tolist() == [pytest.approx(share)]

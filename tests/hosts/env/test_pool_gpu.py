@@ -49,7 +49,7 @@ def script(pool: EnvPool, epochs: int = 4) -> list[dict]:
     plan = [(1, 1, 1, GERMINATE, 1), (0, 3, 2, GERMINATE, 1)] + [(1, 1, 1, WAIT, 1)] * (epochs - 2)
     out = []
     for row in plan:
-        out.append(pool.run_epoch())
+        out.append(pool.train_and_validate())
         pool.apply(torch.tensor([row] * pool.n_active, dtype=torch.int32, device=DEVICE))
     return out
 
@@ -59,7 +59,7 @@ def test_every_env_gets_its_own_stream_and_signals_live_on_the_policy_device(gpu
     streams = [env.stream for env in pool.envs]
     assert all(isinstance(s, torch.cuda.Stream) for s in streams)
     assert len({s.cuda_stream for s in streams}) == len(streams)
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     assert all(t.device == torch.device(DEVICE) and t.is_contiguous() for t in signals.values())
 
 
@@ -92,12 +92,12 @@ def test_fp16_amp_runs_with_one_grad_scaler_per_env(gpu_data):
 def test_bf16_amp_uses_no_scaler(gpu_data):
     pool = make_pool(gpu_data, amp=True, amp_dtype="bfloat16")
     assert all(env.scaler is None for env in pool.envs)
-    assert torch.isfinite(pool.run_epoch()["val_loss"]).all()
+    assert torch.isfinite(pool.train_and_validate()["val_loss"]).all()
 
 
 def test_training_epoch_does_not_synchronise_with_the_host(gpu_data):
     pool = make_pool(gpu_data)
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(torch.tensor([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=torch.int32))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -113,9 +113,9 @@ def test_training_epoch_does_not_synchronise_with_the_host(gpu_data):
 def test_amp_training_epoch_does_not_synchronise_with_the_host(gpu_data, amp_dtype):
     """fp16 needs fused optimizers (GradScaler.step otherwise reads found_inf back); bf16 has no scaler."""
     pool = make_pool(gpu_data, amp=True, amp_dtype=amp_dtype)
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(torch.tensor([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=torch.int32))
-    pool.run_epoch()  # the seed optimizer exists from here on
+    pool.train_and_validate()  # the seed optimizer exists from here on
     pool.apply(torch.tensor([(1, 1, 1, WAIT, 1)] * pool.n_active, dtype=torch.int32))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -156,5 +156,5 @@ def test_signals_live_on_a_policy_device_other_than_the_envs():
     data = load_task_data(get_task("shapes10"), "cuda:0", synthetic_train_samples=4096, synthetic_test_samples=1024)
     pool = make_pool(data, device="cuda:1", env_devices=("cuda:0",))
     assert all(env.device == torch.device("cuda:0") for env in pool.envs)
-    signals = pool.run_epoch()
+    signals = pool.train_and_validate()
     assert all(t.device == torch.device("cuda:1") for t in signals.values())

@@ -157,9 +157,9 @@ def test_a_grad_scaler_makes_every_env_optimizer_fused(data):
     env = pool.envs[0]
     assert env.scaler is not None and env.host_optimizer.defaults["fused"] is True
     assert getattr(env.host_optimizer, "_step_supports_amp_scaling", False)
-    pool.run_epoch()
+    pool.train_and_validate()
     pool.apply(torch.tensor([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=torch.int32))
-    pool.run_epoch()
+    pool.train_and_validate()
     seeds = env.seed_optimizers_in_order(pool.enabled)
     assert seeds and all(opt.defaults["fused"] is True for opt in seeds)
 
