@@ -392,7 +392,7 @@ SIGNAL_FIELDS: Mapping[str, tuple[str, str]] = {
     "num_contributing_fossilized": ("[E]", "int32"),
     "total_seeds": ("[E]", "int32"),
     "panic": ("[E]", "bool"),  # governor panicked (and rolled back) this epoch: reward gets -10
-    "pending_penalty": ("[E]", "float32"),  # auto-cull penalty carried from the previous step (<= 0)
+    "auto_culls": ("[E]", "int32"),  # seeds the last lifecycle step (end of the previous epoch) auto-culled
     # per slot
     "slot_enabled": ("[E, S]", "bool"),
     "slot_occupied": ("[E, S]", "bool"),  # holds a seed (state not None, stage not DORMANT)

@@ -299,6 +299,7 @@ class RewardConfig:
     terminal_loss_weight: float = 1.0
     # loop-level terms
     governor_punishment: float = -GOVERNOR_DEATH_PENALTY
+    auto_cull_penalty: float = -0.2  # per seed the lifecycle auto-culled, charged to the env's next step
     # the growth reward (LEARNING.md): reward per pp of committed accuracy, the share of an unfossilized
     # seed's contribution held back until it is fossilized, the parameter rent, the rollback penalty
     growth_accuracy_weight: float = 0.1

@@ -12,7 +12,7 @@ Every reward function has the same signature
 
 `components` maps every term to an [E] float32 array; the terms sum, in the listed order, to the
 reward. Every family includes the loop-level terms of BEHAVIOUR §12.8 (`governor`: −10 on a panicking step;
-`auto_cull`: the penalty carried from the previous step's auto-culls).
+`auto_cull`: `auto_cull_penalty` for each of the previous step's auto-culls).
 """
 
 from __future__ import annotations
@@ -287,13 +287,19 @@ def contribution_terminal(signals: Signals, cfg: RewardConfig) -> jax.Array:
 
 
 def loop_terms(signals: Signals, cfg: RewardConfig) -> dict[str, jax.Array]:
-    """BEHAVIOUR §12.8: −10 on a panicking step, plus the pending auto-cull penalty of the previous step."""
+    """BEHAVIOUR §12.8: −10 on a panicking step, plus the penalty of the previous step's auto-culls."""
     assert_signals(signals)
     panic = jnp.asarray(signals["panic"]).astype(bool)
     return {
         "governor": jnp.where(panic, cfg.governor_punishment, 0.0).astype(jnp.float32),
-        "auto_cull": _f32(signals, "pending_penalty"),
+        "auto_cull": auto_cull_penalty(signals, cfg),
     }
+
+
+def auto_cull_penalty(signals: Signals, cfg: RewardConfig) -> jax.Array:
+    """BEHAVIOUR §12.8: `auto_cull_penalty` for each seed the last lifecycle step auto-culled (`auto_culls`)."""
+    culls = _f32(signals, "auto_culls")
+    return jnp.where(culls > 0, cfg.auto_cull_penalty * culls, 0.0)
 
 
 def next_phi_prev(signals: Signals, t: Target, op: jax.Array, phi_prev: jax.Array, phi_now: jax.Array,
@@ -463,7 +469,7 @@ def committed_accuracy(signals: Signals, actions: jax.Array, cfg: RewardConfig) 
 
 def growth(signals: Signals, actions: jax.Array, reward_state: RewardState, config: RewardConfig):
     """GROWTH: r_t = w·(acc_t − acc_{t−1}), and at t = T also −w·w_commit·at_risk_T; plus rent, the rollback
-    penalty and the pending auto-cull penalty.
+    penalty and the auto-cull penalty of the previous step.
 
     acc_0 = 0, so the accuracy terms telescope to w·acc_T and the episode's return is w·A_T (the committed
     accuracy at the end, `committed_accuracy`) + Σ rent + penalties: the accuracy the grown network keeps,
@@ -487,7 +493,7 @@ def growth(signals: Signals, actions: jax.Array, reward_state: RewardState, conf
                      jnp.inf),
         "flop_rent": -config.flop_rent_weight * _f32(signals, "seed_flop_share"),
         "governor": jnp.where(panic, config.growth_rollback_penalty, 0.0),
-        "auto_cull": _f32(signals, "pending_penalty"),
+        "auto_cull": auto_cull_penalty(signals, config),
     }
     return _finish(components, reward_state._replace(acc_prev=acc))
 

@@ -1,8 +1,8 @@
 """Action execution and the end-of-epoch lifecycle step of one env (BEHAVIOUR §7.3 step 10, §7.4, §2.6, §2.10).
 
 `execute_action` runs one decoded action on one env and returns whether it succeeded (for logs
-only); `step_slots` runs `step_epoch` on every enabled slot in canonical order, charges the
-auto-cull penalty for the next step, and cleans up emptied slots. Both record lifecycle events.
+only); `step_slots` runs `step_epoch` on every enabled slot in canonical order, counts the auto-culls
+and cleans up emptied slots. Both record lifecycle events.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from esper_fx.contracts import (
 )
 
 from hosts.env.state import EnvState
-
-AUTO_CULL_PENALTY = -0.2  # reward units, charged to the env's next step (BEHAVIOUR §12.8)
 
 
 class Action(NamedTuple):
@@ -153,7 +151,6 @@ def step_slots(env: EnvState, enabled: Sequence[str], epoch: int) -> int:
         before, seed_id = slot.stage, env.seed_id(slot_id)
         if slot.step_epoch():
             auto_culls += 1
-            env.counters.pending_auto_cull_penalty += AUTO_CULL_PENALTY
             reason = _auto_cull_reason(slot)
             env.event(EventType.SEED_CULLED, epoch, slot_id, seed_id or "", f"auto-cull: {reason}", reason=reason,
                       auto=True, stage=before.name if before is not None else "")

@@ -443,7 +443,7 @@ class EnvPool:
         return EnvView(
             tracker=tracker, reports=reports, host_params=env.model.host_param_count(),
             host_max_acc=counters.host_max_acc, contributing_fossilized=counters.contributing_fossilized,
-            panic=m.panic, pending_penalty=counters.pending_auto_cull_penalty,
+            panic=m.panic, auto_culls=counters.auto_culls,
             contributions={s: c for s, (sid, c) in m.contributions.items() if env.seed_id(s) == sid},
             acc_at_germination=dict(counters.acc_at_germination),
             seed_flop_share=env.compute.seed_share(env.model) if env.compute is not None else 0.0,
@@ -451,14 +451,13 @@ class EnvPool:
 
     # ---------------------------------------------------------------- BEHAVIOUR §7.3 step 10, §7.4
     def execute_actions(self, actions) -> tuple[bool, ...]:
-        """Run each env's action (index order); the pending auto-cull penalty counts as consumed."""
+        """Run each env's action (index order)."""
         self._expect((_VALIDATED,), "execute_actions")
         rows = _action_rows(actions)
         decoded = decode_actions(rows, self.n_active, len(self.slot_ids), len(self.menu),
                                  first_env=self.envs[0].index if self.envs else 0)
         success = []
         for env, action in zip(self.envs, decoded):
-            env.counters.pending_auto_cull_penalty = 0.0  # paid into this step's reward by the loop
             success.append(execute_action(env, action, slot_ids=self.slot_ids, enabled=self.enabled,
                                           menu=self.menu, val_acc=env.metrics.val_acc, epoch=self.epoch))
         self._last_actions = tuple(tuple(a) for a in decoded)
@@ -466,14 +465,14 @@ class EnvPool:
         return tuple(success)
 
     def finish_epoch(self) -> None:
-        """step_epoch on every enabled slot of every env; auto-culls charge −0.2 to the next step. A seed that
-        starts blending with a `gated` blend builds its gate here, so the body runs in the env's own random
-        stream: drawn from the global generator, the gate's init came from whichever env ran last, and an
-        env's episode depended on its neighbours (and on how the envs were split over Ray workers)."""
+        """step_epoch on every enabled slot of every env, each env's auto-culls counted for its next signals.
+        A seed that starts blending with a `gated` blend builds its gate here, so the body runs in the env's
+        own random stream: drawn from the global generator, the gate's init came from whichever env ran last,
+        and an env's episode depended on its neighbours (and on how the envs were split over Ray workers)."""
         self._expect((_EXECUTED,), "finish_epoch")
         for env in self.envs:
             with env.rng.activate():
-                step_slots(env, self.enabled, self.epoch)
+                env.counters.auto_culls = step_slots(env, self.enabled, self.epoch)
         self._phase = _STEPPED
 
     def apply(self, actions, bootstrap: bool = False) -> ApplyResult:

@@ -104,7 +104,7 @@ class EnvCounters:
     rollbacks: int = 0
     action_counts: list[int] = field(default_factory=lambda: [0] * NUM_OPS)
     successful_action_counts: list[int] = field(default_factory=lambda: [0] * NUM_OPS)
-    pending_auto_cull_penalty: float = 0.0
+    auto_culls: int = 0  # seeds the last lifecycle step auto-culled (the next signals report them)
     host_max_acc: float = 0.0
     val_accs: list[float] = field(default_factory=list)  # every validated epoch's accuracy, pp
     acc_at_germination: dict[str, float] = field(default_factory=dict)

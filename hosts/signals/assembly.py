@@ -45,10 +45,11 @@ from hosts.signals.tracker import TrackerSignals
 
 ENV_INT_FIELDS = (
     "epoch", "max_epochs", "plateau_epochs", "host_stabilized", "num_contributing_fossilized", "total_seeds",
+    "auto_culls",
 )
 ENV_FLOAT_FIELDS = (
     "val_acc", "val_loss", "train_acc", "train_loss", "acc_delta", "loss_delta", "host_max_acc",
-    "host_params", "seed_params", "seed_flop_share", "pending_penalty",
+    "host_params", "seed_params", "seed_flop_share",
 )
 ENV_BOOL_FIELDS = ("panic",)
 SLOT_VALUE_FIELDS = ("slot_contribution", "slot_acc_at_germination")
@@ -83,7 +84,7 @@ class EnvView:
     host_max_acc: float
     contributing_fossilized: int
     panic: bool
-    pending_penalty: float
+    auto_culls: int  # seeds the last lifecycle step auto-culled
     contributions: Mapping[str, float]  # c of this epoch, only for cf slots still holding the same seed
     acc_at_germination: Mapping[str, float]
     seed_flop_share: float  # hosts.env.compute.ComputeMeter.seed_share (0 where the host has no FLOP count)
@@ -183,10 +184,10 @@ def _env_rows(view: EnvView, layout: SignalLayout) -> tuple[list[int], list[floa
     t = view.tracker
     active, fossilized = count_seeds(view.reports, layout.enabled)
     ints = [t.epoch, layout.max_epochs, t.plateau_epochs, t.host_stabilized, view.contributing_fossilized,
-            active + fossilized]
+            active + fossilized, view.auto_culls]
     floats = [t.val_acc, t.val_loss, t.train_acc, t.train_loss, t.accuracy_delta, t.loss_delta,
               view.host_max_acc, view.host_params, active_seed_params(view.reports, layout.enabled),
-              view.seed_flop_share, view.pending_penalty]
+              view.seed_flop_share]
     return ints, floats, [bool(view.panic)]
 
 

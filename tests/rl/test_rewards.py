@@ -495,14 +495,21 @@ def test_loss_rent_waits_for_the_grace_period():
 
 
 @pytest.mark.parametrize("name", list(rewards.REWARD_FNS))
-def test_every_family_adds_the_pending_auto_cull_penalty_and_panic_punishment(name):
-    quiet = run(name, make_signals(), act(W))[0]
-    reward, comps, _ = run(name, make_signals(pending_penalty=-0.2), act(W))
+def test_every_family_adds_the_auto_cull_penalty_and_panic_punishment(name):
+    quiet, comps, _ = run(name, make_signals(), act(W))
+    assert comps["auto_cull"] == 0.0
+    reward, comps, _ = run(name, make_signals(auto_culls=1), act(W))
     assert comps["auto_cull"] == pytest.approx(-0.2) and reward == pytest.approx(quiet - 0.2, abs=1e-6)
-    reward, comps, _ = run(name, make_signals(panic=True, pending_penalty=-0.4), act(W))
+    reward, comps, _ = run(name, make_signals(panic=True, auto_culls=2), act(W))
     # growth states the rollback in its own units: -1.0 = 10 pp of committed accuracy (LEARNING.md)
     punishment = CFG.growth_rollback_penalty if name == "growth" else -10.0
     assert comps["governor"] == punishment and reward == pytest.approx(quiet + punishment - 0.4, abs=1e-5)
+
+
+@pytest.mark.parametrize("name", list(rewards.REWARD_FNS))
+def test_the_auto_cull_penalty_is_the_count_the_hosts_report_times_the_config_constant(name):
+    config = dataclasses.replace(CFG, auto_cull_penalty=-0.5)
+    assert run(name, make_signals(auto_culls=3), act(W), config=config)[1]["auto_cull"] == pytest.approx(-1.5)
 
 
 @pytest.mark.parametrize("name", ["sparse", "minimal", "loss"])
@@ -619,7 +626,7 @@ def random_signals(draw, E=E_RAND, S=S_RAND, B=B_RAND):
         seed_params=draw(hnp.arrays(np.float32, e, elements=_f32s(0, 1e6))),
         num_contributing_fossilized=draw(hnp.arrays(np.int32, e, elements=st.integers(0, 3))),
         panic=draw(hnp.arrays(bool, e)),
-        pending_penalty=draw(hnp.arrays(np.float32, e, elements=st.sampled_from([0.0, -0.2, -0.4]))),
+        auto_culls=draw(hnp.arrays(np.int32, e, elements=st.integers(0, 2))),
         plateau_epochs=draw(hnp.arrays(np.int32, e, elements=st.integers(0, 10))),
         host_stabilized=draw(hnp.arrays(np.int32, e, elements=st.integers(0, 1))),
     )

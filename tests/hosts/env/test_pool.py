@@ -519,23 +519,23 @@ def test_fossilize_succeeds_from_probationary_with_contribution(shapes10_data):
     assert (results.seeds_created, results.seeds_fossilized) == (1, 1)
 
 
-def test_auto_cull_penalty_is_reported_on_the_next_step_once(shapes10_data):
+def test_auto_culls_are_reported_in_the_next_signals_once(shapes10_data):
     pool = make_pool(shapes10_data, n_envs=1)
     pool.train_and_validate()
     pool.apply(germinate_all(pool))
     env = pool.envs[0]
     force_stage(env.slot("r0c1"), SeedStage.PROBATIONARY, alpha=1.0)
     signals = pool.train_and_validate()
-    assert signals["pending_penalty"].tolist() == [0.0]
+    assert signals["auto_culls"].tolist() == [0]
     env.slot("r0c1").set_contribution(-1.0)
     result = pool.apply(wait_all(pool))
     assert env.slot("r0c1").state is None and "r0c1" not in env.seed_optimizers
     culls = [e for e in result.events if e.event_type == EventType.SEED_CULLED]
     assert [(e.data["reason"], e.data["auto"]) for e in culls] == [("negative_counterfactual", True)]
     signals = pool.train_and_validate()
-    assert signals["pending_penalty"].tolist() == [pytest.approx(-0.2)]
+    assert signals["auto_culls"].tolist() == [1]  # a count: the reward prices it (RewardConfig.auto_cull_penalty)
     pool.apply(wait_all(pool))
-    assert pool.train_and_validate()["pending_penalty"].tolist() == [0.0]
+    assert pool.train_and_validate()["auto_culls"].tolist() == [0]
 
 
 def test_bootstrap_signals_describe_the_post_action_state(shapes10_data):
