@@ -136,7 +136,7 @@ class Arm:
         runner = self._runner(config)
         learner = runner.to_device(self._learner(config, runner.spec))
         episode = runner.to_device(runner.episode_fn(learner.reward_norm, 1))
-        record = BatchTally.start(runner.spec, 1)
+        record = BatchTally.start(runner.spec)
         signals = runner.pool.begin(0, 1)
         for t in range(1, config.max_epochs + 1):
             episode, signals = run_epoch(runner, learner, episode, signals, 0, t, record)

@@ -32,7 +32,7 @@ class EpochResult(NamedTuple):
     """What one `step` did and what comes next (every value plain python or jax)."""
 
     actions: tuple[tuple[int, int, int, int], ...]  # [E] rows as the pool executed them
-    events: tuple[Any, ...]  # hosts.env.LifecycleEvent of this epoch, envs in index order
+    events: tuple[Any, ...]  # hosts.env.LifecycleEvent of this epoch, envs in index order (for the logs)
     signals: dict | None  # the next epoch's packed signals; None after the last epoch
     bootstrap: dict | None  # the last epoch's post-action packed signals (asked for with bootstrap=True)
 

@@ -344,7 +344,7 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     entropy_coef = config.entropy_coefficient(int(np.asarray(getattr(learner.controller, "train_steps", 0))))
     episode = runner.to_device(runner.episode_fn(learner.reward_norm, n_active))
     signals = runner.pool.begin(b, n_active)
-    record = BatchTally.start(runner.spec, n_active)
+    record = BatchTally.start(runner.spec)
     for t in range(1, config.max_epochs + 1):
         episode, signals = run_epoch(runner, learner, episode, signals, b, t, record)
     n_next = batch_envs(config, progress.episodes_completed + n_active)
@@ -352,7 +352,7 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
         runner.pool.prefetch(b + 1, n_next)
     update_started = time.perf_counter()
     learner, ppo, skipped = end_of_batch(runner, learner._replace(reward_norm=episode.reward_norm),
-                                         episode.rollout, b, record.panicked)
+                                         episode.rollout, b, episode.rolled_back)
     record.update_s = time.perf_counter() - update_started
     batch = record.finish(runner.pool, episode, ppo, skipped)
     summary = summarize_batch(batch, b, progress.episodes_completed, progress.recent_avg_acc, config.menu,
@@ -422,16 +422,17 @@ def invalid_action_cause(controller_state: Any, signals: dict | None, columns: d
     return "a head had no valid entry under the action masks, or its logits were not finite"
 
 
-def end_of_batch(runner: Runner, learner: LearnerState, rollout: Any, b: int, panicked: np.ndarray
+def end_of_batch(runner: Runner, learner: LearnerState, rollout: Any, b: int, rolled_back: jax.Array
                  ) -> tuple[LearnerState, dict[str, Any] | None, dict[str, int]]:
-    """BEHAVIOUR §7.6: optional discard, one normaliser update with all E·T raw rows, then the update. Also returns
-    how many observation rows and rewards the normalisers left out for holding NaN or inf."""
+    """BEHAVIOUR §7.6: optional discard of the `rolled_back` [E] envs, one normaliser update with all E·T raw
+    rows, then the update. Also returns how many observation rows and rewards the normalisers left out for
+    holding NaN or inf."""
     if not runner.controller.learns:
         return learner, None, {}
     rollout_lib.check_rollout(rollout)
     skipped = {"rewards": int(jnp.sum(rollout.valid & ~jnp.isfinite(rollout.raw_rewards)))}
-    if runner.config.discard_rolled_back_envs and panicked.any():
-        rollout = rollout_lib.discard_envs(rollout, jnp.asarray(~panicked))
+    if runner.config.discard_rolled_back_envs:
+        rollout = rollout_lib.discard_envs(rollout, ~rolled_back)
     if int(jnp.sum(rollout.step_count)) == 0:
         return learner, dict(SKIPPED_UPDATE), nonzero(skipped)
     obs_rms, skipped["observation_rows"] = learner.obs_rms.update_counted(rollout.raw_obs)
@@ -452,13 +453,12 @@ def nonzero(counts: dict[str, Any]) -> dict[str, int]:
 
 @dataclass
 class BatchTally:
-    """A batch's running tally, epoch by epoch: events, action counts, panicking envs, reward components,
+    """A batch's running tally, epoch by epoch: events (for the logs), action counts, reward components,
     timing; `finish` turns it into the batch's `BatchRecord`."""
 
     head_counts: dict[str, list[int]]
     events: list[Event]
     reward_events: list[Event]
-    panicked: np.ndarray  # [E] bool: envs the governor rolled back this batch
     seed_params: list[float]
     components: list[dict]  # per epoch: reward term -> [E] (jax arrays, read back once per batch)
     controller_s: float = 0.0
@@ -466,17 +466,14 @@ class BatchTally:
     host_params: list[float] = field(default_factory=list)  # per env, at the last epoch
 
     @classmethod
-    def start(cls, spec: ctl.ControllerSpec, n_envs: int) -> "BatchTally":
+    def start(cls, spec: ctl.ControllerSpec) -> "BatchTally":
         heads = {h: [0] * n for h, n in zip(ACTION_HEADS, spec.head_sizes)}
-        return cls(heads, [], [], np.zeros(n_envs, bool), [], [])
+        return cls(heads, [], [], [], [])
 
     def epoch_done(self, result: Any, out: step.StepOut, b: int, t: int, debug: bool) -> None:
         count_heads(self.head_counts, result.actions, ACTION_HEADS)
         self.components.append(out.components)
-        for ev in result.events:
-            if ev.event_type == EventType.GOVERNOR_ROLLBACK:
-                self.panicked[ev.env_id] = True
-            self.events.append(lifecycle_event(ev, b))
+        self.events += [lifecycle_event(ev, b) for ev in result.events]
         if debug:
             components = {k: np.asarray(v) for k, v in out.components.items()}
             self.reward_events += reward_events(np.asarray(out.reward), components, result.actions, b, t)

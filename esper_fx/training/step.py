@@ -1,7 +1,8 @@
 """The jitted controller step of one epoch, and the random streams of a run (BEHAVIOUR §7.3 step 9, §7.5).
 
 Everything one episode batch carries from epoch to epoch is one pytree, `EpisodeState`: the
-controller's carry, the reward normaliser, the reward state, the rollout and the running reward sum.
+controller's carry, the reward normaliser, the reward state, the rollout, the running reward sum and
+which envs the governor rolled back (their `panic` signal, the one field that carries a rollback).
 `make_step` builds the one jitted function of an epoch:
 
     episode, out = step(episode, controller_state, obs_rms, packed_signals, root_key, clock)
@@ -64,6 +65,7 @@ class EpisodeState(NamedTuple):
     reward_state: RewardState  # PBRS memory [E, S]
     rollout: Any  # rl.rollout.Rollout [E, T, ...] for a learning controller, else ()
     reward_sum: jax.Array  # [E] raw reward summed over the epochs so far
+    rolled_back: jax.Array  # [E] bool: the `panic` signal of some epoch so far was set (the governor rolled back)
 
 
 class StepOut(NamedTuple):
@@ -81,7 +83,7 @@ def new_episode(controller: Any, spec: Any, reward_norm: RewardNormalizer, n_env
     carry = controller.initial_carry(n_envs)
     rollout = _new_rollout(spec, carry, n_envs) if controller.learns else ()
     return EpisodeState(carry, reward_norm, RewardState.init(n_envs, spec.num_slots), rollout,
-                        jnp.zeros((n_envs,), jnp.float32))
+                        jnp.zeros((n_envs,), jnp.float32), jnp.zeros((n_envs,), bool))
 
 
 def make_new_episode(controller: Any, spec: Any) -> Callable:
@@ -122,7 +124,8 @@ def make_step(controller: Any, reward_fn: Callable, reward_config: Any, columns:
             rollout = rollout_lib.append(rollout, t, transition)
         ok = aux.get("ok", jnp.ones(actions.shape[:1], bool)) if isinstance(aux, dict) else \
             jnp.ones(actions.shape[:1], bool)
-        new = EpisodeState(carry, reward_norm, reward_state, rollout, episode.reward_sum + reward)
+        new = EpisodeState(carry, reward_norm, reward_state, rollout, episode.reward_sum + reward,
+                           episode.rolled_back | signals["panic"])
         decision = jnp.concatenate([actions, ok[:, None].astype(jnp.int32)], axis=1)
         return new, StepOut(actions, reward, components, ok, decision)
 
