@@ -53,7 +53,7 @@ def __getattr__(name: str):
 
         return getattr(config, name)
     if name == "run":
-        from esper_fx.training.loop import run
+        from esper_fx.training.run import run
 
         return run
     if name == "compare":

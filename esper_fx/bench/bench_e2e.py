@@ -31,7 +31,7 @@ import esper_fx
 from esper_fx.bench.settings import BenchSettings
 from esper_fx.bench.timing import Timing
 from esper_fx.config import TrainingConfig
-from esper_fx.training.loop import build_pool
+from esper_fx.training.pools import build_pool
 
 TASK = "shapes10"
 TIMING_KEYS = ("env_s", "bridge_s", "controller_s")

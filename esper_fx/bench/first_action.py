@@ -57,7 +57,8 @@ class StopAtFirstAction:
 def time_to_first_action(config, marks: dict[str, float] | None = None) -> dict[str, float]:
     """Run `config` until its first actions; returns the unix-time marks of the phases (after `marks`)."""
     marks = {"imports_start": time.time(), "imports_end": time.time()} if marks is None else dict(marks)
-    from esper_fx.training.loop import build_pool, run
+    from esper_fx.training.pools import build_pool
+    from esper_fx.training.run import run
 
     pool = StopAtFirstAction(build_pool(config))
     marks["pool_built"] = time.time()
@@ -122,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     marks = {"imports_start": time.time()}
     import torch
 
-    import esper_fx.training.loop  # noqa: F401  (what the command line loads before a run starts)
+    import esper_fx.training.run  # noqa: F401  (what the command line loads before a run starts)
     from esper_fx.bench.presets import N_ENVS, bench_config
 
     if not args.device.startswith("cuda"):

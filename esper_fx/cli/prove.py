@@ -440,7 +440,7 @@ def _stopped(args, config: TrainingConfig, seeds: list[int], json_path: Path, st
     table = getattr(stop, "partial", None) or ComparisonTable([], [], {}, {}, list(seeds), True)
     finished = sum(len(eps) for eps in table.episodes.values())
     stopped = {"signal": _signal_name(signum), "episodes_finished": finished}
-    training = getattr(stop, "run_dir", None)  # loop.Interrupted: a training run stopped early
+    training = getattr(stop, "run_dir", None)  # run_state.Interrupted: a training run stopped early
     if training is not None:
         stopped.update(training_run_dir=training, training_checkpoint=stop.checkpoint)
     with deferred_stops(reraise=False):

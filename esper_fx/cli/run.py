@@ -79,7 +79,8 @@ def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
         print(line, flush=True)
     limit_cpu_threads(config, lambda line: print(line, flush=True))
     cache_dir = compile_cache.enable(compile_cache_dir, enabled=compile_cache_enabled)
-    from esper_fx.training.loop import Interrupted, run
+    from esper_fx.training.run import run
+    from esper_fx.training.run_state import Interrupted
     from esper_fx.outputs.closing import closing_lines
 
     started = time.perf_counter()

@@ -53,7 +53,7 @@ def build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], tra
               say: Callable[[str], None], quiet: bool, cache: dict):
     """(evaluate.Arm, the training RunResult or None). Arms trained alike share one run (`cache`)."""
     from esper_fx.evaluation import episodes as ev
-    from esper_fx.training.loop import run
+    from esper_fx.training.run import run
 
     spec = _arm_spec(name, arm)
     greedy = spec.get("greedy", True)

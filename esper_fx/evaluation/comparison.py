@@ -29,7 +29,7 @@ every evaluation seed as `<arm>[seed=S]`; `static_final` and `static_matched` re
 
 `python -m esper_fx.prove` is this function with a command line, files and a plot.
 
-Stopped by Ctrl-C or SIGTERM (a `KeyboardInterrupt`, or `loop.Interrupted` from a learning arm's training),
+Stopped by Ctrl-C or SIGTERM (a `KeyboardInterrupt`, or `run_state.Interrupted` from a learning arm's training),
 `compare` re-raises the same exception with `.partial`: a `ComparisonTable` (`partial=True`) of the
 episodes that finished, paired over the seeds both arms of a pair finished.
 

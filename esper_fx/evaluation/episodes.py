@@ -29,7 +29,8 @@ from esper_fx.training import step
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import EventType, growth_name, signal_columns
 from esper_fx.training.bridged_pool import BridgedPool
-from esper_fx.training.loop import BatchTally, Runner, build_pool, resolve_policy_device, resolve_reward_fn, run_epoch
+from esper_fx.training.epoch import BatchTally, Runner, resolve_policy_device, resolve_reward_fn, run_epoch
+from esper_fx.training.pools import build_pool
 from esper_fx.controllers.ppo import frozen
 from esper_fx.training.run_state import LearnerState, fresh_learner, learner_builder
 from esper_fx.outputs.console import Console

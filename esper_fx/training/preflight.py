@@ -2,7 +2,7 @@
 cluster to join, the devices, the data root, W&B's package and credentials.
 
 Each check raises a `SetupError` naming the path, device or field; none writes anything (a lock held by a
-live run is probed with a read-only open). `esper_fx.training.loop.run` calls `check_before_writing` first, then
+live run is probed with a read-only open). `esper_fx.training.run.run` calls `check_before_writing` first, then
 builds the data (whose problems are also reported before anything is written), and only then claims the
 run directory.
 """

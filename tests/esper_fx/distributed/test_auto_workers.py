@@ -13,7 +13,7 @@ from esper_fx.config import AUTO, TrainingConfig
 from esper_fx.distributed import auto
 from esper_fx.distributed.auto import RAY_MIN_ENV_EPOCHS, auto_workers, choose_eval_workers, choose_workers
 from esper_fx.distributed.runtime import RayStartError
-from esper_fx.training import loop
+from esper_fx.training import pools
 
 SMALL = dict(task="shapes10", n_envs=3, max_epochs=3, n_episodes=5, synthetic_train_samples=256,
              synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=5, device="cpu",
@@ -80,12 +80,12 @@ def _failing_ray(monkeypatch, exc):
 def test_auto_falls_back_to_the_in_process_pool_with_one_line_when_ray_cannot_start(monkeypatch, exc):
     _failing_ray(monkeypatch, exc)
     lines = []
-    pool = loop.build_pool(small(), say=lines.append)
-    assert loop.pool_workers(pool) == 0 and pool.n_envs == 3
+    pool = pools.build_pool(small(), say=lines.append)
+    assert pools.pool_workers(pool) == 0 and pool.n_envs == 3
     assert len(lines) == 1 and "\n" not in lines[0]
     assert str(exc).split(":")[-1].strip() in lines[0] and "--env-workers 0" in lines[0] and "pip install" in lines[0]
     with pytest.raises(type(exc)):  # an explicit number fails loudly
-        loop.build_pool(small(env_workers=2), say=lines.append)
+        pools.build_pool(small(env_workers=2), say=lines.append)
 
 
 def test_the_banner_and_the_summary_say_which_pool_ran(monkeypatch, tmp_path, capsys):

@@ -19,7 +19,7 @@ import torch
 
 import esper_fx
 from esper_fx.outputs import checkpoint as ckpt
-from esper_fx.training import loop
+from esper_fx.training import pools
 from esper_fx.config import TrainingConfig
 from esper_fx.distributed.pool import worker_slices
 from esper_fx.distributed import reaper
@@ -101,7 +101,7 @@ def test_two_workers_give_the_same_run_bit_for_bit_and_leave_no_ray_process(refe
 def test_a_killed_worker_stops_the_run_naming_it_and_resume_continues_exactly(reference, tmp_path):
     config = small(env_workers=2)
     run_dir = tmp_path / "killed"
-    pool = loop.build_pool(config)
+    pool = pools.build_pool(config)
     original_begin, original_step, batches = pool.begin, pool.step, []
 
     def counting_begin(b, n_active=None):
@@ -165,7 +165,7 @@ def test_a_data_problem_in_a_worker_or_task_is_the_in_process_line(local_ray):
 
     config = small(n_envs=2, batch_size_per_env=1000)  # more than the 256 training samples hold
     with pytest.raises(DataError) as in_process:
-        loop.build_pool(config.replace(env_workers=0))
+        pools.build_pool(config.replace(env_workers=0))
     assert "fewer than one step" in str(in_process.value)
     with pytest.raises(DataError) as worker:
         RayEnvPool(config.replace(env_workers=2)).wait_ready()
@@ -234,7 +234,7 @@ def test_without_ray_env_workers_exit_2_with_the_install_line(monkeypatch, capsy
     assert INSTALL_HINT in err and "--env-workers 2" in err
     assert not (tmp_path / "r").exists()
     with pytest.raises(ImportError, match="a dependency of the default install"):
-        loop.build_pool(small(env_workers=2))
+        pools.build_pool(small(env_workers=2))
     assert INSTALL_HINT in err
     from esper_fx.cli import prove
 

@@ -251,17 +251,17 @@ def test_sigterm_during_evaluation_writes_the_finished_episodes_as_partial(tmp_p
 
 def test_ctrl_c_during_training_keeps_its_checkpoint_and_writes_a_partial_prove_json(tmp_path, capsys,
                                                                                       monkeypatch):
-    from esper_fx.training import loop
+    from esper_fx.training import pools
     from tests.esper_fx.stops import signal_at_apply
 
-    original = loop.build_pool
+    original = pools.build_pool
 
     def build_pool(config, *args):
         pool = original(config, *args)
         signal_at_apply(pool, 5)  # the first epoch of the second batch
         return pool
 
-    monkeypatch.setattr(loop, "build_pool", build_pool)
+    monkeypatch.setattr(pools, "build_pool", build_pool)
     out = tmp_path / "p"
     code = prove.main(["--arms", "ppo", "wait", "--episodes", "6", "--n-eval-seeds", "2", "--out", str(out),
                        "--quiet", *TINY_SETS, "--set", "checkpoint_every=1"])
@@ -394,19 +394,19 @@ def test_each_training_seeds_rows_equal_a_single_seed_prove(tmp_path, capsys):
 
 def test_ctrl_c_during_the_second_training_seed_keeps_the_first_and_a_resumable_checkpoint(tmp_path, capsys,
                                                                                           monkeypatch):
-    from esper_fx.training import loop
+    from esper_fx.training import pools
     from tests.esper_fx.stops import signal_at_apply
 
-    original, pools = loop.build_pool, []
+    original, built = pools.build_pool, []
 
     def build_pool(config, *args):
         pool = original(config, *args)
-        pools.append(pool)
-        if len(pools) == 2:  # the second training seed's run
+        built.append(pool)
+        if len(built) == 2:  # the second training seed's run
             signal_at_apply(pool, 5)  # the first epoch of its second batch
         return pool
 
-    monkeypatch.setattr(loop, "build_pool", build_pool)
+    monkeypatch.setattr(pools, "build_pool", build_pool)
     out = tmp_path / "p"
     code = prove.main(["--train-seeds", "5", "9", "--arms", "ppo", "wait", "--episodes", "4", "--n-eval-seeds",
                        "2", "--out", str(out), "--quiet", *TINY_SETS, "--set", "checkpoint_every=1"])

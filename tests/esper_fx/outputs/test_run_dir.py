@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import esper_fx
-from esper_fx.training import loop
+from esper_fx.training import pools, run_state
 from esper_fx.config import TrainingConfig
 from esper_fx.errors import EXIT_SETUP_ERROR, RunDirectoryError
 from esper_fx.outputs.history import BatchSummary
@@ -79,7 +79,7 @@ def test_a_locked_run_directory_is_refused_naming_it(tmp_path):
 
 def test_the_lock_is_held_while_the_run_lives_and_released_after(tmp_path):
     seen = {}
-    pool = loop.build_pool(tiny(n_episodes=2, controller="wait"))
+    pool = pools.build_pool(tiny(n_episodes=2, controller="wait"))
     original = pool.apply
 
     def probing_apply(*args, **kwargs):
@@ -173,7 +173,7 @@ def test_an_interrupt_inside_a_batch_commit_keeps_checkpoint_row_and_events_toge
     config = tiny(n_episodes=6, checkpoint_every=1)
     full = esper_fx.run(config, run_dir=tmp_path / "full")
     _interrupt_once_at(monkeypatch, RunDirectory, where, after_calls=2 if where == "append_metrics" else 3)
-    with pytest.raises(loop.Interrupted) as info:
+    with pytest.raises(run_state.Interrupted) as info:
         esper_fx.run(config, run_dir=tmp_path / "cut")
     monkeypatch.undo()
     batches_on_disk = [int(r["batch"]) for r in _metrics(tmp_path / "cut")]
@@ -220,7 +220,7 @@ def test_resume_truncates_metrics_and_events_by_batch_number(tmp_path):
 def test_metrics_header_has_every_ppo_column_even_when_the_first_update_is_skipped(tmp_path):
     """Issue 12, defect 7: a skipped first update fixed a header without the PPO columns for the whole run."""
     config = tiny(n_episodes=2, discard_rolled_back_envs=True)
-    pool = loop.build_pool(config)
+    pool = pools.build_pool(config)
     pool.inject_nan(env=0, epoch=2)
     pool.inject_nan(env=1, epoch=2)  # every env rolls back and is discarded: the update is skipped
     result = esper_fx.run(config, run_dir=tmp_path / "r", pool=pool)

@@ -26,7 +26,7 @@ from PIL import Image
 
 import esper_fx
 from esper_fx.outputs import plots, report
-from esper_fx.training import loop
+from esper_fx.training import pools, run_state
 from esper_fx.config import TrainingConfig
 from esper_fx.outputs.history import BatchSummary
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR, Board, batch_scalars
@@ -399,10 +399,10 @@ def _empty_summary() -> dict:
 def test_report_of_an_interrupted_run(tmp_path):
     """SIGINT in the second batch: one batch on disk, no summary.json; the report says so and draws it."""
     config = tiny(n_episodes=6, report=False)
-    pool = loop.build_pool(config)
+    pool = pools.build_pool(config)
     signal_at_apply(pool, 5, signal.SIGINT)  # second epoch of the second batch
     assert threading.current_thread() is threading.main_thread()
-    with pytest.raises(loop.Interrupted):
+    with pytest.raises(run_state.Interrupted):
         esper_fx.run(config, run_dir=tmp_path / "r", pool=pool)
     run_dir = tmp_path / "r"
     assert not (run_dir / "summary.json").exists() and not (run_dir / report.REPORT_NAME).exists()
@@ -560,7 +560,7 @@ def test_a_stop_inside_the_scalars_of_a_batch_keeps_tensorboard_with_the_checkpo
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Board, "add_batch", interrupting)
-    with pytest.raises(loop.Interrupted) as info:
+    with pytest.raises(run_state.Interrupted) as info:
         esper_fx.run(config, run_dir=tmp_path / "r")
     monkeypatch.undo()
     done = json.loads((Path(info.value.checkpoint) / "manifest.json").read_text())["next_batch_idx"]
@@ -608,9 +608,9 @@ def test_a_resume_stopped_before_its_first_batch_leaves_tensorboard_as_metrics_c
     config = tiny(controller="random", n_episodes=6, checkpoint_every=1, report=False)
     esper_fx.run(config, run_dir=tmp_path / "r")
     resumed = config.replace(resume_path=str(tmp_path / "r" / "checkpoints" / "batch-000001"))
-    pool = loop.build_pool(resumed)
+    pool = pools.build_pool(resumed)
     signal_at_apply(pool, 1, signal.SIGINT)  # in the first epoch the resume applies
-    with pytest.raises(loop.Interrupted):
+    with pytest.raises(run_state.Interrupted):
         esper_fx.run(resumed, run_dir=tmp_path / "r", pool=pool)
     assert [int(r["batch"]) for r in metrics_rows(tmp_path / "r")] == [0, 1]
     assert [step for step, _ in board_events(tmp_path / "r", "timing/batch_s")] == [0, 1]

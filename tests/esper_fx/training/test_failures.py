@@ -14,7 +14,7 @@ import pytest
 import esper_fx
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.cli import run as cli_run
-from esper_fx.training import loop
+from esper_fx.training import epoch, pools, run_state
 from esper_fx.controllers import protocol as ctl
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import SignalColumn
@@ -60,13 +60,13 @@ def test_nan_rewards_never_poison_the_normaliser_and_are_reported_loudly(tmp_pat
 def test_an_invalid_action_names_batch_epoch_envs_and_the_cause():
     """Issue 12, defect 15: 'the controller produced an invalid action' hid its cause."""
     with pytest.raises(ControllerError) as info:
-        loop.check_actions(np.array([True, False]), 3, 2, {"params": {"w": jnp.array([1.0, jnp.nan])}},
+        epoch.check_actions(np.array([True, False]), 3, 2, {"params": {"w": jnp.array([1.0, jnp.nan])}},
                            {"float32": jnp.zeros((2, 4))}, {"obs": SignalColumn("float32", 0, 4, (4,))})
     message = str(info.value)
     assert "batch 3 epoch 2" in message and "envs [1]" in message and "NaN or inf" in message
     assert "['params']['w']" in message
     with pytest.raises(ControllerError, match="their observation holds NaN"):
-        loop.check_actions(np.array([False, True]), 0, 1, {"w": jnp.ones(2)}, {"float32": jnp.array([[jnp.nan], [0.0]])},
+        epoch.check_actions(np.array([False, True]), 0, 1, {"w": jnp.ones(2)}, {"float32": jnp.array([[jnp.nan], [0.0]])},
                            {"obs": SignalColumn("float32", 0, 1, (1,))})
     assert cli_run._error_exit_code(info.value) == cli_run.EXIT_RUN_FAILED
 
@@ -74,9 +74,9 @@ def test_an_invalid_action_names_batch_epoch_envs_and_the_cause():
 def test_sigterm_checkpoints_the_last_finished_batch_like_ctrl_c(tmp_path):
     """Issue 12, defect 5: SIGTERM (preemption, kill) lost up to checkpoint_every − 1 batches."""
     config = tiny(n_episodes=20, checkpoint_every=10)
-    pool = loop.build_pool(config)
+    pool = pools.build_pool(config)
     signal_at_apply(pool, 8, signal.SIGTERM)  # second epoch of the third batch
-    with pytest.raises(loop.Interrupted) as info:
+    with pytest.raises(run_state.Interrupted) as info:
         esper_fx.run(config, run_dir=tmp_path / "r", pool=pool)
     assert info.value.signum == signal.SIGTERM and info.value.exit_code == 143
     assert ckpt.read_manifest(tmp_path / "r")["next_batch_idx"] == 2
@@ -100,7 +100,7 @@ def _signal_inside_save(monkeypatch, when, signum=signal.SIGINT):
 def test_ctrl_c_during_the_final_save_finishes_it_and_reports_the_checkpoint(tmp_path, monkeypatch):
     """Issue 12, defect 14: Ctrl-C during the final save printed a raw traceback and no resume hint."""
     _signal_inside_save(monkeypatch, lambda final, n: final)
-    with pytest.raises(loop.Interrupted) as info:
+    with pytest.raises(run_state.Interrupted) as info:
         esper_fx.run(tiny(n_episodes=2, controller="wait"), run_dir=tmp_path / "r")
     assert info.value.checkpoint and Path(info.value.checkpoint).name == "batch-000000"
     assert (tmp_path / "r" / "checkpoints" / "final").exists()
@@ -113,10 +113,10 @@ def test_ctrl_c_during_the_final_save_finishes_it_and_reports_the_checkpoint(tmp
 def test_ctrl_c_twice_still_ends_with_an_intact_checkpoint(tmp_path, monkeypatch):
     """Issue 12, defect 14: a second Ctrl-C during the interrupt's checkpoint printed a raw traceback."""
     config = tiny(n_episodes=20, controller="wait", checkpoint_every=10)
-    pool = loop.build_pool(config)
+    pool = pools.build_pool(config)
     signal_at_apply(pool, 5, signal.SIGINT)
     _signal_inside_save(monkeypatch, lambda final, n: n == 1)  # the second Ctrl-C, inside the interrupt's save
-    with pytest.raises(loop.Interrupted) as info:
+    with pytest.raises(run_state.Interrupted) as info:
         esper_fx.run(config, run_dir=tmp_path / "r", pool=pool)
     assert ckpt.find_checkpoint(info.value.checkpoint).skipped == ()
     assert ckpt.read_manifest(tmp_path / "r")["next_batch_idx"] == 1
@@ -192,7 +192,7 @@ def test_resume_errors_print_plain_values_not_enum_reprs(tmp_path, monkeypatch, 
 def test_a_nan_or_inf_observation_is_left_out_of_the_normaliser_with_a_warning(tmp_path, capsys, bad):
     """Issue 22: a NaN in the observation stopped the run (exit 1) where +inf was left out with a warning."""
     config = tiny(n_episodes=2)
-    pool = loop.build_pool(config)
+    pool = pools.build_pool(config)
     original, calls = pool.signals, {"n": 0}
 
     def signals():

@@ -15,7 +15,7 @@ import torch
 import esper_fx
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
-from esper_fx.training import loop, preflight
+from esper_fx.training import epoch, preflight
 from esper_fx.config import TrainingConfig
 from esper_fx.errors import DeviceUnavailableError
 from esper_fx.evaluation.episodes import Arm, load_policy
@@ -53,7 +53,7 @@ def test_auto_is_refused_when_torch_has_a_gpu_and_jax_has_none(monkeypatch):
 
 def test_auto_policy_device_follows_torch(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert loop.resolve_policy_device("auto") == jax.devices("cpu")[0]
+    assert epoch.resolve_policy_device("auto") == jax.devices("cpu")[0]
 
 
 def test_the_learner_is_built_on_the_device_asked_for():
@@ -173,6 +173,6 @@ def test_cuda_devices_agree_between_torch_and_jax():
     for index in range(min(torch.cuda.device_count(), len(jax.devices("gpu")))):
         tensor = torch.arange(8, dtype=torch.float32, device=f"cuda:{index}")
         array = to_jax(tensor).tree
-        assert array.devices() == {loop.resolve_policy_device(f"cuda:{index}")}
+        assert array.devices() == {epoch.resolve_policy_device(f"cuda:{index}")}
         assert array.unsafe_buffer_pointer() == tensor.data_ptr()
 

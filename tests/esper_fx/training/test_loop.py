@@ -18,7 +18,7 @@ import esper_fx
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
 from esper_fx.controllers import baselines
-from esper_fx.training import loop
+from esper_fx.training import pools, run_state
 from esper_fx.config import TrainingConfig
 from tests.esper_fx.stops import signal_at_apply
 from tests.esper_fx import tiny
@@ -91,7 +91,7 @@ def test_rollout_holds_exactly_E_times_T_valid_steps():
 
 def test_forced_nan_loss_triggers_rollback_and_the_run_continues():
     config = tiny(n_episodes=2)
-    pool = loop.build_pool(config)
+    pool = pools.build_pool(config)
     pool.inject_nan(env=1, epoch=2)
     captured = {}
     bundle = ctl.build("ppo_lstm", ctl.ControllerSpec.from_config(config))
@@ -114,7 +114,7 @@ def test_forced_nan_loss_triggers_rollback_and_the_run_continues():
 
 def test_discard_rolled_back_envs_drops_their_rows():
     config = tiny(n_episodes=2, discard_rolled_back_envs=True)
-    pool = loop.build_pool(config)
+    pool = pools.build_pool(config)
     pool.inject_nan(env=1, epoch=2)
     result = esper_fx.run(config, pool=pool, run_dir=False, quiet=True)
     assert result.history[0].rollbacks == 1
@@ -160,10 +160,10 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
 
 def test_sigint_leaves_a_loadable_checkpoint(tmp_path):
     config = tiny(n_episodes=20)
-    pool = loop.build_pool(config)
+    pool = pools.build_pool(config)
     signal_at_apply(pool, 5, signal.SIGINT)  # second epoch of the second batch
     assert threading.current_thread() is threading.main_thread()
-    with pytest.raises(loop.Interrupted) as info:
+    with pytest.raises(run_state.Interrupted) as info:
         esper_fx.run(config, run_dir=tmp_path / "r", pool=pool)
     assert info.value.checkpoint is not None
     manifest = ckpt.read_manifest(tmp_path / "r")

@@ -41,7 +41,7 @@ def test_a_ray_pool_is_an_episode_pool_once_built():
 
 
 def test_the_next_batch_runs_the_envs_the_episodes_left_allow():
-    from esper_fx.training.loop import batch_envs
+    from esper_fx.training.batch import batch_envs
 
     config = TrainingConfig(task="shapes10", n_envs=3, n_episodes=5, device="cpu")
     assert [batch_envs(config, done) for done in (0, 3, 5, 6)] == [3, 2, 0, 0]

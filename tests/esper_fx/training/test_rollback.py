@@ -15,7 +15,8 @@ from esper_fx.config import TrainingConfig
 from esper_fx.contracts import PACKED_DTYPES, SignalColumn, signal_columns
 from esper_fx.controllers import protocol as ctl
 from esper_fx.training import step
-from esper_fx.training.loop import Runner, end_of_batch
+from esper_fx.training.batch import end_of_batch
+from esper_fx.training.epoch import Runner
 from esper_fx.training.run_state import fresh_learner
 from rl import rewards
 from tests.esper_fx.tiny import TINY

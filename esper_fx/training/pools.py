@@ -1,0 +1,76 @@
+"""The run's env pool: built from the config (in process, or Ray actors), held open for a run and closed
+after it however it ends, and what it says about its workers (how many, their time).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Callable
+
+from esper_fx.config import TrainingConfig
+from esper_fx.contracts import EpisodePool
+from esper_fx.distributed.auto import choose_workers, fallback_line
+from esper_fx.distributed.worker import data_errors
+from esper_fx.training import preflight
+from hosts.env import EnvPool
+
+
+def build_pool(config: TrainingConfig, say: Callable[[str], None] = print) -> Any:
+    """The run's env pool, built from the config's pool fields: in this process (`env_workers` 0), or that
+    many Ray actors (`esper_fx.distributed.pool.RayEnvPool`; close it). `auto` decides the number at this
+    point (`esper_fx.distributed.auto.choose_workers`); when it chose Ray and Ray cannot start, `say` gets
+    one line and the pool is the in-process one. A dataset that cannot be loaded, or that does not fit the
+    configuration (a batch larger than the training split), raises DataError, in this process or from a
+    worker; a dataset of image files is read here first when Ray workers will (`preflight.check_data`)."""
+    choice = choose_workers(config)
+    if choice.n > 0:
+        from esper_fx.distributed.pool import RayEnvPool, RayStartError
+
+        preflight.check_data(config)  # before Ray and any worker start: a bad file is the in-process line
+        try:
+            return RayEnvPool(config.replace(env_workers=choice.n))
+        except (ImportError, RayStartError) as exc:
+            if not choice.auto:
+                raise
+            say(fallback_line(exc))
+    with data_errors():
+        return EnvPool(config)
+
+
+@contextmanager
+def run_pool(config: TrainingConfig, pool: EpisodePool | None = None, say: Callable[[str], None] = print):
+    """The caller's pool as is, or `build_pool(config)`, closed (Ray actors and a local Ray stopped) when
+    the run ends, whether it finishes, fails or is stopped."""
+    if pool is not None:
+        yield pool
+        return
+    pool = build_pool(config, say)
+    try:
+        yield pool
+    finally:
+        close = getattr(pool, "close", None)
+        if close is not None:
+            close()
+
+
+def wait_ready(pool: Any) -> None:
+    """Wait until a Ray pool's workers are up (their start overlaps the driver's own); the in-process pool
+    is ready when built."""
+    ready = getattr(pool, "wait_ready", None)
+    if ready is not None:
+        ready()
+
+
+def pool_workers(pool: Any) -> int:
+    """The Ray env workers a pool runs (0: the in-process pool)."""
+    return int(getattr(pool, "n_workers", 0) or 0)
+
+
+def worker_time(pool: Any) -> dict[str, float]:
+    """A Ray pool's epochs as its workers timed them: the slowest worker's own time summed over the steps
+    (`worker_s`) and the driver's time in those steps (`pool_step_s`); the rest of the run's wall time is
+    serial in the driver (docs/PERFORMANCE.md, issue 28). Empty for the in-process pool."""
+    stats = getattr(pool, "stats", None)
+    if not isinstance(stats, dict) or "step_worker_s" not in stats:
+        return {}
+    return {"worker_s": float(stats["step_worker_s"]), "pool_step_s": float(stats["step_wall_s"])}
