@@ -20,9 +20,6 @@ EXIT_SETUP_ERROR = 2  # a configuration or environment problem, found before any
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, after saving what is finished
 EXIT_TERMINATED = 143  # SIGTERM: 128 + SIGTERM, likewise
 
-# the fix for "torch sees a GPU, JAX does not", in every message that says so
-JAX_CUDA_HINT = "install JAX's CUDA plugin: pip install -e '.[cuda12]' or '.[cuda13]'"
-
 
 class SetupError(Exception):
     """A configuration or environment problem: the message names the field, file or device."""

@@ -88,7 +88,7 @@ class TimedPool:
 
 
 def _config(settings: BenchSettings, size: dict) -> TrainingConfig:
-    device = "cuda:0" if settings.device.name == "cuda" else "cpu"
+    device = str(settings.device.torch_device)
     return TrainingConfig(
         task=TASK, controller=size["controller"], n_envs=size["n_envs"], max_epochs=size["max_epochs"],
         n_episodes=size["n_envs"] * size["batches"], seed=settings.seed, device=device,

@@ -35,6 +35,7 @@ from esper_fx.bench.floor import epoch_macs, layer_macs, matmul_rate
 from esper_fx.bench.presets import DEFAULT_PRESETS, N_ENVS, bench_config
 from esper_fx.bench.settings import BenchSettings, Reps
 from esper_fx.bench.timing import Candidate, measure_interleaved
+from esper_fx.training.pools import pool_settings
 from hosts.data.task_data import train_batch
 from hosts.env import EnvPool
 
@@ -144,9 +145,9 @@ def _floor(pool: EnvPool, rate: float) -> dict:
 
 
 def _case(settings: BenchSettings, preset: str, rate: float) -> dict:
-    device = "cuda:0" if settings.device.name == "cuda" else "cpu"
+    device = str(settings.device.torch_device)
     config = bench_config(preset, n_envs=N_ENVS, device=device, seed=settings.seed, quick=settings.quick)
-    pool = EnvPool(config)
+    pool = EnvPool(pool_settings(config))
     sync = settings.device.torch_sync
     reset = lambda: pool.build_envs(0)  # noqa: E731  (fresh models for each timed epoch, untimed)
     cl, nchw = BareLoop(pool, channels_last=True), BareLoop(pool, channels_last=False)
@@ -187,8 +188,9 @@ def torch_compile_case(settings: BenchSettings, preset: str) -> dict:
     """The bare channels_last loop of one env with its model under `torch.compile` (inductor), against
     the same loop eager: the compile time (first step and first validation batch) and the epoch times.
     The env pool does not compile its hosts: on this CPU it lost (see docs/PERFORMANCE.md)."""
-    device = "cuda:0" if settings.device.name == "cuda" else "cpu"
-    pool = EnvPool(bench_config(preset, n_envs=N_ENVS, device=device, seed=settings.seed, quick=settings.quick))
+    device = str(settings.device.torch_device)
+    pool = EnvPool(pool_settings(bench_config(preset, n_envs=N_ENVS, device=device, seed=settings.seed,
+                                              quick=settings.quick)))
     pool.build_envs(0)
     train, val = epoch_batches(pool)
     env = pool.envs[0]
@@ -208,7 +210,7 @@ def torch_compile_case(settings: BenchSettings, preset: str) -> dict:
 
 
 def _first_action(settings: BenchSettings, preset: str) -> dict:
-    device = "cuda:0" if settings.device.name == "cuda" else "cpu"
+    device = str(settings.device.torch_device)
     return first_action.measure(preset, n_envs=N_ENVS, device=device, seed=settings.seed, quick=settings.quick)
 
 

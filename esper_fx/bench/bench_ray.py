@@ -25,6 +25,7 @@ from esper_fx.contracts import DEFAULT_TEMPO, HEAD_TEMPO, NUM_HEADS
 from esper_fx.bench.presets import N_ENVS, bench_config
 from esper_fx.bench.settings import BenchSettings, Reps
 from esper_fx.bench.timing import Candidate, measure_interleaved
+from esper_fx.training.pools import pool_settings
 from hosts.env import EnvPool
 
 REPS = Reps(warmup=1, reps=5)
@@ -53,13 +54,13 @@ def _stepper(pool, n_envs: int, cpu: list[float] | None = None):
 def _case(settings: BenchSettings, preset: str) -> dict:
     from esper_fx.distributed.pool import RayEnvPool
 
-    device = "cuda:0" if settings.device.name == "cuda" else "cpu"
+    device = str(settings.device.torch_device)
     config = bench_config(preset, n_envs=N_ENVS, device=device, seed=settings.seed, quick=settings.quick)
     reps = settings.reps(REPS)
     if config.max_epochs < 1 + reps.warmup + reps.reps:
         config = config.replace(max_epochs=1 + reps.warmup + reps.reps)
-    local = EnvPool(config)
-    with RayEnvPool(config.replace(env_workers=N_WORKERS)) as remote:
+    local = EnvPool(pool_settings(config))
+    with RayEnvPool(pool_settings(config), N_WORKERS) as remote:
         local.begin(0)
         remote.begin(0)
         before, local_cpu = dict(remote.stats), []

@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, CommandParser, ConfigError
+from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, CommandParser, ConfigError, DeviceUnavailableError
 
 # name -> module under esper_fx.bench whose `run(settings) -> dict` measures it (imported on demand, so
 # one benchmark whose dependencies are missing does not stop the others)
@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         device = devices.resolve(args.device)
-    except devices.DeviceUnavailable as err:
+    except DeviceUnavailableError as err:
         return parser.fail(err)
     settings = BenchSettings(device=device, quick=args.quick, seed=args.seed,
                              presets=tuple(args.presets) if args.presets else None, rounds=args.rounds)

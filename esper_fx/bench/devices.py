@@ -8,13 +8,9 @@ from typing import Any
 import jax
 import torch
 
-from esper_fx.errors import JAX_CUDA_HINT
+from esper_fx.devices import policy_devices
 
 DEVICE_CHOICES = ("cpu", "cuda")
-
-
-class DeviceUnavailable(RuntimeError):
-    """The requested device is not usable by both torch and JAX in this process."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,15 +42,8 @@ class BenchDevice:
 
 
 def resolve(name: str) -> BenchDevice:
-    """The BenchDevice for "cpu" or "cuda"; raises DeviceUnavailable if torch or JAX cannot use it."""
-    if name == "cpu":
-        return BenchDevice("cpu", torch.device("cpu"), jax.devices("cpu")[0])
-    if name != "cuda":
+    """The BenchDevice for "cpu" or "cuda" (cuda:0), resolved as a run's policy device is
+    (`esper_fx.devices.policy_devices`): DeviceUnavailableError if torch or JAX cannot use it."""
+    if name not in DEVICE_CHOICES:
         raise ValueError(f"unknown device {name!r}; expected one of {list(DEVICE_CHOICES)}")
-    if not torch.cuda.is_available():
-        raise DeviceUnavailable("--device cuda: torch sees no CUDA device")
-    try:
-        gpu = jax.devices("gpu")[0]
-    except RuntimeError as err:
-        raise DeviceUnavailable(f"--device cuda: JAX has no GPU backend ({err}); {JAX_CUDA_HINT}") from err
-    return BenchDevice("cuda", torch.device("cuda", 0), gpu)
+    return BenchDevice(name, *policy_devices("cuda:0" if name == "cuda" else name))

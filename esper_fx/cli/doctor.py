@@ -42,8 +42,10 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from esper_fx.config import POLICY_DEVICE
+from esper_fx.devices import jax_gpus, policy_devices
 from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, CommandParser, ConfigError
-from esper_fx.errors import JAX_CUDA_HINT
+from esper_fx.errors import DeviceUnavailableError
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR  # esper_fx.errors' table
@@ -101,29 +103,16 @@ def build_parser() -> CommandParser:
 
 
 def resolve_devices(name: str) -> tuple[torch.device, Any]:
-    """The torch and JAX devices of --device; UsageError (naming --device) if either side lacks it."""
-    if name == "auto":  # a GPU only if both halves have one (else `devices` fails and says why)
-        name = "cuda:0" if torch.cuda.is_available() and _jax_gpus() else "cpu"
-    if name == "cpu":
-        return torch.device("cpu"), jax.devices("cpu")[0]
-    kind, _, index = name.partition(":")
-    if kind != "cuda" or not index.isdigit():
+    """The torch and JAX devices of --device (`esper_fx.devices`); UsageError (naming --device) if either side
+    lacks it. An `auto` the two halves cannot share runs the checks on the CPU (and `devices` fails, saying why)."""
+    if not POLICY_DEVICE.fullmatch(name):
         raise UsageError(f"argument --device: expected auto, cpu or cuda:N (got {name!r})")
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if int(index) >= count:
-        raise UsageError(f"argument --device: {name} is not available: torch sees {count} CUDA device(s)")
-    gpus = _jax_gpus()
-    if int(index) >= len(gpus):
-        raise UsageError(f"argument --device: {name} is not available to JAX ({len(gpus)} GPU(s); "
-                         f"{JAX_CUDA_HINT})")
-    return torch.device(name), gpus[int(index)]
-
-
-def _jax_gpus() -> list:
     try:
-        return jax.devices("gpu")
-    except RuntimeError:
-        return []
+        return policy_devices(name)
+    except DeviceUnavailableError as exc:
+        if name == "auto":
+            return policy_devices("cpu")
+        raise UsageError(f"argument --device: {exc}") from None
 
 
 def check_json_path(path: str | None) -> None:
@@ -234,12 +223,12 @@ def check_versions(ctx: Context) -> str:
 def check_devices(ctx: Context) -> str:
     n_torch = torch.cuda.device_count() if torch.cuda.is_available() else 0
     names = [torch.cuda.get_device_name(i) for i in range(n_torch)]
-    gpus = _jax_gpus()
     seen = (f"torch sees {n_torch} CUDA device(s){': ' + ', '.join(names) if names else ''}; "
             f"JAX backend {jax.default_backend()}, devices {[str(d) for d in jax.devices()]}")
-    if n_torch and not gpus:
-        raise RuntimeError(f"{seen}. JAX has no GPU: {JAX_CUDA_HINT}; --device auto refuses to run the two "
-                           "halves on different devices")
+    try:
+        policy_devices("auto")
+    except DeviceUnavailableError as exc:
+        raise RuntimeError(f"{seen}. {exc}") from None
     return seen
 
 
@@ -247,7 +236,7 @@ def check_jax_memory(ctx: Context) -> str:
     settings = {k: os.environ.get(k, "unset") for k in
                 ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR")}
     text = ", ".join(f"{k}={v}" for k, v in settings.items())
-    if _jax_gpus() and settings["XLA_PYTHON_CLIENT_PREALLOCATE"].lower() not in ("false", "0"):
+    if jax_gpus() and settings["XLA_PYTHON_CLIENT_PREALLOCATE"].lower() not in ("false", "0"):
         raise RuntimeError(f"{text}: JAX preallocates most of the GPU memory and leaves torch little; "
                            "set XLA_PYTHON_CLIENT_PREALLOCATE=false")
     stats = ctx.jax_device.memory_stats() if ctx.cuda else None
@@ -332,11 +321,12 @@ def check_handoff_cuda(ctx: Context) -> str:
 
 def _pool(ctx: Context, **overrides):
     from esper_fx.config import TrainingConfig
+    from esper_fx.training.pools import pool_settings
     from hosts.env import EnvPool
 
     use_streams = overrides.pop("use_streams", True)
     config = TrainingConfig(**{**SMALL_POOL, "device": str(ctx.torch_device), **overrides})
-    pool = EnvPool(config=config, use_streams=use_streams)
+    pool = EnvPool(pool_settings(config), use_streams=use_streams)
     pool.build_envs(0)
     return pool
 

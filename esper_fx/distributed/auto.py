@@ -16,7 +16,8 @@ A pure rule over the run's facts (`auto_workers`), so it is tested without Ray a
 
 When `auto` chose Ray and Ray cannot start (not installed, or its start fails, e.g. a container without a
 usable /dev/shm), the run falls back to the in-process pool with one line (`fallback_line`), never a crash.
-Imports neither torch, jax nor ray.
+Imports neither torch, jax nor ray when loaded: whether the envs run on CUDA is asked of `esper_fx.devices`
+(torch) when `auto` decides.
 """
 
 from __future__ import annotations
@@ -75,22 +76,12 @@ def auto_workers(n_units: int, env_epochs: int, cores: int, on_cuda: bool, clust
     return WorkerChoice(n, f"{cores} usable cores, {n_units} envs", True)
 
 
-def envs_on_cuda(config: TrainingConfig) -> bool:
-    """True when an env runs on CUDA: named in `env_devices`, or the "auto" device finds a GPU."""
-    devices = config.env_devices or (config.device,)
-    if any(str(d).startswith("cuda") for d in devices):
-        return True
-    if config.env_devices is None and config.device == "auto":
-        import torch
-
-        return torch.cuda.is_available()
-    return False
-
-
 def choose_workers(config: TrainingConfig, cores: int | None = None) -> WorkerChoice:
     """The training run's env workers: its explicit `env_workers`, or `auto`'s choice."""
     if config.env_workers != AUTO:
         return WorkerChoice(int(config.env_workers), f"--env-workers {config.env_workers}", False)
+    from esper_fx.devices import envs_on_cuda  # (torch loads when `auto` decides, not when this is imported)
+
     return auto_workers(config.n_envs, config.n_episodes * config.max_epochs, cores or usable_cores(),
                         envs_on_cuda(config), config.ray_address is not None)
 
@@ -100,6 +91,8 @@ def choose_eval_workers(config: TrainingConfig, n_episodes: int, cores: int | No
     after another): an explicit `env_workers`, or under `auto` every usable core."""
     if config.env_workers != AUTO:
         return WorkerChoice(int(config.env_workers), f"--env-workers {config.env_workers}", False)
+    from esper_fx.devices import envs_on_cuda  # (as in choose_workers)
+
     cores = cores or usable_cores()
     choice = auto_workers(n_episodes, n_episodes * config.max_epochs, cores, envs_on_cuda(config),
                           config.ray_address is not None)

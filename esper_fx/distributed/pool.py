@@ -1,6 +1,6 @@
 """`RayEnvPool`: the env pool as N Ray actors, behind the in-process pool's interface (issue 15).
 
-    pool = RayEnvPool(config)                 # env_workers actors, each an EnvPool over a slice of envs
+    pool = RayEnvPool(settings, n_workers)    # N actors, each an EnvPool over a slice of envs
     signals = pool.begin(b, n_active)         # the same calls as hosts.env.EnvPool, the same results
     result, signals = pool.step(actions)
     pool.close()                              # kill the actors; stop the local Ray the pool started
@@ -29,12 +29,11 @@ import torch
 
 from esper_fx.contracts import NUM_HEADS
 from esper_fx.errors import DeviceUnavailableError, RunFailure, SetupError
-from esper_fx.config import TrainingConfig
 from esper_fx.distributed.runtime import RaySession, RayStartError, require_ray  # noqa: F401 (re-exported)
-from esper_fx.distributed.worker import EnvWorker, WorkerStep
+from esper_fx.distributed.worker import EnvWorker, WorkerStep, worker_settings
 from esper_fx.training.stopping import deferred_stops, stops_kept
 from hosts.env import ApplyResult
-from hosts.env.pool import resolve_device
+from hosts.settings import PoolSettings
 
 READY_TIMEOUT_S = 300.0  # actors not placed by then: the cluster lacks the CPUs / GPUs asked for
 
@@ -73,31 +72,33 @@ def signal_bytes(signals: dict[str, np.ndarray] | None) -> int:
 
 
 class RayEnvPool:
-    """`config`: the run's TrainingConfig (each worker's EnvPool gets it, with its devices set)."""
+    """`settings`: the run's pool settings (each worker's EnvPool gets them, with its devices set:
+    `worker.worker_settings`); `n_workers` actors; `ray_address`: the cluster to join (None: a local Ray)."""
 
-    def __init__(self, config: TrainingConfig, *, nan_faults: Sequence[tuple[int, int]] = ()) -> None:
+    def __init__(self, settings: PoolSettings, n_workers: int, ray_address: str | None = None, *,
+                 nan_faults: Sequence[tuple[int, int]] = ()) -> None:
         ray = require_ray()
-        self.config = config
-        self.n_workers = int(config.env_workers)
-        self.slices = worker_slices(self.config.n_envs, self.n_workers)
-        self.max_epochs = self.config.max_epochs
-        self.policy_device = resolve_device(self.config.device)
+        self.settings = settings
+        self.n_workers = int(n_workers)
+        self.slices = worker_slices(settings.n_envs, self.n_workers)
+        self.max_epochs = settings.max_epochs
+        self.policy_device = settings.policy_device
         # bytes through the object store (signals in, actions out), round trips, and for the steps their
         # driver-side wall time and the slowest worker's own time: the difference is Ray's overhead
         self.stats = {"bytes_in": 0, "bytes_out": 0, "calls": 0, "step_wall_s": 0.0, "step_worker_s": 0.0,
                       "step_worker_cpu_s": 0.0}  # (the workers' CPU time, summed over workers)
-        self._session = RaySession.open(config.ray_address, self.n_workers)
+        self._session = RaySession.open(ray_address, self.n_workers)
         self._ray = ray
         self._actors: list[Any] = []
         self._running: list[int] = []  # the workers with envs in this episode batch (set by begin)
         self._n_active = 0
         self.epoch = 0  # as EnvPool.epoch: the epoch the envs last trained
         try:
-            gpu = uses_cuda(self.config)
+            gpu = any(device.type == "cuda" for device in settings.env_devices)
             gpus = gpu_share(ray.cluster_resources().get("GPU", 0), self.n_workers) if gpu else 0
             actor = ray.remote(EnvWorker).options(num_cpus=1, num_gpus=gpus, max_restarts=0)
-            threads, faults = torch.get_num_threads(), tuple(nan_faults)
-            self._actors = [actor.remote(self.config, tuple(envs), gpu, threads, faults) for envs in self.slices]
+            on_worker, threads, faults = worker_settings(settings), torch.get_num_threads(), tuple(nan_faults)
+            self._actors = [actor.remote(on_worker, tuple(envs), threads, faults) for envs in self.slices]
         except BaseException:
             self.close()
             raise
@@ -130,7 +131,7 @@ class RayEnvPool:
     # ---------------------------------------------------------------- the pool interface
     @property
     def n_envs(self) -> int:
-        return self.config.n_envs
+        return self.settings.n_envs
 
     def begin(self, batch_index: int, n_active: int | None = None) -> dict[str, torch.Tensor]:
         n = self._check_active(n_active)
@@ -257,13 +258,6 @@ def gpu_share(cluster_gpus: float, n_workers: int) -> float:
         raise DeviceUnavailableError("the envs run on CUDA but the Ray cluster has no GPU "
                                      "(set env_devices/device to cpu, or join a cluster with GPUs)")
     return 1.0 / math.ceil(n_workers / gpus)
-
-
-def uses_cuda(config: TrainingConfig) -> bool:
-    """The envs run on CUDA (each worker then takes one GPU and runs its envs there)."""
-    devices = config.env_devices or (config.device,)
-    return any(str(d).startswith("cuda") for d in devices) or (
-        str(config.device) == "auto" and config.env_devices is None and torch.cuda.is_available())
 
 
 def _action_array(actions) -> np.ndarray:

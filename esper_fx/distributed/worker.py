@@ -2,7 +2,8 @@
 
 The worker runs exactly the per-env code of the in-process pool (`hosts.env.EnvPool` with `env_ids`):
 every env keeps its global index, so its model, optimisers, data batches, governor and RNG streams are
-those of the same env in a single-process run. What crosses the object store is plain: signals as
+those of the same env in a single-process run. The driver sends the worker its `hosts.settings.PoolSettings`
+(`worker_settings`: the devices as the worker sees them). What crosses the object store is plain: signals as
 numpy arrays (one per SIGNAL_FIELDS entry, [E_w, ...]), actions as an int32 [E_w, 4] array, events and
 episode results as the pool's own frozen dataclasses. No jax here: `esper_fx.distributed.pool` drives it.
 
@@ -13,6 +14,7 @@ command line runs CPU pools with one thread, `esper_fx.cli.run.limit_cpu_threads
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from contextlib import contextmanager
@@ -21,10 +23,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from esper_fx.config import TrainingConfig
 from esper_fx.errors import DataError, SetupError
 from hosts.data.external import DatasetUnavailableError
 from hosts.env import EnvPool
+from hosts.settings import PoolSettings
 
 
 class WorkerStep(NamedTuple):
@@ -39,7 +41,7 @@ class WorkerStep(NamedTuple):
     cpu_s: float  # the worker process's CPU time in the step
 
 
-def one_gpu_device(name: str, gpu: bool) -> str:
+def one_gpu_device(name: str | torch.device, gpu: bool) -> str:
     """A device name as a Ray worker or task spells it: with a GPU from Ray (or a share of one), which it
     sees as cuda:0, every CUDA device (and "auto") is cuda:0; a cpu entry stays on the CPU."""
     name = str(name)
@@ -48,12 +50,11 @@ def one_gpu_device(name: str, gpu: bool) -> str:
     return "cuda:0" if name.startswith("cuda") or name == "auto" else name
 
 
-def worker_config(config: TrainingConfig, gpu: bool) -> TrainingConfig:
-    """The slice's pool settings: signals are built on the CPU (they leave as numpy); each env keeps its
-    kind of device, a CUDA env on the device Ray gives the worker, a cpu env on the CPU (the list's
-    round-robin over envs is kept)."""
-    listed = config.env_devices or (config.device,)
-    return config.replace(device="cpu", env_devices=tuple(one_gpu_device(d, gpu) for d in listed))
+def worker_settings(settings: PoolSettings) -> PoolSettings:
+    """A worker's pool settings: signals are built on the CPU (they leave as numpy); each env keeps its kind
+    of device, a CUDA env on the GPU Ray gives the worker (its cuda:0), a cpu env on the CPU."""
+    envs = tuple(torch.device(one_gpu_device(device, gpu=True)) for device in settings.env_devices)
+    return dataclasses.replace(settings, policy_device=torch.device("cpu"), env_devices=envs)
 
 
 def one_gpu_config(config: Any, gpu: bool) -> Any:
@@ -83,13 +84,12 @@ def to_numpy(signals: dict[str, torch.Tensor] | None) -> dict[str, np.ndarray] |
 class EnvWorker:
     """Built by Ray as an actor (`ray.remote(EnvWorker)`); every method is one round trip."""
 
-    def __init__(self, config: TrainingConfig, env_ids: tuple[int, ...], gpu: bool, torch_threads: int,
-                 nan_faults=()) -> None:
+    def __init__(self, settings: PoolSettings, env_ids: tuple[int, ...], torch_threads: int, nan_faults=()) -> None:
         torch.set_num_threads(torch_threads)  # the driver's count: CPU kernels then sum in the same order
         self.setup_error: SetupError | None = None
         try:
             with data_errors():
-                self.pool = EnvPool(worker_config(config, gpu), env_ids=env_ids, nan_faults=nan_faults)
+                self.pool = EnvPool(settings, env_ids=env_ids, nan_faults=nan_faults)
         except SetupError as exc:  # kept for `info`: an actor that fails in __init__ loses its exception
             self.setup_error = exc
 

@@ -28,8 +28,9 @@ from esper_fx.controllers import protocol as ctl
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import EventType, growth_name, signal_columns
+from esper_fx.devices import RunDevices
 from esper_fx.training.bridged_pool import BridgedPool
-from esper_fx.training.epoch import BatchTally, Runner, resolve_policy_device, resolve_reward_fn, run_epoch
+from esper_fx.training.epoch import BatchTally, Runner, resolve_reward_fn, run_epoch
 from esper_fx.training.pools import build_pool
 from esper_fx.controllers.ppo import frozen
 from esper_fx.training.run_state import LearnerState, fresh_learner, learner_builder
@@ -160,7 +161,7 @@ class Arm:
                           learner_builder(self.controller, spec))
         step_fn, new_episode, columns, _ = self._step
         return Runner(config, spec, self.controller, BridgedPool(build_pool(config), columns),
-                      Console(1, config.max_epochs, quiet=True), resolve_policy_device(config.device), step_fn, None,
+                      Console(1, config.max_epochs, quiet=True), RunDevices.of(config).jax, step_fn, None,
                       new_episode, columns)
 
     def _learner(self, config: TrainingConfig, spec: ctl.ControllerSpec) -> LearnerState:

@@ -15,8 +15,9 @@ from typing import Callable, Sequence
 
 import torch
 
+from esper_fx.devices import envs_on_cuda
 from esper_fx.evaluation.episodes import Arm, Episode
-from esper_fx.distributed.pool import get_or_explain, uses_cuda
+from esper_fx.distributed.pool import get_or_explain
 from esper_fx.distributed.runtime import require_ray
 from esper_fx.distributed.worker import one_gpu_config
 from esper_fx.training.stopping import stops_kept
@@ -49,7 +50,7 @@ def remote_run_arms(arms: Sequence[Arm], seeds: Sequence[int], on_episode: Calla
     seeds = [int(s) for s in seeds]
     jobs = [(a, s) for a in range(len(arms)) for s in seeds]
     refs = [ray.put(arm) for arm in arms]
-    gpus = [uses_cuda(arm.config) for arm in arms]
+    gpus = [envs_on_cuda(arm.config) for arm in arms]
     tasks = {gpu: ray.remote(run_episode).options(num_cpus=1, num_gpus=1 if gpu else 0, max_retries=0)
              for gpu in set(gpus)}
     threads = torch.get_num_threads()

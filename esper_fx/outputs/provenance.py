@@ -93,14 +93,14 @@ def run_devices(device: str | None, env_devices: Sequence[str] | None) -> dict[s
 
 
 def _resolved(name: str | None) -> str | None:
-    """"auto" as the run resolves it (`hosts.env.pool.resolve_device`), other names as they are."""
+    """"auto" as the run resolves it (`esper_fx.devices.torch_device`), other names as they are."""
     if name != "auto" or "torch" not in sys.modules:
         return name
 
     def resolve() -> str:
-        from hosts.env.pool import resolve_device
+        from esper_fx.devices import torch_device
 
-        return str(resolve_device(name))
+        return str(torch_device(name))
 
     return _safely(resolve) or name
 

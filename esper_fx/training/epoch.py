@@ -7,8 +7,9 @@
 `run_epoch`: the jax signals -> one jitted step (`step.py`: act, reward, rollout) -> the actions read back
 once -> `pool.step` -> the next signals (after the last epoch, with `horizon_bootstrap`, the value of the
 post-action signals instead); the epoch's events, action counts, reward components and timing go into the
-batch's `BatchTally`. `resolve_reward_fn` and `resolve_policy_device` say what a `Runner` is
-built from. The batch around the epochs: `batch.py`; the run around the batches: `loop.py`, `run.py`.
+batch's `BatchTally`. `resolve_reward_fn` says what a `Runner`'s reward is built from; its device is the
+run's policy device as JAX names it (`esper_fx.devices`). The batch around the epochs: `batch.py`; the run
+around the batches: `loop.py`, `run.py`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import ACTION_HEADS, NUM_HEADS, EpisodePool, SignalColumn, signal_columns, unpack_signals
 from esper_fx.controllers import protocol as ctl
+from esper_fx.devices import RunDevices
 from esper_fx.errors import ControllerError
 from esper_fx.outputs.console import Console
 from esper_fx.outputs.events import Event, lifecycle_event, reward_events
@@ -31,7 +33,6 @@ from esper_fx.outputs.history import BatchRecord, count_heads
 from esper_fx.training import step
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.training.run_state import LearnerState
-from hosts.env.pool import resolve_device
 from rl import rewards
 
 
@@ -57,7 +58,7 @@ class Runner:
         columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
         bootstraps = controller.learns and config.ppo.horizon_bootstrap
         return cls(config, spec, controller, pool if isinstance(pool, BridgedPool) else BridgedPool(pool, columns),
-                   console, resolve_policy_device(config.device),
+                   console, RunDevices.of(config).jax,
                    step.make_step(controller, reward_fn, reward_config, columns, spec.max_epochs,
                                config.ppo.horizon_bootstrap),
                    step.make_bootstrap(controller, columns) if bootstraps else None,
@@ -80,21 +81,6 @@ def resolve_reward_fn(config: TrainingConfig, reward_fn: Callable | str | None) 
     if not callable(reward_fn):
         raise TypeError(f"reward_fn must be a name or a function (got {reward_fn!r})")
     return reward_fn
-
-
-def resolve_policy_device(name: str) -> jax.Device:
-    """The JAX device for `device`. "auto" follows torch's choice (`hosts.env.pool.resolve_device`: cuda:0
-    when torch sees CUDA, else the CPU), so both halves agree; `preflight.check_devices` refuses an "auto"
-    for which JAX has no GPU while torch has one."""
-    if name == "auto":
-        name = str(resolve_device("auto"))
-    kind, _, index = name.partition(":")
-    platform = "gpu" if kind == "cuda" else kind
-    try:
-        devices = jax.devices(platform)
-    except RuntimeError as exc:
-        raise RuntimeError(f"device {name!r} is not available to JAX: {exc}") from None
-    return devices[int(index or 0)]
 
 
 def run_epoch(runner: Runner, learner: LearnerState, episode: step.EpisodeState, signals: dict, b: int, t: int,

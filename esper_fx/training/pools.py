@@ -1,5 +1,6 @@
-"""The run's env pool: built from the config (in process, or Ray actors), held open for a run and closed
-after it however it ends, and what it says about its workers (how many, their time).
+"""The run's env pool: its settings (`pool_settings`, the one place a TrainingConfig becomes what `hosts`
+reads), built from the config (in process, or Ray actors), held open for a run and closed after it however
+it ends, and what it says about its workers (how many, their time).
 """
 
 from __future__ import annotations
@@ -9,32 +10,54 @@ from typing import Any, Callable
 
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import EpisodePool
+from esper_fx.devices import env_devices, torch_device
 from esper_fx.distributed.auto import choose_workers, fallback_line
 from esper_fx.distributed.worker import data_errors
 from esper_fx.training import preflight
 from hosts.env import EnvPool
+from hosts.settings import PoolSettings
+
+
+def pool_settings(config: TrainingConfig) -> PoolSettings:
+    """What the env pool reads of the run, its devices resolved (`esper_fx.devices`, torch's side only)."""
+    return PoolSettings(
+        task=config.task.value, task_mix=config.task_mix, seed=config.seed, max_epochs=config.max_epochs,
+        policy_device=torch_device(config.device), env_devices=env_devices(config), amp=config.amp,
+        amp_dtype=config.amp_dtype.value, slot_ids=config.slot_ids, enabled_slots=config.enabled_slots,
+        menu=config.menu, max_seeds=config.max_seeds, lifecycle=config.lifecycle, cull_age=config.cull_age,
+        one_seed_at_a_time=config.one_seed_at_a_time, germination_deadline=config.germination_deadline,
+        static_seeds=config.static_seeds, use_telemetry=config.use_telemetry,
+        observe_log_params=config.observe_log_params, lr_schedule=config.lr_schedule,
+        lr_schedule_steps=config.lr_schedule_steps, lr_warmup_fraction=config.lr_warmup_fraction,
+        lr_decay_fraction=config.lr_decay_fraction, seed_lr_rewarm_steps=config.seed_lr_rewarm_steps,
+        train_steps_budget=config.train_steps_budget, data_path=config.data_path.value, data_root=config.data_root,
+        data_seed=config.data_seed, synthetic_train_samples=config.synthetic_train_samples,
+        synthetic_test_samples=config.synthetic_test_samples, data_split=config.data_split.value,
+        batch_size_per_env=config.batch_size_per_env, max_train_batches=config.max_train_batches,
+        num_workers=config.num_workers, val_samples=config.val_samples, val_batch_size=config.val_batch_size)
 
 
 def build_pool(config: TrainingConfig, say: Callable[[str], None] = print) -> Any:
-    """The run's env pool, built from the config's pool fields: in this process (`env_workers` 0), or that
-    many Ray actors (`esper_fx.distributed.pool.RayEnvPool`; close it). `auto` decides the number at this
-    point (`esper_fx.distributed.auto.choose_workers`); when it chose Ray and Ray cannot start, `say` gets
-    one line and the pool is the in-process one. A dataset that cannot be loaded, or that does not fit the
+    """The run's env pool over its `pool_settings`: in this process (`env_workers` 0), or that many Ray
+    actors (`esper_fx.distributed.pool.RayEnvPool`; close it). `auto` decides the number at this point
+    (`esper_fx.distributed.auto.choose_workers`); when it chose Ray and Ray cannot start, `say` gets one
+    line and the pool is the in-process one. A dataset that cannot be loaded, or that does not fit the
     configuration (a batch larger than the training split), raises DataError, in this process or from a
     worker; a dataset of image files is read here first when Ray workers will (`preflight.check_data`)."""
     choice = choose_workers(config)
+    settings = pool_settings(config)
     if choice.n > 0:
         from esper_fx.distributed.pool import RayEnvPool, RayStartError
 
         preflight.check_data(config)  # before Ray and any worker start: a bad file is the in-process line
         try:
-            return RayEnvPool(config.replace(env_workers=choice.n))
+            return RayEnvPool(settings, choice.n, config.ray_address)
         except (ImportError, RayStartError) as exc:
             if not choice.auto:
                 raise
             say(fallback_line(exc))
     with data_errors():
-        return EnvPool(config)
+        return EnvPool(settings)
 
 
 @contextmanager

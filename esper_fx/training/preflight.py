@@ -16,8 +16,7 @@ from pathlib import Path
 from esper_fx import contracts
 from esper_fx.config import TrainingConfig
 from esper_fx.distributed.runtime import check_ray_address
-from esper_fx.errors import DataError, DeviceUnavailableError, ResumeMismatchError, RunDirectoryError
-from esper_fx.errors import JAX_CUDA_HINT
+from esper_fx.errors import DataError, ResumeMismatchError, RunDirectoryError
 from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint, read_manifest
 from esper_fx.outputs.metrics_csv import int_or_none, metric_rows, rows_by_batch
 from esper_fx.outputs.run_directory import CONFIG_NAME, LOCK_NAME, METRICS_NAME, refusal, run_dir_entries
@@ -189,46 +188,12 @@ def is_locked(path: Path) -> bool:
 
 
 def check_devices(config: TrainingConfig) -> None:
-    """Every CUDA device the config names exists for torch (the envs) and, for the policy, for JAX; an
-    "auto" policy device resolves to the same device for both (torch's cuda:0 needs a JAX GPU)."""
-    named = [config.device, *(config.env_devices or ())]
-    cuda = sorted({d for d in named if d.startswith("cuda:")})
-    if "auto" in named:
-        _check_auto_agrees()
-    if not cuda:
-        return
-    import torch
+    """Every device the config names exists (`esper_fx.devices`: the envs' for torch, the policy's for torch
+    and JAX); an "auto" policy device resolves to the same device for both (torch's cuda:0 needs a JAX GPU).
+    (torch and jax load here, not when this module is imported: a resumed command line reads it first.)"""
+    from esper_fx.devices import RunDevices
 
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    for device in cuda:
-        if int(device.split(":")[1]) >= count:
-            raise DeviceUnavailableError(f"device {device!r} is not available: torch sees {count} CUDA "
-                                         f"device(s) on this machine (run on the CPU with --device cpu, or "
-                                         f"check the machine with python -m esper_fx.doctor)")
-    if config.device.startswith("cuda:"):
-        jax_count = _jax_gpu_count()
-        if int(config.device.split(":")[1]) >= jax_count:
-            raise DeviceUnavailableError(f"device {config.device!r} is not available to JAX ({jax_count} GPU(s); "
-                                         f"{JAX_CUDA_HINT})")
-
-
-def _check_auto_agrees() -> None:
-    """torch would put an "auto" policy on cuda:0; JAX must then have a GPU too (not fall back to the CPU)."""
-    import torch
-
-    if torch.cuda.is_available() and _jax_gpu_count() == 0:
-        raise DeviceUnavailableError(
-            "device 'auto': torch sees a CUDA device but JAX has no GPU backend, so the two halves would "
-            f"run on different devices; {JAX_CUDA_HINT}, or pass --device cpu")
-
-
-def _jax_gpu_count() -> int:
-    import jax
-
-    try:
-        return len(jax.devices("gpu"))
-    except RuntimeError:
-        return 0
+    RunDevices.of(config)
 
 
 def check_data_root(config: TrainingConfig) -> None:

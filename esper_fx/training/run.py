@@ -24,6 +24,7 @@ from typing import Any, Callable
 from esper_fx.config import TrainingConfig, absolute_paths
 from esper_fx.contracts import EpisodePool
 from esper_fx.controllers import protocol as ctl
+from esper_fx.devices import RunDevices
 from esper_fx.outputs import report
 from esper_fx.outputs.closing import closing_lines
 from esper_fx.outputs.console import Console
@@ -35,7 +36,7 @@ from esper_fx.outputs.tensorboard_log import open_board
 from esper_fx.outputs.wandb_log import open_wandb
 from esper_fx.training import compile_cache, preflight
 from esper_fx.training.batch import run_batch
-from esper_fx.training.epoch import Runner, resolve_policy_device, resolve_reward_fn
+from esper_fx.training.epoch import Runner, resolve_reward_fn
 from esper_fx.training.loop import start, train
 from esper_fx.training.pools import pool_workers, run_pool, wait_ready, worker_time
 from esper_fx.training.run_state import LearnerState, Progress, RunState, fresh_learner
@@ -94,7 +95,7 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     with run_pool(config, pool, console.warning) as pool, sigterm_stops():
         # built while Ray workers start; they must be up before anything is written (a failed worker
         # leaves the run directory untouched)
-        learner = fresh_learner(bundle, spec, config.seed, resolve_policy_device(config.device))
+        learner = fresh_learner(bundle, spec, config.seed, RunDevices.of(config).jax)
         wait_ready(pool)
         with open_run_log(config, console) as out:
             result = train_and_summarize(config, bundle, spec, reward, pool, out, n_batches, learner)

@@ -17,13 +17,11 @@ NOTICE = "CPU run: 1 torch thread (set OMP_NUM_THREADS to use more)"
 
 
 def cpu_only(config: Any) -> bool:
-    """Whether every device the run names is the CPU (an `auto` device counts as CUDA where torch sees one)."""
-    devices = [config.device, *(config.env_devices or ())]
-    if any(str(d).startswith("cuda") for d in devices):
-        return False
-    import torch
+    """Whether every device the run names is the CPU (`esper_fx.devices.on_cuda`: an `auto` device counts as
+    CUDA where torch sees one)."""
+    from esper_fx.devices import on_cuda  # (torch loads here: the command line imports this module first)
 
-    return not (config.device == "auto" and torch.cuda.is_available())
+    return not on_cuda([config.device, *(config.env_devices or ())])
 
 
 def limit_cpu_threads(config: Any, say: Callable[[str], None] = print) -> None:

@@ -1,7 +1,7 @@
 """`DataFeed`: one run's training and validation batches for every env (BEHAVIOUR §6.3, §6.4), and
 `PoolData`, the env pool's view of it.
 
-    feed = DataFeed.from_config(config, task, env_devices)       # once per run; one device per env
+    feed = DataFeed.from_settings(settings, task)                # once per run; one device per env
     for step_batches in feed.train_epoch(batch_idx, epoch, envs_running):
         for env, (x, y) in enumerate(step_batches): ...          # env's batch, on env's device
     for x, y in feed.val_batches(env): ...                       # the same fixed set for every env
@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset
 from hosts.data.batching import EpochPlan, augment_batch, pad_for, plan_epoch, resolve_max_batches, steps_per_epoch
 from hosts.data.task_data import TaskData, load_task_data, train_batch, val_batches, val_size
 from hosts.models.layout import image_layout
+from hosts.settings import PoolSettings
 from hosts.tasks import TaskSpec
 
 DEFAULT_NUM_WORKERS = 4
@@ -76,20 +77,18 @@ class DataFeed:
                                        DEFAULT_NUM_WORKERS if num_workers is None else num_workers)
 
     @classmethod
-    def from_config(cls, config, task: TaskSpec, env_devices: Sequence[torch.device | str], *,
-                    download: bool = True, max_samples: int | None = None) -> "DataFeed":
-        """Build the task's data once (on the first env device, or the CPU for the loader path)."""
-        devices = [torch.device(d) for d in env_devices]
-        build_on = devices[0] if str(config.data_path) == "device" else torch.device("cpu")
-        data = load_task_data(
-            task, build_on, data_root=config.data_root, data_seed=config.data_seed,
-            synthetic_train_samples=config.synthetic_train_samples,
-            synthetic_test_samples=config.synthetic_test_samples, download=download, max_samples=max_samples,
-        )
-        return cls(task, data, devices, batch_per_env=config.batch_size_per_env,
-                   max_train_batches=config.max_train_batches, split=str(config.data_split), seed=config.seed,
-                   data_path=str(config.data_path), num_workers=config.num_workers,
-                   val_samples=config.val_samples, val_batch_size=config.val_batch_size)
+    def from_settings(cls, settings: PoolSettings, task: TaskSpec, data: TaskData | None = None) -> "DataFeed":
+        """The run's feed over `data`, or over the task's data built once (on the first env device, or the CPU
+        for the loader path)."""
+        if data is None:
+            build_on = settings.env_devices[0] if settings.data_path == "device" else torch.device("cpu")
+            data = load_task_data(task, build_on, data_root=settings.data_root, data_seed=settings.data_seed,
+                                  synthetic_train_samples=settings.synthetic_train_samples,
+                                  synthetic_test_samples=settings.synthetic_test_samples)
+        return cls(task, data, settings.env_devices, batch_per_env=settings.batch_size_per_env,
+                   max_train_batches=settings.max_train_batches, split=settings.data_split, seed=settings.seed,
+                   data_path=settings.data_path, num_workers=settings.num_workers,
+                   val_samples=settings.val_samples, val_batch_size=settings.val_batch_size)
 
     def data_for_env(self, env: int) -> TaskData:
         """The device-path data of an env (shared by envs on the same device)."""
@@ -280,27 +279,23 @@ class PoolData:
         return -(-self.feed.n_val // self.feed.val_batch_size)
 
 
-def build_pool_data(config, task, env_devices: list[torch.device], data=None) -> PoolData:
-    """PoolData over a pre-built DataFeed (checked against the config), a TaskData (wrapped in a feed with
-    the config's settings), or a feed built from the config (data=None)."""
+def build_pool_data(settings: PoolSettings, task: TaskSpec, data=None) -> PoolData:
+    """PoolData over a pre-built DataFeed (checked against the settings), a TaskData (wrapped in a feed with
+    the settings), or a feed built from the settings (data=None)."""
     if isinstance(data, PoolData):
         data = data.feed
-    if data is None:
-        data = DataFeed.from_config(config, task, env_devices)
-    elif isinstance(data, TaskData):
-        data = DataFeed(task, data, env_devices, batch_per_env=config.batch_size_per_env,
-                        max_train_batches=config.max_train_batches, split=str(config.data_split),
-                        seed=config.seed, data_path=str(config.data_path), num_workers=config.num_workers,
-                        val_samples=config.val_samples, val_batch_size=config.val_batch_size)
+    if data is None or isinstance(data, TaskData):
+        data = DataFeed.from_settings(settings, task, data)
     if not isinstance(data, DataFeed):
         raise TypeError(f"data must be a DataFeed, a TaskData or None (got {type(data).__name__})")
-    _check_feed(data, config, env_devices)
+    _check_feed(data, settings)
     return PoolData(data)
 
 
-def _check_feed(feed: DataFeed, config, env_devices: list[torch.device]) -> None:
-    if feed.seed != config.seed:
-        raise ValueError(f"the DataFeed was built with seed {feed.seed}, the pool's config has seed {config.seed}")
-    if list(feed.env_devices) != list(env_devices):
+def _check_feed(feed: DataFeed, settings: PoolSettings) -> None:
+    if feed.seed != settings.seed:
+        raise ValueError(f"the DataFeed was built with seed {feed.seed}, the pool's settings have seed "
+                         f"{settings.seed}")
+    if list(feed.env_devices) != list(settings.env_devices):
         raise ValueError(f"the DataFeed serves env devices {[str(d) for d in feed.env_devices]}, the pool "
-                         f"needs {[str(d) for d in env_devices]} (one per env, n_envs={config.n_envs})")
+                         f"needs {[str(d) for d in settings.env_devices]} (one per env, n_envs={settings.n_envs})")

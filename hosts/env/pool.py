@@ -68,6 +68,7 @@ from hosts.seeds.gradient_ratio import ratio_ema
 from hosts.signals.assembly import EnvView, SignalLayout, assemble_signals
 from hosts.signals.slots import count_available_slots, count_seeds
 from hosts.signals.tracker import SignalTracker
+from hosts.settings import PoolSettings
 from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, get_task, mix_task
 
 BATCH_SEED_STRIDE = 10000  # base_seed = seed + 10000·b (BEHAVIOUR §7.2 item 2)
@@ -78,26 +79,6 @@ _RESET, _TRAINED, _VALIDATED, _EXECUTED, _STEPPED = "built", "trained", "validat
 
 
 # ------------------------------------------------------------------------------------------
-# configuration and devices
-# ------------------------------------------------------------------------------------------
-
-
-def resolve_device(name: str | torch.device) -> torch.device:
-    """"auto" -> cuda:0 if available, else cpu; a CUDA device needs an explicit, existing index (BEHAVIOUR §7.1)."""
-    if str(name) == "auto":
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"device {name!r} requested but CUDA is not available")
-        if device.index is None:
-            raise ValueError(f"CUDA device {name!r} needs an explicit index, e.g. 'cuda:0'")
-        if device.index >= torch.cuda.device_count():
-            raise ValueError(f"CUDA device {name!r} does not exist ({torch.cuda.device_count()} visible)")
-    return device
-
-
-# ------------------------------------------------------------------------------------------
 # the pool
 # ------------------------------------------------------------------------------------------
 
@@ -105,52 +86,46 @@ def resolve_device(name: str | torch.device) -> torch.device:
 class EnvPool:
     """E envs of one task: build once per run, `begin(b)` once per episode batch (`contracts.EpisodePool`).
 
-    Every option comes from `config`, the run's configuration: an `esper_fx.config.TrainingConfig`, where
-    each field is declared and documented once (hosts may not import it, so the pool reads the fields it
-    needs by name: task, n_envs, max_epochs, seed, slot_ids, enabled_slots, menu, max_seeds, cull_age, lifecycle,
-    one_seed_at_a_time, germination_deadline, static_seeds, use_telemetry, observe_log_params, device, lr_schedule,
-    lr_schedule_steps, lr_warmup_fraction, lr_decay_fraction, seed_lr_rewarm_steps, train_steps_budget,
-    env_devices, amp, amp_dtype, and the data fields `hosts.data.feed.DataFeed.from_config` reads). `data` is
-    the run's pre-built `hosts.data.feed.DataFeed` (or a
-    `hosts.data.task_data.TaskData`, wrapped in a feed with the config's settings; None builds a feed
-    from the config), so datasets are built once per run. `nan_faults` lists (env, epoch) pairs at which
-    the env's host is poisoned with NaN after training (fault injection: the governor then panics
-    and rolls back); `inject_nan` adds one. `use_streams=False` runs every CUDA env on the default
+    Every option comes from `settings`, the run's `hosts.settings.PoolSettings` (esper_fx builds it from
+    the run's TrainingConfig, its devices resolved). `data` is the run's pre-built
+    `hosts.data.feed.DataFeed` (or a `hosts.data.task_data.TaskData`, wrapped in a feed with the settings;
+    None builds a feed from the settings), so datasets are built once per run. `nan_faults` lists (env, epoch)
+    pairs at which the env's host is poisoned with NaN after training (fault injection: the governor then
+    panics and rolls back); `inject_nan` adds one. `use_streams=False` runs every CUDA env on the default
     stream (for comparisons; streams are the default on CUDA). `env_ids`: the contiguous global env
     indices this pool runs (default: all of 0..E−1); `build_envs(b, n_active)` builds those below n_active.
     """
 
     def __init__(
         self,
-        config: Any,
+        settings: PoolSettings,
         *,
         data=None,
         nan_faults: Iterable[tuple[int, int]] = (),
         use_streams: bool = True,
         env_ids: Sequence[int] | None = None,
     ) -> None:
-        self.config = cfg = config
-        self.task = get_task(cfg.task)  # its data and its shared facts serve every task of a mix
-        self.mix: tuple[str, ...] = tuple(getattr(cfg, "task_mix", ()) or ())
-        self.slot_ids: tuple[str, ...] = tuple(cfg.slot_ids)
-        self.enabled: tuple[str, ...] = tuple(cfg.enabled_slots)
-        self.menu: tuple[str, ...] = tuple(cfg.menu)
-        self.max_epochs = cfg.max_epochs
-        self.policy_device = resolve_device(cfg.device)
-        listed = [resolve_device(d) for d in (cfg.env_devices or (cfg.device,))]
-        self._env_devices = [listed[i % len(listed)] for i in range(cfg.n_envs)]  # env i -> device
-        self._amp = {d: amp_settings(cfg.amp, cfg.amp_dtype, d) for d in dict.fromkeys(self._env_devices)}
-        self.data: PoolData = build_pool_data(cfg, self.task, self._env_devices, data)
+        self.settings = settings
+        self.task = get_task(settings.task)  # its data and its shared facts serve every task of a mix
+        self.mix: tuple[str, ...] = settings.task_mix
+        self.slot_ids: tuple[str, ...] = settings.slot_ids
+        self.enabled: tuple[str, ...] = settings.enabled_slots
+        self.menu: tuple[str, ...] = settings.menu
+        self.max_epochs = settings.max_epochs
+        self.policy_device = settings.policy_device
+        self._amp = {d: amp_settings(settings.amp, settings.amp_dtype, d)
+                     for d in dict.fromkeys(settings.env_devices)}
+        self.data: PoolData = build_pool_data(settings, self.task, data)
         # the seed clock every slot of every episode runs on (the tasks of a mix share the lifecycle horizon)
-        self.clock = SeedClock.for_run(cfg.lifecycle, cfg.max_epochs, self.task.lifecycle_horizon,
+        self.clock = SeedClock.for_run(settings.lifecycle, settings.max_epochs, self.task.lifecycle_horizon,
                                        self.episode_steps)
-        self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, cfg.max_epochs, cfg.max_seeds,
-                                   cfg.use_telemetry, cfg.cull_age, cfg.one_seed_at_a_time,
-                                   self.clock.timings, cfg.germination_deadline, cfg.observe_log_params)
+        self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, settings.max_epochs, settings.max_seeds,
+                                   settings.use_telemetry, settings.cull_age, settings.one_seed_at_a_time,
+                                   self.clock.timings, settings.germination_deadline, settings.observe_log_params)
         self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
         self.use_streams = bool(use_streams)
         self.streams = EnvStreams(self.use_streams)
-        self.env_ids: tuple[int, ...] = _check_env_ids(env_ids, cfg.n_envs)
+        self.env_ids: tuple[int, ...] = _check_env_ids(env_ids, settings.n_envs)
         self.n_running = 0  # envs running this episode batch across the whole pool (all slices)
         self.envs: list[EnvState] = []
         self.batch_index: int | None = None
@@ -163,7 +138,7 @@ class EnvPool:
     # ---------------------------------------------------------------- simple views
     @property
     def n_envs(self) -> int:
-        return self.config.n_envs
+        return self.settings.n_envs
 
     @property
     def n_active(self) -> int:
@@ -179,7 +154,7 @@ class EnvPool:
         return sum(self._steps_in_epoch(t) for t in range(1, self.max_epochs + 1))
 
     def env_device(self, i: int) -> torch.device:
-        return self._env_devices[i]
+        return self.settings.env_devices[i]
 
     def inject_nan(self, env: int, epoch: int) -> None:
         """Poison env `env`'s host with NaN after the training phase of `epoch` (every batch)."""
@@ -194,7 +169,7 @@ class EnvPool:
             raise ValueError(f"n_active must be in [1, n_envs={self.n_envs}] (got {n_active})")
         if self.env_ids[0] >= n:
             raise ValueError(f"no env of this pool's slice {list(self.env_ids)} runs with n_active={n}")
-        base_seed = self.config.seed + BATCH_SEED_STRIDE * int(batch_index)
+        base_seed = self.settings.seed + BATCH_SEED_STRIDE * int(batch_index)
         self.envs = [self._build_env(i, base_seed + ENV_SEED_STRIDE * i) for i in self.env_ids if i < n]
         self.n_running = n
         self.batch_index = int(batch_index)
@@ -230,7 +205,7 @@ class EnvPool:
         stream after the host's: the static_final control trains them with the host from the start."""
         host_params = model.host_param_count()
         with rng.activate():
-            for entry in self.config.static_seeds:
+            for entry in self.settings.static_seeds:
                 slot_id, _, blueprint = entry.partition("=")
                 model.slot(slot_id).plant_fossil(blueprint, f"env{i}_static_{slot_id}", host_param_count=host_params)
 
@@ -265,7 +240,7 @@ class EnvPool:
                     with env.rng.activate():  # outside it the data path may draw (the loader's base seed)
                         train_step(env, x, y, slot_ids=self.enabled, amp=self._amp[env.device],
                                    measure=k == steps - 1, epoch=t, lr_scale=self._lr_scale(self._steps_done + k),
-                                   rewarm_steps=self.config.seed_lr_rewarm_steps)
+                                   rewarm_steps=self.settings.seed_lr_rewarm_steps)
         self._steps_done += steps
         for env in self.envs:
             if (env.index, t) in self._nan_faults:
@@ -276,7 +251,7 @@ class EnvPool:
     def _steps_in_epoch(self, t: int) -> int:
         """Epoch t's training steps: all of them, or under `train_steps_budget` n its even share
         floor(t·n/T) − floor((t−1)·n/T) (capped by the data's steps per epoch)."""
-        steps, budget = self.data.steps_per_epoch, self.config.train_steps_budget
+        steps, budget = self.data.steps_per_epoch, self.settings.train_steps_budget
         if budget is None:
             return steps
         share = t * budget // self.max_epochs - (t - 1) * budget // self.max_epochs
@@ -284,11 +259,11 @@ class EnvPool:
 
     def _lr_scale(self, step: int) -> float | None:
         """The lr multiplier at the episode's training step `step` (None under a constant schedule)."""
-        cfg = self.config
-        if cfg.lr_schedule == "constant":
+        settings = self.settings
+        if settings.lr_schedule == "constant":
             return None
-        total = cfg.lr_schedule_steps or self.episode_steps
-        return lr_factor(cfg.lr_schedule, step, total, cfg.lr_warmup_fraction, cfg.lr_decay_fraction)
+        total = settings.lr_schedule_steps or self.episode_steps
+        return lr_factor(settings.lr_schedule, step, total, settings.lr_warmup_fraction, settings.lr_decay_fraction)
 
     def _start_meter(self, env: EnvState, x: torch.Tensor) -> None:
         """The env's FLOP meter, from its first training batch (the host's costs measured once per pool)."""

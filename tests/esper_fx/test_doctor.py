@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from esper_fx import devices
 from esper_fx.cli import doctor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def test_auto_with_a_torch_gpu_and_no_jax_gpu_runs_on_the_cpu_and_fails_devices(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Fake GPU")
-    monkeypatch.setattr(doctor, "_jax_gpus", lambda: [])
+    monkeypatch.setattr(devices, "jax_gpus", lambda: [])
     torch_device, _ = doctor.resolve_devices("auto")
     assert torch_device == torch.device("cpu")
     monkeypatch.setattr(doctor, "CHECKS", doctor.CHECKS[:2])  # versions, devices
@@ -140,7 +141,7 @@ def test_a_cuda_device_on_a_machine_without_one_is_exit_2_and_writes_nothing(tmp
     path = tmp_path / "r.json"
     assert doctor.main(["--device", "cuda:0", "--json", str(path)]) == doctor.EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "cuda:0 is not available" in err[0]
+    assert len(err) == 1 and "'cuda:0' is not available" in err[0]
     assert not path.exists()
 
 

@@ -7,6 +7,7 @@ needed); the `gpu` tests run the same paths on CUDA and skip cleanly without it 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import jax
 import pytest
@@ -15,12 +16,14 @@ import torch
 import esper_fx
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
-from esper_fx.training import epoch, preflight
+from esper_fx import devices
+from esper_fx.training import preflight
 from esper_fx.config import TrainingConfig
 from esper_fx.errors import DeviceUnavailableError
 from esper_fx.evaluation.episodes import Arm, load_policy
 from esper_fx.evaluation.ray_tasks import task_arm
-from esper_fx.distributed.worker import one_gpu_config, worker_config
+from esper_fx.distributed.worker import one_gpu_config, worker_settings
+from esper_fx.training.pools import pool_settings
 from esper_fx.training.run_state import fresh_learner
 from esper_fx.cli.train import main
 from tests.esper_fx import tiny
@@ -44,16 +47,16 @@ def _learner_devices(tree) -> set:
 def test_auto_is_refused_when_torch_has_a_gpu_and_jax_has_none(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(preflight, "_jax_gpu_count", lambda: 0)
+    monkeypatch.setattr(devices, "jax_gpus", lambda: [])
     with pytest.raises(DeviceUnavailableError, match="device 'auto'.*JAX has no GPU"):
         preflight.check_devices(tiny(device="auto"))
-    monkeypatch.setattr(preflight, "_jax_gpu_count", lambda: 1)
+    monkeypatch.setattr(devices, "jax_gpus", lambda: ["JAX's GPU 0"])
     preflight.check_devices(tiny(device="auto"))  # both halves on cuda:0: accepted
 
 
 def test_auto_policy_device_follows_torch(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert epoch.resolve_policy_device("auto") == jax.devices("cpu")[0]
+    assert devices.RunDevices.of(tiny(device="auto")).jax == jax.devices("cpu")[0]
 
 
 def test_the_learner_is_built_on_the_device_asked_for():
@@ -69,11 +72,13 @@ def test_the_learner_is_built_on_the_device_asked_for():
 
 
 def test_a_ray_worker_keeps_cpu_envs_on_the_cpu_and_renames_cuda_devices():
-    mixed = tiny(n_envs=4, device="cuda:1", env_devices=("cpu", "cuda:1"))
-    assert worker_config(mixed, gpu=True).env_devices == ("cpu", "cuda:0")
-    assert worker_config(mixed, gpu=True).device == "cpu"  # signals leave the worker as numpy
-    assert worker_config(mixed, gpu=False).env_devices == ("cpu", "cpu")
-    assert worker_config(tiny(device="cuda:1"), gpu=True).env_devices == ("cuda:0",)
+    cpu, cuda0, cuda1 = torch.device("cpu"), torch.device("cuda:0"), torch.device("cuda:1")
+    on_cpu = pool_settings(tiny(n_envs=4))  # (the GPUs below need not exist here: set after resolving)
+    mixed = dataclasses.replace(on_cpu, policy_device=cuda1, env_devices=(cpu, cuda1, cpu, cuda1))
+    assert worker_settings(mixed).env_devices == (cpu, cuda0, cpu, cuda0)
+    assert worker_settings(mixed).policy_device == cpu  # signals leave the worker as numpy
+    assert worker_settings(on_cpu).env_devices == (cpu,) * 4
+    assert worker_settings(dataclasses.replace(on_cpu, env_devices=(cuda1,) * 4)).env_devices == (cuda0,) * 4
 
 
 def test_an_evaluation_task_with_one_gpu_sees_it_as_cuda_0():
@@ -173,6 +178,6 @@ def test_cuda_devices_agree_between_torch_and_jax():
     for index in range(min(torch.cuda.device_count(), len(jax.devices("gpu")))):
         tensor = torch.arange(8, dtype=torch.float32, device=f"cuda:{index}")
         array = to_jax(tensor).tree
-        assert array.devices() == {epoch.resolve_policy_device(f"cuda:{index}")}
+        assert array.devices() == {devices.policy_devices(f"cuda:{index}")[1]}
         assert array.unsafe_buffer_pointer() == tensor.data_ptr()
 

@@ -9,6 +9,7 @@ from esper_fx.config import TrainingConfig
 from esper_fx.contracts import EpisodePool, signal_columns
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.distributed.pool import RayEnvPool
+from esper_fx.training.pools import pool_settings
 from hosts.env import EnvPool
 
 POOLS = (EnvPool, RayEnvPool, BridgedPool)
@@ -26,7 +27,7 @@ def test_every_pool_has_the_protocols_methods_with_its_parameter_names(cls):
 def test_the_in_process_pool_and_the_bridge_around_it_are_episode_pools():
     config = TrainingConfig(task="shapes10", n_envs=1, max_epochs=2, device="cpu", synthetic_train_samples=64,
                             synthetic_test_samples=16, batch_size_per_env=16, max_train_batches=1)
-    pool = EnvPool(config)
+    pool = EnvPool(pool_settings(config))
     bridged = BridgedPool(pool, signal_columns(config.num_slots, config.num_blueprints, config.state_dim))
     assert isinstance(pool, EpisodePool) and isinstance(bridged, EpisodePool)
     assert bridged.steps_per_epoch == pool.steps_per_epoch == 1

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
+from esper_fx.training.pools import pool_settings
 from hosts.data.batching import augment_batch, plan_epoch, resolve_max_batches, steps_per_epoch
 from hosts.data.task_data import TaskData, train_batch, val_batches, val_size
 from hosts.data.external import CIFAR_MEAN, CIFAR_STD, normalized_black
@@ -311,10 +312,11 @@ def test_feed_defaults_follow_the_task():
     assert unlimited.steps_per_epoch == 2000 // 16
 
 
-def test_feed_from_config_builds_shapes10_at_reduced_size():
-    config = TrainingConfig(task="shapes10", n_envs=2, synthetic_train_samples=400, synthetic_test_samples=50,
-                            batch_size_per_env=32, val_batch_size=20)
-    feed = DataFeed.from_config(config, get_task("shapes10"), [CPU, CPU])
+def test_feed_from_the_settings_builds_shapes10_at_reduced_size():
+    config = TrainingConfig(task="shapes10", n_envs=2, device="cpu", synthetic_train_samples=400,
+                            synthetic_test_samples=50, batch_size_per_env=32, val_batch_size=20)
+    feed = DataFeed.from_settings(pool_settings(config), get_task("shapes10"))
+    assert feed.env_devices == [CPU, CPU]
     assert feed.steps_per_epoch == 400 // 64 and feed.n_val == 50
     steps = list(feed.train_epoch(0, 1))
     assert len(steps) == 6 and all(len(s) == 2 for s in steps)

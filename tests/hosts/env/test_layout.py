@@ -16,6 +16,7 @@ from torch.utils._pytree import tree_leaves
 
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import BLUEPRINT_NAMES, LifecycleOp, SeedStage
+from esper_fx.training.pools import pool_settings
 from hosts.data.task_data import load_task_data
 from hosts.env import EnvPool
 from hosts.models.layout import CNN_LAYOUT
@@ -61,7 +62,7 @@ def pool() -> EnvPool:
                             synthetic_train_samples=256, synthetic_test_samples=64, val_samples=48,
                             val_batch_size=32)
     data = load_task_data(get_task("shapes10"), "cpu", synthetic_train_samples=256, synthetic_test_samples=64)
-    return EnvPool(config=config, data=data)
+    return EnvPool(pool_settings(config), data=data)
 
 
 def _germinations(epoch: int) -> list[list[int]]:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import LifecycleOp
+from esper_fx.training.pools import pool_settings
 from hosts.env.lr_schedule import apply_lr, lr_factor, rewarm_factor
 from hosts.env.pool import EnvPool
 
@@ -37,7 +38,7 @@ def _pool(**kw):
     config = TrainingConfig(task="shapes10", n_envs=1, max_epochs=2, slots=("r0c1",), device="cpu",
                             batch_size_per_env=16, max_train_batches=3, synthetic_train_samples=128,
                             synthetic_test_samples=32, **kw)
-    pool = EnvPool(config)
+    pool = EnvPool(pool_settings(config))
     pool.begin(0)  # the first epoch
     pool.step([[0, 0, 0, int(LifecycleOp.WAIT), 1]], bootstrap=False)  # the second
     return pool
@@ -94,7 +95,7 @@ def test_a_wsd_run_decays_host_and_seeds_and_a_seed_rewarms_over_its_own_steps()
                             batch_size_per_env=16, max_train_batches=4, synthetic_train_samples=128,
                             synthetic_test_samples=32, lr_schedule="wsd", lr_decay_fraction=0.5,
                             seed_lr_rewarm_steps=8, min_cull_age=1)
-    pool = EnvPool(config)
+    pool = EnvPool(pool_settings(config))
     pool.begin(0)
     pool.step([[1, 1, 1, int(LifecycleOp.GERMINATE), 1]], bootstrap=False)  # germinated after epoch 1
     env = pool.envs[0]

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import DEFAULT_TEMPO, SIGNAL_FIELDS, EventType, LifecycleOp, SeedStage, obs_dim, telemetry_block_start
+from esper_fx.training.pools import pool_settings
 from hosts.data.task_data import TaskData, load_task_data, val_batches
 from hosts.env import EnvPool
 from hosts.env.epoch_compute import loss_and_correct
@@ -65,7 +66,7 @@ def make_config(**overrides) -> TrainingConfig:
 
 def make_pool(data, **overrides) -> EnvPool:
     nan_faults = overrides.pop("nan_faults", ())
-    pool = EnvPool(config=make_config(**overrides), data=data, nan_faults=nan_faults)
+    pool = EnvPool(pool_settings(make_config(**overrides)), data=data, nan_faults=nan_faults)
     pool.build_envs(0)
     return pool
 
@@ -146,7 +147,7 @@ def test_signals_match_the_contract_on_the_three_slot_host(shapes10_data, slots,
 
 def test_signals_match_the_contract_on_the_five_slot_deep_host():
     slots = ("r0c0", "r0c1", "r0c2", "r0c3", "r0c4")
-    pool = EnvPool(config=make_config(task="cifar10_deep", slots=slots, n_envs=1, max_train_batches=1),
+    pool = EnvPool(pool_settings(make_config(task="cifar10_deep", slots=slots, n_envs=1, max_train_batches=1)),
                    data=fake_image_data())
     pool.build_envs(0)
     signals = pool.train_and_validate()
@@ -165,7 +166,7 @@ def test_signals_are_fresh_tensors_every_call(shapes10_data):
 
 
 def test_fewer_active_envs_give_fewer_signal_rows(shapes10_data):
-    pool = EnvPool(config=make_config(n_envs=3), data=shapes10_data)
+    pool = EnvPool(pool_settings(make_config(n_envs=3)), data=shapes10_data)
     pool.build_envs(1, n_active=2)
     check_contract(pool.train_and_validate(), e=2, s=3, b=5, d=89)
 
@@ -260,7 +261,7 @@ def test_telemetry_block_is_zero_for_disabled_and_empty_slots(shapes10_data):
 
 
 def scripted_run(data, batch: int = 0, **overrides) -> list[dict]:
-    pool = EnvPool(config=make_config(slots=("r0c0", "r0c1"), **overrides), data=data)
+    pool = EnvPool(pool_settings(make_config(slots=("r0c0", "r0c1"), **overrides)), data=data)
     pool.build_envs(batch)
     script = [germinate_all(pool, slot=0), actions((1, NORM, GATED, GERMINATE), (1, ATTENTION, LINEAR, GERMINATE)),
               None, None]
@@ -292,7 +293,7 @@ def test_loader_path_gives_the_same_episode_as_the_device_path(shapes10_data):
 def test_a_feed_built_for_another_seed_is_rejected(shapes10_data):
     feed = DataFeed(get_task("shapes10"), shapes10_data, ["cpu", "cpu"], batch_per_env=64, seed=1)
     with pytest.raises(ValueError, match="seed"):
-        EnvPool(config=make_config(seed=42), data=feed)
+        EnvPool(pool_settings(make_config(seed=42)), data=feed)
 
 
 def test_shared_split_gives_disjoint_env_slices(shapes10_data):
@@ -340,7 +341,7 @@ def test_language_model_validation_loss_is_token_weighted_over_the_fixed_set():
     data = load_task_data(get_task("pytext"), "cpu")
     config = make_config(task="pytext", n_envs=1, batch_size_per_env=4, max_train_batches=2, val_samples=10,
                          val_batch_size=4)  # chunks of 4, 4, 2 blocks
-    pool = EnvPool(config=config, data=data)
+    pool = EnvPool(pool_settings(config), data=data)
     pool.build_envs(0)
     signals = pool.train_and_validate()
     check_contract(signals, e=1, s=3, b=5, d=89)
@@ -565,7 +566,7 @@ def test_peek_between_execute_and_finish_equals_the_bootstrap(shapes10_data):
 
 
 def test_calls_out_of_order_raise(shapes10_data):
-    pool = EnvPool(config=make_config(), data=shapes10_data)
+    pool = EnvPool(pool_settings(make_config()), data=shapes10_data)
     with pytest.raises(RuntimeError, match="begin"):
         pool.train_epoch()
     pool.build_envs(0)
@@ -586,7 +587,7 @@ def test_the_episode_ends_after_max_epochs(shapes10_data):
 
 
 def test_begin_and_step_run_a_whole_episode_with_the_bootstrap_at_the_end(shapes10_data):
-    pool = EnvPool(config=make_config(max_epochs=3, n_envs=1), data=shapes10_data)
+    pool = EnvPool(pool_settings(make_config(max_epochs=3, n_envs=1)), data=shapes10_data)
     signals = pool.begin(0)
     seen = [signals["epoch"].item()]
     for _ in range(3):
@@ -692,7 +693,7 @@ def test_no_snapshot_after_an_anomalous_check_at_epoch_five(shapes10_data):
 
 @pytest.fixture(scope="module")
 def property_pool(shapes10_data) -> EnvPool:
-    return EnvPool(config=make_config(n_envs=2, max_epochs=4, slots=("r0c0", "r0c2"), max_train_batches=1),
+    return EnvPool(pool_settings(make_config(n_envs=2, max_epochs=4, slots=("r0c0", "r0c2"), max_train_batches=1)),
                    data=shapes10_data)
 
 
@@ -756,7 +757,7 @@ def test_training_epoch_reads_nothing_back_to_the_host(shapes10_data, monkeypatc
 
 def test_amp_on_cpu_is_disabled_with_a_warning(shapes10_data):
     with pytest.warns(RuntimeWarning, match="AMP"):
-        pool = EnvPool(config=make_config(amp=True), data=shapes10_data)
+        pool = EnvPool(pool_settings(make_config(amp=True)), data=shapes10_data)
     pool.build_envs(0)
     assert all(env.scaler is None for env in pool.envs)
     assert torch.isfinite(pool.train_and_validate()["val_loss"]).all()
@@ -782,7 +783,7 @@ def test_a_gated_blend_draws_its_gate_from_its_own_env_whatever_runs_beside_it(s
     GATED = 2
 
     def gate_of_env0(env_ids):
-        pool = EnvPool(config=make_config(), data=shapes10_data, env_ids=env_ids)
+        pool = EnvPool(pool_settings(make_config()), data=shapes10_data, env_ids=env_ids)
         pool.build_envs(0)
         epoch(pool, germinate_all(pool, blend=GATED))
         slot = pool.envs[0].model.slot("r0c1")

@@ -10,6 +10,7 @@ import torch
 
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import LifecycleOp
+from esper_fx.training.pools import pool_settings
 from hosts.data.task_data import load_task_data
 from hosts.env import EnvPool
 from hosts.tasks import get_task
@@ -39,7 +40,7 @@ def make_pool(data, **overrides) -> EnvPool:
                 batch_size_per_env=128, max_train_batches=4, synthetic_train_samples=4096,
                 synthetic_test_samples=1024, val_samples=512)
     base.update(overrides)
-    pool = EnvPool(config=TrainingConfig(**base), data=data, use_streams=use_streams)
+    pool = EnvPool(pool_settings(TrainingConfig(**base)), data=data, use_streams=use_streams)
     pool.build_envs(0)
     return pool
 

@@ -15,6 +15,7 @@ import torch
 
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts import LifecycleOp
+from esper_fx.training.pools import pool_settings
 from hosts.data.task_data import load_task_data
 from hosts.env import EnvPool
 from hosts.env.epoch_compute import AmpSettings
@@ -69,7 +70,7 @@ def make_pool(data, **overrides) -> EnvPool:
                 max_train_batches=3, synthetic_train_samples=512, synthetic_test_samples=128, val_samples=64,
                 min_cull_age=1, one_seed_at_a_time=False, germination_deadline=False)
     base.update(overrides)
-    return EnvPool(config=TrainingConfig(**base), data=data)
+    return EnvPool(pool_settings(TrainingConfig(**base)), data=data)
 
 
 def with_fake_streams(pool: EnvPool, log: list) -> list[FakeStream]:

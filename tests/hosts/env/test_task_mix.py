@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
+from esper_fx.training.pools import pool_settings
 from hosts.env import EnvPool
 from hosts.tasks import get_task, mix_task
 
@@ -40,7 +41,7 @@ def test_a_pool_builds_each_env_on_its_drawn_task_and_reports_it():
                             slots=("r0c0", "r0c1", "r0c2"), synthetic_train_samples=256, synthetic_test_samples=64,
                             batch_size_per_env=32, max_train_batches=1, data_split="full")
     torch.set_num_threads(1)
-    pool = EnvPool(config)
+    pool = EnvPool(pool_settings(config))
     drawn = set()
     for b in range(3):
         pool.begin(b, 4)
@@ -59,7 +60,7 @@ def test_without_a_mix_every_env_runs_the_task():
     config = TrainingConfig(task="shapes16", n_envs=2, max_epochs=1, device="cpu", slots=("r0c0",),
                             synthetic_train_samples=128, synthetic_test_samples=32, batch_size_per_env=32,
                             max_train_batches=1)
-    pool = EnvPool(config)
+    pool = EnvPool(pool_settings(config))
     pool.begin(0, 2)
     assert [env.task for env in pool.envs] == ["shapes16", "shapes16"]
 
@@ -87,7 +88,7 @@ def test_the_observation_carries_each_hosts_size_raw_or_on_a_log_scale(log_param
                             batch_size_per_env=32, max_train_batches=1, data_split="full",
                             observe_log_params=log_params)
     torch.set_num_threads(1)
-    pool = EnvPool(config)
+    pool = EnvPool(pool_settings(config))
     signals = pool.begin(0, 4)
     for env, row in zip(pool.envs, signals["obs"].tolist()):
         params = env.model.host_param_count()
