@@ -4,7 +4,9 @@ A few trials of `tests/esper_fx/signal_experiment.py` (the whole matrix of SIGIN
 five points runs with `python -m tests.esper_fx.signal_experiment`).
 """
 
+import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -13,8 +15,9 @@ from tests.esper_fx import signal_experiment as X
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
+    """The uninterrupted run, its commands warm in the suite's compilation cache (tests/conftest.py)."""
     work = tmp_path_factory.mktemp("signals")
-    cache = work / "jax-cache"
+    cache = Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
     return work, cache, X.observe(X.reference_run(work, cache))
 
 
