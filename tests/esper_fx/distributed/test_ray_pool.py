@@ -1,6 +1,6 @@
-"""Envs as Ray actors (issue 15): a run on two workers, a resume after a worker died and a run that joins a
-cluster give the in-process run bit for bit, leave no orphaned Ray process and print nothing on stderr.
-Failures, stops and the flags: test_ray_failures.py."""
+"""Whole runs on Ray actors (issue 15): a run on two workers, a resume after a worker died and a run that joins a
+cluster give the in-process run bit for bit and print nothing on stderr; a run, stopped or not, leaves no
+Ray process; a bad address or a missing Ray is one line. The pool's parts: test_ray_workers.py."""
 
 import csv
 import json
@@ -20,8 +20,10 @@ import esper_fx
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.training import loop
 from esper_fx.config import TrainingConfig
-from esper_fx.distributed import auto
-from tests.esper_fx.distributed.ray_runs import SMALL, descendants
+from esper_fx.distributed import auto, reaper
+from esper_fx.distributed.runtime import INSTALL_HINT
+from esper_fx.cli.train import main
+from tests.esper_fx.distributed.ray_runs import SMALL, small
 
 ray = pytest.importorskip("ray")
 
@@ -67,6 +69,11 @@ def _params_equal(a, b) -> bool:
     return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
 
 
+def _descendants(pid: int) -> set[tuple[int, int]]:
+    """Live (non-zombie) processes below `pid`, as (pid, start time), from the process table (the reaper's)."""
+    return reaper.descendants(pid, reaper.process_table())
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The in-process run every Ray run is compared with."""
@@ -77,10 +84,10 @@ def test_two_workers_give_the_same_run_bit_for_bit_and_leave_no_ray_process(refe
     """`auto`, the default (issue 28), on two usable cores runs the 3 envs on two workers: the in-process run."""
     monkeypatch.setattr(auto, "usable_cores", lambda: 2)
     monkeypatch.setattr(auto, "RAY_MIN_ENV_EPOCHS", 1)  # the tiny run pays Ray's start-up here
-    before = descendants(os.getpid())
+    before = _descendants(os.getpid())
     result = esper_fx.run(run_config(), run_dir=tmp_path / "ray")
     assert not ray.is_initialized()
-    assert descendants(os.getpid()) - before == set()
+    assert _descendants(os.getpid()) - before == set()
     assert (reference.summary["timing"]["env_workers"], result.summary["timing"]["env_workers"]) == (0, 2)
     assert _summary(result) == _summary(reference)
     assert _history(result) == _history(reference)
@@ -192,3 +199,94 @@ def _forget_cluster(port: int) -> None:
             record.unlink()
     except OSError:
         pass
+
+
+def test_without_ray_env_workers_exit_2_with_the_install_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    code = main(["--preset", "shapes10_quick", "--env-workers", "2", "--run-dir", str(tmp_path / "r"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert INSTALL_HINT in err and "--env-workers 2" in err
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ImportError, match="a dependency of the default install"):
+        loop.build_pool(small(env_workers=2))
+    assert INSTALL_HINT in err
+    from esper_fx.cli import prove
+
+    code = prove.main(["--env-workers", "2", "--out", str(tmp_path / "p"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and INSTALL_HINT in err
+    assert not (tmp_path / "p").exists()
+
+
+def test_the_command_line_sets_env_workers_and_ray_address():
+    from esper_fx.cli.train import resolve_config
+
+    config, _ = resolve_config(["--n-envs", "4", "--env-workers", "2", "--ray-address", "auto", "--run-dir", "x"])
+    assert (config.env_workers, config.ray_address) == (2, "auto")
+    with pytest.raises(ValueError, match="env_workers must be <= 4"):
+        resolve_config(["--n-envs", "4", "--env-workers", "5", "--run-dir", "x"])
+
+
+def _alive(processes: set[tuple[int, int]]) -> list[int]:
+    """The pids of `processes` still running (the same processes: a reused pid does not count)."""
+    return reaper.still_running(processes, reaper.process_table())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, group, code", [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)],
+                         ids=["ctrl-c-to-the-process-group", "sigterm-to-the-driver"])
+def test_a_stopped_ray_run_checkpoints_and_leaves_no_ray_process(tmp_path, signum, group, code):
+    """A terminal's Ctrl-C reaches the whole process group (the driver and Ray's processes); a scheduler's
+    SIGTERM only the driver."""
+    config = {k: v for k, v in SMALL.items() if k != "device"} | {"device": "cpu", "n_envs": 2, "n_episodes": 2000}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "esper_fx.train", "--config", str(tmp_path / "c.json"),
+                             "--env-workers", "2", "--run-dir", str(run_dir), "--quiet"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not list((run_dir / "checkpoints").glob("batch-*")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        ray_processes = _descendants(proc.pid)
+        assert ray_processes, "the run started no Ray process"
+        (os.killpg if group else os.kill)(proc.pid, signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == code, err
+    assert "Checkpoint written" in err
+    deadline = time.monotonic() + 15
+    while _alive(ray_processes) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _alive(ray_processes) == []
+
+
+@pytest.mark.parametrize("address, needle", [
+    ("head node", "is not a Ray address"), ("10.0.0.1", "is not a Ray address"), ("10.0.0.1:0", "is not a Ray"),
+    ("ray://:6379", "is not a Ray address"), ("127.0.0.1:1", "no Ray cluster reachable"),
+    ("ray://127.0.0.1:1", "no Ray cluster reachable"), ("no-such-host.invalid:6379", "no Ray cluster reachable"),
+])
+def test_a_bad_ray_address_fails_fast_with_one_line_before_ray_is_asked(address, needle):
+    """Issue 22: a bad --ray-address took 24 s and 20 lines of Ray logging before its one line."""
+    from esper_fx.distributed.runtime import RayAddressError, check_ray_address
+
+    started = time.perf_counter()
+    with pytest.raises(RayAddressError, match=needle) as info:
+        check_ray_address(address, timeout_s=1.0)
+    assert time.perf_counter() - started < 5 and "\n" not in str(info.value)
+    check_ray_address(None)
+    check_ray_address("auto")
+
+
+def test_prove_refuses_an_unreachable_ray_address_with_one_line(tmp_path, capsys, monkeypatch):
+    from esper_fx import prove
+
+    monkeypatch.chdir(tmp_path)
+    assert prove.main(["--env-workers", "1", "--ray-address", "127.0.0.1:1", "--set", "n_envs=2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "127.0.0.1:1" in err[0] and list(tmp_path.iterdir()) == []
