@@ -9,7 +9,7 @@ directory holds a run, or the original command again if the stop came before any
 passes when SIGINT / SIGTERM exit with 130 / 143 and no traceback, and the finished run's history (every
 BatchSummary of the final manifest), metrics.csv (without wall times), events (without timestamps, wall
 times and checkpoint/start bookkeeping) and final controller state (every array) equal the reference's.
-`tests/esper_fx/test_signals.py` runs a few trials of the matrix.
+`tests/esper_fx/training/test_failures.py` runs a few trials of the matrix.
 """
 
 from __future__ import annotations
