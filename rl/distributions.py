@@ -206,10 +206,3 @@ def causal_masks(op: jax.Array) -> jax.Array:
     slot = op != contracts.LifecycleOp.WAIT
     germinate = op == contracts.LifecycleOp.GERMINATE
     return jnp.stack([slot, germinate, germinate, jnp.ones_like(slot), germinate], axis=-1)
-
-
-def causal_advantages(advantages: jax.Array, op: jax.Array) -> jax.Array:
-    """Per-head advantages A_h = A·m_h, `[..., 5]` in head order."""
-    chex.assert_type(advantages, float)
-    chex.assert_equal_shape([advantages, op])
-    return jnp.where(causal_masks(op), advantages[..., None], jnp.zeros_like(advantages)[..., None])

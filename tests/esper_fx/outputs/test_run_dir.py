@@ -166,12 +166,21 @@ def _interrupt_once_at(monkeypatch, target, name, after_calls: int):
     monkeypatch.setattr(target, name, interrupting)
 
 
+COMMITTED = dict(n_episodes=6, checkpoint_every=1)  # three batches, each checkpointed
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    """The uninterrupted run of COMMITTED."""
+    return esper_fx.run(tiny(**COMMITTED), run_dir=tmp_path_factory.mktemp("full") / "run")
+
+
 @pytest.mark.parametrize("where", ["append_events", "append_metrics"])
-def test_an_interrupt_inside_a_batch_commit_keeps_checkpoint_row_and_events_together(tmp_path, monkeypatch, where):
+def test_an_interrupt_inside_a_batch_commit_keeps_checkpoint_row_and_events_together(full, tmp_path, monkeypatch,
+                                                                                       where):
     """Issue 12, defect 6: Ctrl-C after a batch finished but before its row and events were written lost them
     for good while the checkpoint included the batch."""
-    config = tiny(n_episodes=6, checkpoint_every=1)
-    full = esper_fx.run(config, run_dir=tmp_path / "full")
+    config = tiny(**COMMITTED)
     _interrupt_once_at(monkeypatch, RunDirectory, where, after_calls=2 if where == "append_metrics" else 3)
     with pytest.raises(run_state.Interrupted) as info:
         esper_fx.run(config, run_dir=tmp_path / "cut")

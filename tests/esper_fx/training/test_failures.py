@@ -1,5 +1,6 @@
-"""Failures are loud and precise: NaN data, a broken controller, a stop by signal at any moment, setup problems
-found before anything is written (issue 12)."""
+"""Failures are loud and precise: NaN data, a broken controller, a stop by signal at any moment (and a command
+line stopped and resumed ends as the uninterrupted run), setup problems found before anything is written
+(issue 12)."""
 
 import json
 import math
@@ -23,6 +24,7 @@ from esper_fx.training.run_state import fresh_learner
 from esper_fx.cli.train import main
 from rl import rewards
 from tests.esper_fx.stops import signal_at_apply
+from tests.esper_fx import signal_experiment as X
 from tests.esper_fx import tiny
 
 TINY = dict(tiny.TINY, device="cpu")
@@ -157,6 +159,28 @@ def test_a_stop_during_start_up_prints_no_traceback(tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err
     assert "Traceback" not in err and "nothing to resume" in err
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The command line's run the stopped ones are compared with (tests/esper_fx/signal_experiment.py), its
+    programs warm in the suite's compilation cache (tests/conftest.py): (work dir, cache, what it observed)."""
+    work = tmp_path_factory.mktemp("signals")
+    cache = Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
+    return work, cache, X.observe(X.reference_run(work, cache))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, point", [(signal.SIGTERM, "batch 0 committed"), (signal.SIGKILL, "batch 0 committed"),
+                                           (signal.SIGINT, "after a checkpoint")])
+def test_a_stopped_and_resumed_run_equals_the_uninterrupted_one(uninterrupted, signum, point):
+    """Issue 12: a CLI run stopped by SIGINT, SIGTERM or SIGKILL and then resumed equals an uninterrupted run,
+    bit for bit. A few trials of the matrix `python -m tests.esper_fx.signal_experiment` runs whole (SIGINT,
+    SIGTERM and SIGKILL at five points)."""
+    work, cache, expected = uninterrupted
+    trial = X.trial(work, cache, expected, point, signum)
+    assert trial.ok, trial.line()
+    assert trial.code == X.EXPECTED_CODE[signum] and trial.resumes >= 1
 
 
 def test_setup_problems_found_by_loading_the_data_are_reported_before_anything_is_written(tmp_path):

@@ -4,8 +4,6 @@ import csv
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -22,8 +20,6 @@ from esper_fx.training import pools, run_state
 from esper_fx.config import TrainingConfig
 from tests.esper_fx.stops import signal_at_apply
 from tests.esper_fx import tiny
-
-REPO = Path(__file__).resolve().parents[3]
 
 TINY = dict(tiny.TINY)
 
@@ -212,23 +208,9 @@ def test_reward_fn_is_swappable_by_name_and_function():
     assert sparse.history[0].avg_reward == pytest.approx(expected, abs=1e-5)
 
 
-def test_cli_tiny_run_in_a_subprocess(tmp_path):
-    cfg = tmp_path / "tiny.json"
-    cfg.write_text(json.dumps({**TINY, "n_episodes": 2}))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "esper_fx.train", "--config", str(cfg), "--run-dir",
-                           str(tmp_path / "run"), "--quiet"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "LSTM: hidden=128, chunk=3" in proc.stdout
-    assert "Run directory:" in proc.stdout
-    assert (tmp_path / "run" / "summary.json").exists()
-    assert (tmp_path / "run" / "checkpoints" / "final").exists()
-
-
 def test_cli_relative_run_dir_and_relative_resume(tmp_path, monkeypatch):
     """README's main command uses a relative run directory; orbax needs absolute paths (issue 12, defect 1).
-    The command line runs in this process (the test above runs one in a fresh interpreter)."""
+    The command line runs in this process (test_compile_cache.py runs it in fresh interpreters)."""
     from esper_fx.cli.train import main
 
     (tmp_path / "tiny.json").write_text(json.dumps({**TINY, "n_episodes": 4, "checkpoint_every": 1}))
