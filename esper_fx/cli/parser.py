@@ -1,13 +1,16 @@
-"""The command line built from the config: the flags generated from `TrainingConfig`'s fields,
-`--set KEY=VALUE` (train and prove), and README's flag table. The parser base is `esper_fx.errors.CommandParser`.
+"""The command line built from the config: the flags generated from the fields of `TrainingConfig` and of
+its nested configs, `--set KEY=VALUE` (train and prove), and README's flag table. The parser base is
+`esper_fx.errors.CommandParser`.
 
-Each configuration field a user sets from the command line is declared once, in `esper_fx.config`, with
-`option(default, help, flag=..., metavar=..., resume=...)`; `add_field_flags` turns those declarations
-into argparse flags (the type, the number of values and the switch direction read from the field's
-annotation and default), `field_values` reads them back, and `flag_table` renders README's table from the
-same parser. We generate the flags ourselves rather than with a library such as tyro: none is installed,
-the project adds no dependency for a few dozen lines, and today's flag spellings (`--episodes`,
-`--data-dir`, `--no-tensorboard`) are a contract that a generic tool would rename.
+Every setting is declared once, on its field, with `rl.config.option(default, help, flag=..., metavar=...,
+resume=...)`: the run's in `esper_fx.config`, the nested configs' (`ppo`, `reward`, `heuristic`, `oracle`)
+in `rl.config`. `add_field_flags` turns those declarations into argparse flags, one argument group per config
+(the number of values and the switch direction read from the field's annotation and default; a nested one is
+`--group.key`, the dashed `--set` key), `field_values` reads them back through the same reading and key
+resolution as `--set` (`_set_value`, `_put`), and `flag_table` renders README's table from the same parser.
+We generate the flags ourselves rather than with a library such as tyro: none is installed, the project adds
+no dependency for a few dozen lines, and today's flag spellings (`--episodes`, `--data-dir`,
+`--no-tensorboard`) are a contract that a generic tool would rename.
 
     python -m esper_fx.cli.flag_table      # print README's flag table for `python -m esper_fx.train`
 

@@ -75,7 +75,7 @@ def test_bad_configuration_exits_2_in_process(tmp_path, monkeypatch, capsys, arg
         (["--episode", "8"], "unrecognized arguments: --episode 8 (did you mean --episodes?)"),
         (["--n-env=2"], "(did you mean --n-envs?)"),
         (["--total-timesteps", "5"], "(use --episodes N: esper_fx counts episodes of max_epochs epochs)"),
-        (["--learning-rate", "3e-4"], "(use --set lr=VALUE for the controller's rate)"),
+        (["--learning-rate", "3e-4"], "(use --set ppo.lr=VALUE for the controller's rate)"),
         (["--zzz"], "unrecognized arguments: --zzz (see --help)"),
     ],
     ids=["preset-typo", "abbreviation", "flag-typo", "cleanrl-timesteps", "cleanrl-learning-rate", "nothing-close"],
