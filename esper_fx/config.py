@@ -3,9 +3,10 @@
 The run's own settings (task, envs, episodes, devices, data, outputs) are fields here. The controller
 side's settings live with the controller code and are nested: `config.ppo` (`rl.config.PPOConfig`),
 `config.reward` (`rl.config.RewardConfig`) and `config.heuristic` (`rl.config.HeuristicConfig`), each
-default written once, there. The PPO fields and the reward's settings keep their flat names everywhere a
-user sees them: `TrainingConfig(lr=1e-4)`, `config.replace(gamma=0.99)`, `config.lr`, the JSON of
-`to_dict` / `from_dict` and the command line. `config.reward` also carries the values a run gives the
+default written once, there, with its help (`rl.config.option`: the command line is built from it). The PPO
+fields and the reward's settings keep their flat names as keys: `TrainingConfig(lr=1e-4)`,
+`config.replace(gamma=0.99)` and the JSON of `to_dict` / `from_dict`; they are read at their home,
+`config.ppo.lr`. `config.reward` also carries the values a run gives the
 reward (its gamma, its min_cull_age, its task's loss scale), filled in here so each keeps one home.
 Fields of earlier versions that changed nothing are refused in a config file (`RETIRED_FIELDS`) and
 dropped from a saved one (`from_saved`), so every earlier checkpoint manifest still loads.
@@ -40,6 +41,7 @@ from rl.config import (
     check_rotation,
     entropy_coefficient,
     field_names,
+    option,
 )
 
 __all__ = [
@@ -115,16 +117,6 @@ FLAT_KEYS: Mapping[str, tuple[str, ...]] = {"ppo": field_names(PPOConfig), "rewa
 GROUP_OF_KEY: Mapping[str, str] = {key: group for group, keys in FLAT_KEYS.items() for key in keys}
 
 
-def option(default: Any, help: str | None = None, *, flag: str | None = None, metavar: str | None = None,
-           resume: bool = False) -> Any:
-    """A field declared with its command-line facts, in one place (`esper_fx.cli.parser` builds the flags):
-    `help` (markdown; a field with help gets a flag, shown in `--help` and README's table), `flag` (its
-    spelling when not `--field-name`, or `--no-field-name` for a switch that defaults to on), `metavar`, and
-    `resume` (the value may change when a run is resumed; every other field must equal the checkpoint's)."""
-    meta = {"help": help, "flag": flag, "metavar": metavar, "resume": resume}
-    return field(default=default, metadata={k: v for k, v in meta.items() if v})
-
-
 def _codes(names: Any) -> str:
     return ", ".join(f"`{name}`" for name in names)
 
@@ -143,26 +135,29 @@ class TrainingConfig:
     max_epochs: int = option(25, "episode length T in epochs")
     seed: int = option(42, "run seed")
     slots: tuple[str, ...] = option(("r0c1",), "enabled slots, e.g. `r0c0 r0c1`", metavar="SLOT")
-    max_seeds: int | None = None
+    max_seeds: int | None = option(None, "at most this many seeds germinated per episode (default: no limit)")
     lifecycle: str = option("reference", "the seed lifecycle's clock: `reference` (the reference's stage durations, "
                             "in epochs) or `proportional` (its proportions in 150-epoch episodes, scaled to "
                             "`max_epochs`; the blend ramps per training step at the chosen tempo; BEHAVIOUR §2.14)",
                             metavar="NAME")
-    # [fix] CULL waits until a seed could have finished blending; None: the lifecycle's earliest fossilize age
-    # (9 under the reference's clock; the reference itself: 1, later 5). Read it as `cull_age`.
-    min_cull_age: int | None = None
-    one_seed_at_a_time: bool = True  # [fix] no GERMINATE while a seed is developing (the reference: False)
-    germination_deadline: bool = True  # [fix] no GERMINATE once its seed could not be fossilized before T
-    static_seeds: tuple[str, ...] = ()  # "slot=blueprint": seeds planted fossilized before epoch 1 (static_final)
+    min_cull_age: int | None = option(None, "[fix] CULL waits until a seed could have finished blending; default: "
+                                      "the lifecycle's earliest fossilize age (9 under the reference's clock; the "
+                                      "reference itself: 1, later 5); read it as `cull_age`")
+    one_seed_at_a_time: bool = option(True, "[fix] no GERMINATE while a seed is developing (the reference: off)")
+    germination_deadline: bool = option(True, "[fix] no GERMINATE once its seed could not be fossilized before T")
+    static_seeds: tuple[str, ...] = option((), "`slot=blueprint`: seeds planted fossilized before epoch 1 "
+                                           "(static_final)", metavar="SLOT=NAME")
     lr_schedule: str = option("constant", "the network's SGD rate within an episode, host and seeds: `constant`, "
                               "`cosine` (to zero) or `wsd` (warmup, stable, then a linear decay to zero over the "
                               "last `lr_decay_fraction` of the steps)", metavar="NAME")
-    lr_schedule_steps: int | None = None  # training steps a cosine or wsd schedule spans; None: the episode's
-    lr_warmup_fraction: float = 0.0  # wsd: the first fraction of the steps warms the rate up from lr₀/W
-    lr_decay_fraction: float = 0.2  # wsd: the last fraction of the steps decays the rate linearly to zero
-    seed_lr_rewarm_steps: int = 0  # a seed's rate warms up over its first N training steps (0: at once)
-    train_steps_budget: int | None = None  # at most this many training steps per episode, spread evenly over
-    # its epochs (static_matched's compute budget); None: every epoch's steps
+    lr_schedule_steps: int | None = option(None, "training steps a cosine or wsd schedule spans (default: the "
+                                           "episode's)")
+    lr_warmup_fraction: float = option(0.0, "wsd: the first fraction of the steps warms the rate up from lr₀/W")
+    lr_decay_fraction: float = option(0.2, "wsd: the last fraction of the steps decays the rate linearly to zero")
+    seed_lr_rewarm_steps: int = option(0, "a seed's rate warms up over its first N training steps (0: at once)")
+    train_steps_budget: int | None = option(None, "at most this many training steps per episode, spread evenly "
+                                            "over its epochs (static_matched's compute budget; default: every "
+                                            "epoch's steps)")
     # devices and data
     device: str = option("auto", "policy device: `auto`, `cpu` or `cuda:N` (`cuda` is `cuda:0`)", metavar="DEV",
                          resume=True)
@@ -171,43 +166,46 @@ class TrainingConfig:
     data_path: DataPath = option(DataPath.DEVICE, "device-resident data (default) or DataLoader workers",
                                  resume=True)
     num_workers: int | None = option(None, "DataLoader workers (loader path; default 4)", resume=True)
-    # Ray actors running the envs (each a contiguous slice); 0: the in-process pool; "auto": decided at the
-    # run's start from the machine and the run (esper_fx.distributed.auto), kept as "auto" in config.json
     env_workers: int | str = option(AUTO, "run the envs in N Ray actors; `auto` (default): as many as the usable "
                                     "cores and the envs allow, in this process on one core, one env, CUDA envs "
-                                    "or a run too small to pay Ray's start-up; `0`: in this process",
+                                    "or a run too small to pay Ray's start-up, decided at the run's start "
+                                    "(`esper_fx.distributed.auto`) and kept as `auto` in config.json; `0`: in this "
+                                    "process; each actor runs a contiguous slice of the envs",
                                     metavar="N|auto", resume=True)
-    # the Ray cluster to join; None: the run starts (and stops) a local Ray
-    ray_address: str | None = option(None, "join the Ray cluster at ADDR (default: start a local Ray for the run)",
+    ray_address: str | None = option(None, "join the Ray cluster at ADDR (default: start, and stop, a local Ray "
+                                     "for the run)",
                                      metavar="ADDR", resume=True)
-    # fashion_mnist: the default means the dataset-fashion-mnist package's folder (hosts.data.fashion_mnist)
-    data_root: str = option(contracts.DEFAULT_DATA_ROOT, "where CIFAR-10 / TinyStories / Fashion-MNIST live",
+    data_root: str = option(contracts.DEFAULT_DATA_ROOT, "where CIFAR-10 / TinyStories / Fashion-MNIST live (fashion_mnist: the "
+                            "default means the dataset-fashion-mnist package's folder, `hosts.data.fashion_mnist`)",
                             flag="--data-dir", metavar="DIR", resume=True)
     data_split: DataSplit = option(DataSplit.SHARED, "how training data is divided across envs")
-    batch_size_per_env: int | None = None  # task default
-    max_train_batches: int | None = None  # task default; 0 = unlimited
+    batch_size_per_env: int | None = option(None, "training batch size per env (default: the task's)")
+    max_train_batches: int | None = option(None, "training batches per epoch (default: the task's; 0: unlimited)")
     val_samples: int | None = option(None, "first N validation samples (default: the whole test split)")
-    val_batch_size: int | None = None  # -> per-env batch
-    data_seed: int = 0
-    synthetic_train_samples: int = 50000
-    synthetic_test_samples: int = 10000
+    val_batch_size: int | None = option(None, "validation batch size (default: `batch_size_per_env`)")
+    data_seed: int = option(0, "seed of the data (synthetic data, the split across envs)")
+    synthetic_train_samples: int = option(50000, "training samples of a synthetic task")
+    synthetic_test_samples: int = option(10000, "test samples of a synthetic task")
     # precision
     amp: bool = option(False, "mixed precision on CUDA envs", resume=True)
     amp_dtype: AmpDtype = option(AmpDtype.FLOAT16, "autocast dtype", resume=True)
     # policy
-    blueprint_menu: tuple[str, ...] | None = None  # topology default
-    # the controller side (flat keys: lr, gamma, ..., reward_family, ...)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)  # gamma, min_cull_age, task scale: from the run
-    discard_rolled_back_envs: bool = False
+    blueprint_menu: tuple[str, ...] | None = option(None, "the blueprint head's menu, `noop` first (default: the "
+                                                    "topology's)", metavar="NAME")
+    # the controller side
+    ppo: PPOConfig = option(factory=PPOConfig, help="the PPO/LSTM controller's hyperparameters (BEHAVIOUR §11.1)")
+    reward: RewardConfig = option(factory=RewardConfig, help="the reward (BEHAVIOUR §12): its settings are set "
+                                  "here; gamma, min_cull_age and the task's scale come from the run")
+    discard_rolled_back_envs: bool = option(False, "drop the envs a governor rolled back from the PPO batch")
     # telemetry
-    # The gradient features of each slot in the observation: false drops them and shrinks the observation
-    # by 10 per slot (so a checkpoint trained with one value cannot resume with the other; resume checks it).
-    use_telemetry: bool = True
-    # The observation's parameter count (feature 21) as ln(1 + count) instead of the count: hosts of a task mix
-    # differ in size by 10x, and on the raw scale the two small ones lie a sixth of a standard deviation apart
-    # (docs/LEARNING.md §8). Off by default, so every earlier run observes what it did.
-    observe_log_params: bool = False
+    use_telemetry: bool = option(True, "the gradient features of each slot in the observation: off drops them and "
+                                 "shrinks the observation by 10 per slot (so a checkpoint trained with one value "
+                                 "cannot resume with the other; resume checks it)")
+    observe_log_params: bool = option(False, "the observation's parameter count (feature 21) as ln(1 + count) "
+                                      "instead of the count: hosts of a task mix differ in size by 10x, and on "
+                                      "the raw scale the two small ones lie a sixth of a standard deviation apart "
+                                      "(docs/LEARNING.md §8); off by default, so every earlier run observes what "
+                                      "it did")
     telemetry_level: TelemetryLevel = option(TelemetryLevel.NORMAL, "what goes into `events.jsonl`: `debug` adds "
                                              "every reward component of every epoch")
     # outputs
@@ -224,8 +222,10 @@ class TrainingConfig:
                               "'.[wandb]'`", resume=True)
     wandb_project: str = option("esper_fx", "the W&B project of `--wandb`", metavar="NAME", resume=True)
     # scripted controllers
-    heuristic: HeuristicConfig = field(default_factory=HeuristicConfig)
-    oracle: OracleConfig = field(default_factory=OracleConfig)
+    heuristic: HeuristicConfig = option(factory=HeuristicConfig, help="the rule-based controller's thresholds "
+                                        "(BEHAVIOUR §13.1)")
+    oracle: OracleConfig = option(factory=OracleConfig, help="the `oracle` control's fixed growth schedule: "
+                                  "fossilize at the first epoch it is allowed, never cull")
 
     # ---------------------------------------------------------------- construction
     def __init__(self, **values: Any) -> None:
@@ -244,13 +244,6 @@ class TrainingConfig:
         self._validate_menu_and_rotation()
         self._set("reward", self.reward.for_run(self.task, self.ppo.gamma, self.cull_age,
                                                 self.lifecycle_timings.legitimacy))
-
-    def __getattr__(self, name: str) -> Any:
-        """The flat keys of the nested groups read through: `config.lr` is `config.ppo.lr`."""
-        group = GROUP_OF_KEY.get(name)
-        if group is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return getattr(object.__getattribute__(self, group), name)
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)

@@ -96,8 +96,7 @@ def build_parser() -> CommandParser:
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/prove-<preset>-<UTC time>)")
     p.add_argument("--json", metavar="PATH", help="JSON results (default <out>/prove.json)")
     p.add_argument("--quiet", action="store_true", help="only the final table")
-    add_field_flags(p.add_argument_group("configuration fields (any other: --set KEY=VALUE)"),
-                    ("n_episodes", "seed", "device", "env_workers", "ray_address", "data_root"))
+    add_field_flags(p, ("n_episodes", "seed", "device", "env_workers", "ray_address", "data_root"))
     return p
 
 

@@ -47,7 +47,7 @@ def build_parser() -> CommandParser:
                    help=f"where the compilation cache lives (also `{compile_cache.ENV_DIR}`; default "
                         f"`~/.cache/{cache_dir}`, or `$XDG_CACHE_HOME/{cache_dir}`)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
-    add_field_flags(p.add_argument_group("configuration fields (any other: --set KEY=VALUE)"))
+    add_field_flags(p)
     return p
 
 
