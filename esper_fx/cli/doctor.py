@@ -347,7 +347,7 @@ def _actions(pool, op: int) -> torch.Tensor:
 
 def _epochs(pool, epochs: int) -> list[dict]:
     """Germinate in r0c1, then wait; the signals of every epoch."""
-    from esper_fx.contracts import LifecycleOp
+    from esper_fx.contracts.actions import LifecycleOp
 
     out = []
     for t in range(epochs):

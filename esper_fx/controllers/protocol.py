@@ -8,7 +8,7 @@ A controller bundle has five functions over pytrees:
     value(state, carry, signals)         -> [E] float32  (bootstrap at truncation)
     update(state, rollout, key)          -> (new_state, metrics)
 
-`signals` is the host's signals pytree (esper_fx.contracts.SIGNAL_FIELDS) as jax arrays, plus
+`signals` is the host's signals pytree (esper_fx.contracts.signals.SIGNAL_FIELDS) as jax arrays, plus
 "obs_norm": the observation normalised with the run's frozen statistics. `aux` carries per-head
 log-probs [E, 5] ("log_probs") and values [E] ("value") for learning controllers.
 
@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import head_sizes
 from esper_fx.config import TrainingConfig
 from esper_fx.controllers.registry import REGISTRY, Constructor
 
@@ -55,7 +55,7 @@ class ControllerSpec(NamedTuple):
 
     @property
     def head_sizes(self) -> tuple[int, int, int, int]:
-        return contracts.head_sizes(self.num_slots, self.num_blueprints)
+        return head_sizes(self.num_slots, self.num_blueprints)
 
 
 def _no_update(state, rollout, key):

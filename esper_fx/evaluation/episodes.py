@@ -27,7 +27,9 @@ from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import EventType, growth_name, signal_columns
+from esper_fx.contracts.actions import growth_name
+from esper_fx.contracts.events import EventType
+from esper_fx.contracts.signals import signal_columns
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.training.epoch import BatchTally, Runner, resolve_policy_device, resolve_reward_fn, run_epoch
 from esper_fx.training.pools import build_pool
@@ -79,7 +81,7 @@ class Episode:
 
 def germinations(events: Sequence[Any]) -> tuple[str, ...]:
     """The episode's growth decisions from its events, each named as a fixed schedule is
-    (`contracts.growth_name`: "slot=blueprint/blend@epoch", the tempo after the blend unless standard)."""
+    (`contracts.actions.growth_name`: "slot=blueprint/blend@epoch", the tempo after the blend unless standard)."""
     return tuple(growth_name(e.slot_id, e.data.get("blueprint"), e.data.get("blend"), e.epoch, e.data.get("tempo"))
                  for e in events if e.event_type == EventType.SEED_GERMINATED)
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 from esper_fx.outputs import plots
 from esper_fx.outputs.checkpoint import CheckpointError, read_manifest
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import SlotIdError, sort_slot_ids
+from esper_fx.contracts.slots import SlotIdError, sort_slot_ids
 from esper_fx.errors import EXIT_OK, CommandParser, ConfigError, OutputError
 from esper_fx.outputs.events import load_events
 from esper_fx.outputs.metrics_csv import read_metrics, summary_from_csv

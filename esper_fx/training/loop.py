@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import EventType
+from esper_fx.contracts.events import EventType
 from esper_fx.controllers import protocol as ctl
 from esper_fx.outputs.events import Event
 from esper_fx.outputs.history import BatchSummary

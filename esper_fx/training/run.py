@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from esper_fx.config import TrainingConfig, absolute_paths
-from esper_fx.contracts import EpisodePool
+from esper_fx.contracts.pool import EpisodePool
 from esper_fx.controllers import protocol as ctl
 from esper_fx.outputs import report
 from esper_fx.outputs.closing import closing_lines

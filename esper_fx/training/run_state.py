@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 
-from esper_fx.contracts import ACTION_HEADS
+from esper_fx.contracts.actions import ACTION_HEADS
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.config import TrainingConfig
 from esper_fx.outputs.history import ROLLING_WINDOW, BatchSummary, as_summaries

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from esper_fx.contracts import parse_slot_id
+from esper_fx.contracts.slots import parse_slot_id
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from esper_fx.contracts import DEFAULT_TEMPO, TOPOLOGIES, SeedStage, sort_slot_ids
+from esper_fx.contracts.actions import DEFAULT_TEMPO
+from esper_fx.contracts.blueprints import TOPOLOGIES
+from esper_fx.contracts.slots import sort_slot_ids
+from esper_fx.contracts.stages import SeedStage
 from hosts.models.layout import to_layout
 from hosts.seeds.blending import DEFAULT_BLEND
 from hosts.seeds.lifecycle import GateResult, SeedClock

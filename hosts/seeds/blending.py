@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from esper_fx.contracts import BLEND_NAMES
+from esper_fx.contracts.actions import BLEND_NAMES
 from hosts.models.layout import spatial_mean
 
 SIGMOID_STEEPNESS = 12.0

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from esper_fx.contracts import TOPOLOGIES
+from esper_fx.contracts.blueprints import TOPOLOGIES
 from hosts.models.layout import spatial_mean
 from hosts.models.transformer import LN_EPS
 

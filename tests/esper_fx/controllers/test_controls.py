@@ -9,7 +9,7 @@ import esper_fx
 from esper_fx.controllers import protocol as ctl
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import EventType
+from esper_fx.contracts.events import EventType
 from esper_fx.evaluation.episodes import Arm, Policy, run_arm
 
 # shapes16 at a tiny size; 12 epochs let a seed germinated at epoch 1 reach PROBATIONARY and be fossilized

@@ -17,7 +17,7 @@ from esper_fx.cli import run as cli_run
 from esper_fx.training import epoch, pools, run_state
 from esper_fx.controllers import protocol as ctl
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import SignalColumn
+from esper_fx.contracts.signals import SignalColumn
 from esper_fx.errors import ControllerError, DataError, DeviceUnavailableError
 from esper_fx.training.run_state import fresh_learner
 from esper_fx.cli.train import main

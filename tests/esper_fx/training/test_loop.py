@@ -186,7 +186,7 @@ def test_custom_two_function_controller_registers_and_runs():
 
 
 def test_history_records_the_seed_params_held_at_the_last_epoch():
-    from esper_fx.contracts import LifecycleOp
+    from esper_fx.contracts.actions import LifecycleOp
 
     def act(state, carry, signals, key):
         wait = baselines.wait_actions(signals)

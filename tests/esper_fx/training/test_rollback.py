@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import PACKED_DTYPES, SignalColumn, signal_columns
+from esper_fx.contracts.signals import PACKED_DTYPES, SignalColumn, signal_columns
 from esper_fx.controllers import protocol as ctl
 from esper_fx.training import step
 from esper_fx.training.batch import end_of_batch
