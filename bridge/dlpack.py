@@ -41,10 +41,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any, NamedTuple
 
-# esper_fx first: importing it sets XLA_PYTHON_CLIENT_PREALLOCATE=false before jax loads (`ensure_jax_env`,
-# re-exported here and from `bridge`).
-from esper_fx import PREALLOCATE_VAR, ensure_jax_env
+from bridge.jax_env import ensure_jax_env
 from esper_fx.contracts.signals import SIGNAL_DTYPES
+
+ensure_jax_env(warn=False)  # before jax loads: the bridge may be the first to load it
 
 import jax
 import jax.numpy as jnp

@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from bridge.jax_env import ensure_jax_env
 from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
 from esper_fx.config import AUTO, PRESET_NAMES, SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, default_tuning_seeds
@@ -318,6 +319,7 @@ def out_dir(args: argparse.Namespace) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     """The exit code of one command line: 0 done, 2 a bad input (one line, nothing written), 1 a run that
     cannot go on, 130 / 143 stopped by Ctrl-C / SIGTERM (prove.json of the finished episodes written)."""
+    ensure_jax_env(warn=False)
     with sigterm_stops():
         try:
             args = build_parser().parse_args(argv)

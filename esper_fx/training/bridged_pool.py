@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, NamedTuple
 
-from bridge import Handoff, to_jax
+from bridge.dlpack import Handoff, to_jax
 from esper_fx.contracts.pool import EpisodePool
 from esper_fx.contracts.signals import SignalColumn
 from hosts.signals.assembly import pack_signals

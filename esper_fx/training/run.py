@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from bridge.jax_env import ensure_jax_env
 from esper_fx.config import TrainingConfig, absolute_paths
 from esper_fx.contracts.pool import EpisodePool
 from esper_fx.controllers import protocol as ctl
@@ -80,6 +81,7 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     compilation cache is on unless the process chose otherwise (`compile_cache.enable_once`). SIGTERM is
     handled like Ctrl-C: the last finished batch is checkpointed and `run_state.Interrupted` raised.
     """
+    ensure_jax_env(warn=False)
     started = time.perf_counter()
     config = absolute_paths(with_run_dir(config, run_dir))
     preflight.check_before_writing(config)

@@ -168,7 +168,7 @@ def test_policy_on_cuda_1_with_envs_on_cuda_0(tmp_path):
 @pytest.mark.gpu
 def test_cuda_devices_agree_between_torch_and_jax():
     """A tensor on torch's cuda:N is, through DLPack, an array on JAX's GPU N: the same physical card."""
-    from bridge import to_jax
+    from bridge.dlpack import to_jax
 
     for index in range(min(torch.cuda.device_count(), len(jax.devices("gpu")))):
         tensor = torch.arange(8, dtype=torch.float32, device=f"cuda:{index}")
