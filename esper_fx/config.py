@@ -31,7 +31,7 @@ from esper_fx.contracts.slots import parse_slot_id, sort_slot_ids
 from esper_fx.contracts.tasks import (
     DEFAULT_DATA_ROOT, LR_SCHEDULES, TASK_NAMES, mix_mismatch, task_facts, task_slot_ids,
 )
-from esper_fx.controllers.registry import REGISTRY
+from esper_fx.controller_names import NAMES
 from esper_fx.errors import did_you_mean
 from esper_fx.presets import PRESET_NAMES, PRESETS
 from rl import validate as check
@@ -142,7 +142,7 @@ class TrainingConfig:
     task_mix: tuple[str, ...] = option((), "tasks each episode draws one of (from its env's seed; the controller is "
                                        "not told which): host variants that read `task`'s data, e.g. `shapes16 "
                                        "shapes16_spatial shapes16_narrow`; empty: `task` alone", metavar="NAME")
-    controller: str = option("ppo_lstm", f"the seed controller: {_codes(REGISTRY.names())} (`oracle` is a fixed "
+    controller: str = option("ppo_lstm", f"the seed controller: {_codes(NAMES.names())} (`oracle` is a fixed "
                              "growth schedule, `config.oracle`; `ppo` stands for `ppo_lstm`)", metavar="NAME")
     n_episodes: int = option(100, "total episodes (batches of `n_envs`)", flag="--episodes", resume=True)
     n_envs: int = option(4, "environments per batch")
@@ -268,7 +268,7 @@ class TrainingConfig:
             raise ValueError(RETIRED_TELEMETRY_LEVELS[self.telemetry_level])
         for name, cls in enums.items():
             self._set(name, check.enum(name, cls, getattr(self, name)))
-        REGISTRY.canonical(check.text("controller", self.controller))
+        NAMES.canonical(check.text("controller", self.controller))
         for name in ("slots", "env_devices", "blueprint_menu", "static_seeds", "task_mix"):
             value = getattr(self, name)
             if value is not None:
@@ -467,7 +467,7 @@ class TrainingConfig:
     @property
     def controller_name(self) -> str:
         """Canonical controller name (an alias such as `ppo` resolves to `ppo_lstm`)."""
-        return REGISTRY.canonical(self.controller)
+        return NAMES.canonical(self.controller)
 
     def entropy_coefficient(self, train_steps: int) -> float:
         """β after `train_steps` completed updates (BEHAVIOUR §11.8; `rl.config.entropy_coefficient`)."""

@@ -441,6 +441,7 @@ def _restored(ctx: Context, device: Any) -> tuple[dict, dict]:
     """The CLI run's checkpoint restored with a template on `device`, and the manifest."""
     from esper_fx.outputs import checkpoint as ckpt
     from esper_fx.controllers import protocol as ctl
+    from esper_fx.controllers import registry
     from esper_fx.config import TrainingConfig
     from esper_fx.training.run_state import fresh_learner
 
@@ -449,7 +450,7 @@ def _restored(ctx: Context, device: Any) -> tuple[dict, dict]:
     manifest = ckpt.read_manifest(ctx.cli_run)
     config = TrainingConfig.from_dict(manifest["config"])
     spec = ctl.ControllerSpec.from_config(config)
-    template = fresh_learner(ctl.build(config.controller_name, spec), spec, config.seed, device)._asdict()
+    template = fresh_learner(registry.build(config.controller_name, spec), spec, config.seed, device)._asdict()
     return ckpt.load_trees(manifest, template), manifest
 
 

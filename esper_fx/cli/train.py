@@ -25,7 +25,7 @@ from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, p
 from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths
 from esper_fx.errors import CommandParser, ConfigError
 from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
-from esper_fx.training.stopping import exit_code, sigterm_stops, stop_signal
+from esper_fx.stopping import exit_code, sigterm_stops, stop_signal
 
 NAME = "esper_fx.train"
 DEFAULT_PRESET = "quickstart"

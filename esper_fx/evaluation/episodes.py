@@ -25,6 +25,7 @@ import numpy as np
 
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
+from esper_fx.controllers import registry
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts.actions import growth_name
@@ -120,7 +121,7 @@ class Arm:
               **kwargs: Any) -> "Arm":
         """A registered (or given) non-learning controller under `config`."""
         spec = ctl.ControllerSpec.from_config(episode_config(config, config.seed))
-        bundle = ctl.build(controller if controller is not None else name, spec)
+        bundle = registry.build(controller if controller is not None else name, spec)
         if bundle.learns:
             raise ValueError(f"arm {name!r}: a learning controller is evaluated through Arm.trained")
         return cls(name, config, bundle, **kwargs)
@@ -128,7 +129,7 @@ class Arm:
     @classmethod
     def trained(cls, name: str, config: TrainingConfig, policy: Policy, *, greedy: bool = True) -> "Arm":
         """A trained PPO controller (built from `config`, the training configuration), frozen."""
-        bundle = ctl.build(config.controller_name, ctl.ControllerSpec.from_config(config))
+        bundle = registry.build(config.controller_name, ctl.ControllerSpec.from_config(config))
         return cls(name, config, frozen(bundle, greedy=greedy), policy=policy)
 
     def run(self, seed: int) -> Episode:
@@ -190,7 +191,7 @@ def load_policy(path: str | os.PathLike) -> tuple[TrainingConfig, Policy]:
     ckpt.check_heads(manifest)
     config = TrainingConfig.from_saved(manifest["config"])
     spec = ctl.ControllerSpec.from_config(config)
-    bundle = ctl.build(config.controller_name, spec)
+    bundle = registry.build(config.controller_name, spec)
     if not bundle.learns:
         raise ValueError(f"{path}: the run's controller {bundle.name!r} does not learn; there is no policy to load")
     template = fresh_learner(bundle, spec, config.seed)

@@ -22,7 +22,7 @@ import torch
 
 from hosts.data import external, fashion_mnist, pytext, shapes10
 from hosts.data.batching import EpochPlan, gather_augmented, pixel_table, table_images
-from hosts.models.layout import image_layout
+from hosts.layout import image_layout
 from esper_fx.contracts.tasks import task_data_name
 from hosts.tasks import TaskSpec
 

@@ -19,7 +19,7 @@ from torch import nn
 from esper_fx.contracts.actions import DEFAULT_TEMPO, NUM_TEMPOS
 from esper_fx.contracts.blueprints import TOPOLOGIES
 from esper_fx.contracts.stages import ACTIVE_STAGES, FAILURE_STAGES, SeedStage, is_valid_transition, next_stage
-from hosts.models.layout import memory_format
+from hosts.layout import memory_format
 from hosts.seeds import blueprints
 from hosts.seeds.blending import (
     DEFAULT_BLEND,

@@ -20,7 +20,7 @@ from esper_fx.contracts.blueprints import BLUEPRINT_NAMES
 from esper_fx.contracts.stages import SeedStage
 from hosts.data.task_data import load_task_data
 from hosts.env import EnvPool
-from hosts.models.layout import CNN_LAYOUT
+from hosts.layout import CNN_LAYOUT
 from hosts.tasks import get_task
 
 
