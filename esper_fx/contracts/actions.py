@@ -32,6 +32,7 @@ TEMPO_NAMES: tuple[str, ...] = ("fast", "standard", "slow")
 NUM_TEMPOS = len(TEMPO_NAMES)
 DEFAULT_TEMPO = TEMPO_NAMES.index("standard")
 
+
 def growth_name(slot: str, blueprint: str, blend: str, epoch: int, tempo: str | None = None) -> str:
     """One growth decision as tables and logs name it: "slot=blueprint/blend@epoch", with the blend's tempo
     when it is not the standard one ("slot=blueprint/blend:fast@epoch"; a germination, or a fixed schedule's)."""
@@ -39,8 +40,6 @@ def growth_name(slot: str, blueprint: str, blend: str, epoch: int, tempo: str | 
     return f"{slot}={blueprint}/{blend}{pace}@{epoch}"
 
 
-# Per-head sizes given S and B.
-
-
 def head_sizes(num_slots: int, num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> tuple[int, ...]:
+    """The per-head sizes given S and B: (slot, blueprint, blend, op, tempo)."""
     return (num_slots, num_blueprints, NUM_BLENDS, NUM_OPS, NUM_TEMPOS)

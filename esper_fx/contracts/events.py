@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+
 class EventType(StrEnum):
     SEED_GERMINATED = "SEED_GERMINATED"
     SEED_STAGE_CHANGED = "SEED_STAGE_CHANGED"

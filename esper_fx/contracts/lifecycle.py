@@ -12,7 +12,7 @@ MIN_FOSSILIZE_CONTRIBUTION = 1.0  # pp: G5, the contributing-fossil count, fossi
 MIN_PROBATION_EPOCHS = 5  # epochs: probation timeout floor, fossilize legitimacy l = min(1, eis / 5)
 GOVERNOR_DEATH_PENALTY = 10.0  # reward units: a governor panic (the `panic` signal) pays -10
 
-
+# The lifecycle's clock (BEHAVIOUR §2.14), in one of two settings.
 # `reference`: the reference's absolute timings, set by the task's lifecycle horizon h (25 for the CNN
 # tasks): dwell max(1, int(0.1·h)), G2 and G3 at >= 3 epochs in stage, a blend ramp of 3, 5 or 8 epochs
 # (fast, standard, slow: the tempo; standard is the reference's 5), probation timeout max(5, int(0.1·h)).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+
 @runtime_checkable
 class EpisodePool(Protocol):
     """E envs in lock-step, one batch of episodes at a time, one step per host epoch. Three pools have these

@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Mapping
 
+
 class SeedStage(IntEnum):
     """Lifecycle stage of a seed. The integer values appear in observations."""
 

@@ -7,6 +7,7 @@ from typing import Mapping, NamedTuple
 
 from esper_fx.contracts.slots import format_slot_id
 
+
 class TaskFacts(NamedTuple):
     """One task. The host's output is `num_classes` wide (classification) or `vocab_size` (a language model)."""
 
