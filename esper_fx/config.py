@@ -25,8 +25,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Mapping
 
-from esper_fx import contracts
-from esper_fx.controllers.registry import REGISTRY
+from esper_fx.contracts.blueprints import BLUEPRINT_MENUS, BLUEPRINT_NAMES
+from esper_fx.contracts.lifecycle import LIFECYCLES, LifecycleTimings, lifecycle_timings
+from esper_fx.contracts.observation import obs_dim
+from esper_fx.contracts.slots import parse_slot_id, sort_slot_ids
+from esper_fx.contracts.tasks import (
+    DEFAULT_DATA_ROOT, LR_SCHEDULES, TASK_NAMES, mix_mismatch, task_facts, task_slot_ids,
+)
+from esper_fx.controller_names import NAMES
 from esper_fx.errors import did_you_mean
 from esper_fx.presets import PRESET_NAMES, PRESETS
 from rl import validate as check
@@ -49,7 +55,7 @@ __all__ = [
     "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "WandbMode", "PRESET_NAMES",
 ]
 
-Task = StrEnum("Task", {name.upper(): name for name in contracts.TASK_NAMES})
+Task = StrEnum("Task", {name.upper(): name for name in TASK_NAMES})
 
 
 class DataSplit(StrEnum):
@@ -128,7 +134,7 @@ class TrainingConfig:
     task_mix: tuple[str, ...] = option((), "tasks each episode draws one of (from its env's seed; the controller is "
                                        "not told which): host variants that read `task`'s data, e.g. `shapes16 "
                                        "shapes16_spatial shapes16_narrow`; empty: `task` alone", metavar="NAME")
-    controller: str = option("ppo_lstm", f"the seed controller: {_codes(REGISTRY.names())} (`oracle` is a fixed "
+    controller: str = option("ppo_lstm", f"the seed controller: {_codes(NAMES.names())} (`oracle` is a fixed "
                              "growth schedule, `config.oracle`; `ppo` stands for `ppo_lstm`)", metavar="NAME")
     n_episodes: int = option(100, "total episodes (batches of `n_envs`)", flag="--episodes", resume=True)
     n_envs: int = option(4, "environments per batch")
@@ -175,7 +181,7 @@ class TrainingConfig:
     ray_address: str | None = option(None, "join the Ray cluster at ADDR (default: start, and stop, a local Ray "
                                      "for the run)",
                                      metavar="ADDR", resume=True)
-    data_root: str = option(contracts.DEFAULT_DATA_ROOT, "where CIFAR-10 / TinyStories / Fashion-MNIST live (fashion_mnist: the "
+    data_root: str = option(DEFAULT_DATA_ROOT, "where CIFAR-10 / TinyStories / Fashion-MNIST live (fashion_mnist: the "
                             "default means the dataset-fashion-mnist package's folder, `hosts.data.fashion_mnist`)",
                             flag="--data-dir", metavar="DIR", resume=True)
     data_split: DataSplit = option(DataSplit.SHARED, "how training data is divided across envs")
@@ -255,7 +261,7 @@ class TrainingConfig:
             raise ValueError(RETIRED_TELEMETRY_LEVELS[self.telemetry_level])
         for name, cls in enums.items():
             self._set(name, check.enum(name, cls, getattr(self, name)))
-        REGISTRY.canonical(check.text("controller", self.controller))
+        NAMES.canonical(check.text("controller", self.controller))
         for name in ("slots", "env_devices", "blueprint_menu", "static_seeds", "task_mix"):
             value = getattr(self, name)
             if value is not None:
@@ -288,21 +294,21 @@ class TrainingConfig:
                 f"n_envs={self.n_envs})"
             )
         self._set("min_cull_age", check.optional_at_least("min_cull_age", self.min_cull_age, 1))
-        if self.lifecycle not in contracts.LIFECYCLES:
-            raise ValueError(f"lifecycle must be one of {list(contracts.LIFECYCLES)} (got {self.lifecycle!r})")
+        if self.lifecycle not in LIFECYCLES:
+            raise ValueError(f"lifecycle must be one of {list(LIFECYCLES)} (got {self.lifecycle!r})")
 
     def _validate_slots(self) -> None:
         if not self.slots:
             raise ValueError("slots cannot be empty")
         for slot in self.slots:
             try:
-                contracts.parse_slot_id(slot)
+                parse_slot_id(slot)
             except ValueError as exc:
                 raise ValueError(f"Invalid slot configuration: slots: {exc}") from None
         duplicates = sorted({s for s in self.slots if self.slots.count(s) > 1})
         if duplicates:
             raise ValueError(f"Invalid slot configuration: slots contains duplicates {duplicates}")
-        available = contracts.task_slot_ids(self.task)
+        available = task_slot_ids(self.task)
         missing = [s for s in self.slots if s not in available]
         if missing:
             raise ValueError(
@@ -313,9 +319,9 @@ class TrainingConfig:
     def _validate_mix(self) -> None:
         mix = tuple(name.lower() for name in self.task_mix)
         for name in mix:
-            if name not in contracts.TASK_NAMES:
-                raise ValueError(f"task_mix: unknown task {name!r}; available tasks: {list(contracts.TASK_NAMES)}")
-            why = contracts.mix_mismatch(self.task.value, name)
+            if name not in TASK_NAMES:
+                raise ValueError(f"task_mix: unknown task {name!r}; available tasks: {list(TASK_NAMES)}")
+            why = mix_mismatch(self.task.value, name)
             if why:
                 raise ValueError(f"task_mix: {name!r} cannot share a run with task {self.task.value!r}: {why}")
         if len(set(mix)) != len(mix):
@@ -323,8 +329,8 @@ class TrainingConfig:
         self._set("task_mix", mix)
 
     def _validate_data(self) -> None:
-        if self.lr_schedule not in contracts.LR_SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {list(contracts.LR_SCHEDULES)} (got {self.lr_schedule!r})")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {list(LR_SCHEDULES)} (got {self.lr_schedule!r})")
         self._set("lr_schedule_steps", check.optional_at_least("lr_schedule_steps", self.lr_schedule_steps, 1))
         for name in ("lr_warmup_fraction", "lr_decay_fraction"):
             value = check.number(name, getattr(self, name))
@@ -380,7 +386,7 @@ class TrainingConfig:
         topology = self.topology
         if self.blueprint_menu is not None:
             menu = self.blueprint_menu
-            registered = contracts.BLUEPRINT_NAMES[topology]
+            registered = BLUEPRINT_NAMES[topology]
             if len(menu) < 2 or menu[0] != "noop" or len(set(menu)) != len(menu):
                 raise ValueError(
                     f"blueprint_menu must hold >= 2 unique names with 'noop' first (got {list(menu)})"
@@ -412,12 +418,12 @@ class TrainingConfig:
     # ---------------------------------------------------------------- derived values
     @property
     def topology(self) -> str:
-        return contracts.task_facts(self.task).topology
+        return task_facts(self.task).topology
 
     @property
     def menu(self) -> tuple[str, ...]:
         """The effective blueprint menu (blueprint-head index -> name)."""
-        return self.blueprint_menu or contracts.BLUEPRINT_MENUS[self.topology]
+        return self.blueprint_menu or BLUEPRINT_MENUS[self.topology]
 
     @property
     def num_blueprints(self) -> int:
@@ -426,7 +432,7 @@ class TrainingConfig:
     @property
     def slot_ids(self) -> tuple[str, ...]:
         """Every host injection point in canonical order (the slot head)."""
-        return contracts.task_slot_ids(self.task)
+        return task_slot_ids(self.task)
 
     @property
     def num_slots(self) -> int:
@@ -434,16 +440,16 @@ class TrainingConfig:
 
     @property
     def enabled_slots(self) -> tuple[str, ...]:
-        return tuple(contracts.sort_slot_ids(self.slots))
+        return tuple(sort_slot_ids(self.slots))
 
     @property
     def state_dim(self) -> int:
-        return contracts.obs_dim(self.num_slots, self.use_telemetry, self.num_blueprints)
+        return obs_dim(self.num_slots, self.use_telemetry, self.num_blueprints)
 
     @property
-    def lifecycle_timings(self) -> contracts.LifecycleTimings:
+    def lifecycle_timings(self) -> LifecycleTimings:
         """The run's stage durations (BEHAVIOUR §2.14): its lifecycle at T = max_epochs for its task's horizon."""
-        return contracts.lifecycle_timings(self.lifecycle, self.max_epochs, contracts.task_facts(self.task).lifecycle_horizon)
+        return lifecycle_timings(self.lifecycle, self.max_epochs, task_facts(self.task).lifecycle_horizon)
 
     @property
     def cull_age(self) -> int:
@@ -454,7 +460,7 @@ class TrainingConfig:
     @property
     def controller_name(self) -> str:
         """Canonical controller name (an alias such as `ppo` resolves to `ppo_lstm`)."""
-        return REGISTRY.canonical(self.controller)
+        return NAMES.canonical(self.controller)
 
     def entropy_coefficient(self, train_steps: int) -> float:
         """β after `train_steps` completed updates (BEHAVIOUR §11.8; `rl.config.entropy_coefficient`)."""

@@ -3,6 +3,7 @@
 Nothing under `hosts/` imports jax (the import rule; a test enforces it), and nothing from `esper_fx`
 but `esper_fx.contracts`.
 
+    layout.py  how a host is laid out: injection points, memory layout, the LayerNorm epsilon
     models/    host networks, their injection points, MorphogeneticModel
     seeds/     seed slots, lifecycle and gates, blending, blueprints, gradient ratio, governor
     data/      task data, the data feed, batch plans, random streams, datasets
@@ -12,7 +13,7 @@ but `esper_fx.contracts`.
 """
 
 from hosts.models.cnn import CNNHost
-from hosts.models.layout import InjectionSpec
+from hosts.layout import InjectionSpec
 from hosts.models.morphogenetic import MorphogeneticModel
 from hosts.models.transformer import TransformerHost
 from hosts.seeds import blueprints

@@ -23,17 +23,11 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Callable, Mapping, Sequence
 
-from esper_fx.contracts import (
-    BLEND_NAMES,
-    TEMPO_NAMES,
-    BLUEPRINT_MENUS,
-    GOVERNOR_DEATH_PENALTY,
-    MIN_FOSSILIZE_CONTRIBUTION,
-    MIN_PROBATION_EPOCHS,
-    TASKS,
-    SeedStage,
-    task_facts,
-)
+from esper_fx.contracts.actions import BLEND_NAMES, TEMPO_NAMES
+from esper_fx.contracts.blueprints import BLUEPRINT_MENUS
+from esper_fx.contracts.lifecycle import GOVERNOR_DEATH_PENALTY, MIN_FOSSILIZE_CONTRIBUTION, MIN_PROBATION_EPOCHS
+from esper_fx.contracts.stages import SeedStage
+from esper_fx.contracts.tasks import TASKS, task_facts
 from rl import validate as check
 
 # ------------------------------------------------------------------------------------------
@@ -347,7 +341,7 @@ class RewardConfig:
     def for_run(self, task: str, gamma: float, min_cull_age: int,
                 legitimacy_epochs: int = MIN_PROBATION_EPOCHS) -> "RewardConfig":
         """These settings with the values a run gives the reward: its γ, its cull age, its lifecycle's
-        legitimacy epochs and its task's loss scale (`esper_fx.contracts.TASKS`)."""
+        legitimacy epochs and its task's loss scale (`esper_fx.contracts.tasks.TASKS`)."""
         facts = task_facts(task)
         return dataclasses.replace(
             self, gamma=float(gamma), min_cull_age=float(min_cull_age), legitimacy_epochs=float(legitimacy_epochs),

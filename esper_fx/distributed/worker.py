@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from bridge.jax_env import ensure_jax_env
 from esper_fx.config import TrainingConfig
 from esper_fx.errors import DataError, SetupError
 from hosts.data.external import DatasetUnavailableError
@@ -85,6 +86,7 @@ class EnvWorker:
 
     def __init__(self, config: TrainingConfig, env_ids: tuple[int, ...], gpu: bool, torch_threads: int,
                  nan_faults=()) -> None:
+        ensure_jax_env(warn=False)
         torch.set_num_threads(torch_threads)  # the driver's count: CPU kernels then sum in the same order
         self.setup_error: SetupError | None = None
         try:

@@ -40,7 +40,8 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from esper_fx.contracts import EventType, SeedStage
+from esper_fx.contracts.events import EventType
+from esper_fx.contracts.stages import SeedStage
 from hosts.data.feed import PoolData, build_pool_data
 from hosts.env.actions import decode_actions, execute_action, step_slots
 from hosts.env.compute import ComputeMeter, model_costs
@@ -103,7 +104,7 @@ def resolve_device(name: str | torch.device) -> torch.device:
 
 
 class EnvPool:
-    """E envs of one task: build once per run, `begin(b)` once per episode batch (`contracts.EpisodePool`).
+    """E envs of one task: build once per run, `begin(b)` once per episode batch (`contracts.pool.EpisodePool`).
 
     Every option comes from `config`, the run's configuration: an `esper_fx.config.TrainingConfig`, where
     each field is declared and documented once (hosts may not import it, so the pool reads the fields it

@@ -143,12 +143,13 @@ def final_state(checkpoint: Path) -> list:
 
     from esper_fx.outputs import checkpoint as ckpt
     from esper_fx.controllers import protocol as ctl
+    from esper_fx.controllers import registry
     from esper_fx.config import TrainingConfig
     from esper_fx.training.run_state import fresh_learner
 
     config = TrainingConfig(**BASE)
     spec = ctl.ControllerSpec.from_config(config)
-    template = fresh_learner(ctl.build(config.controller_name, spec), spec, config.seed)._asdict()
+    template = fresh_learner(registry.build(config.controller_name, spec), spec, config.seed)._asdict()
     trees = ckpt.load_trees(ckpt.read_manifest(checkpoint), template)
     return [np.asarray(leaf).tobytes() for leaf in jax.tree_util.tree_leaves(trees)]
 

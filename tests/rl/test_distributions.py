@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esper_fx.contracts import HEAD_OP, HEAD_TEMPO, LifecycleOp, head_sizes
+from esper_fx.contracts.actions import HEAD_OP, HEAD_TEMPO, LifecycleOp, head_sizes
 from rl import distributions as dist
 from tests.rl.action_checks import assert_actions_allowed
 

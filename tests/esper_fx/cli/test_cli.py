@@ -426,7 +426,7 @@ def test_every_command_rejects_a_bad_flag_with_one_line_and_exit_2(command, tmp_
 def test_the_exit_code_table_matches_the_signal_convention():
     import signal
 
-    from esper_fx.training.stopping import exit_code
+    from esper_fx.stopping import exit_code
 
     assert (exit_code(signal.SIGINT), exit_code(signal.SIGTERM)) == (EXIT_INTERRUPTED, EXIT_TERMINATED)
 

@@ -7,6 +7,7 @@ import pytest
 
 import esper_fx
 from esper_fx.controllers import protocol as ctl
+from esper_fx.controllers import registry
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig
 from esper_fx.evaluation.episodes import Arm, Policy, run_arm
@@ -79,7 +80,7 @@ def test_two_controllers_under_one_run_seed_draw_different_action_noise():
     assert not np.array_equal(np.asarray(a), np.asarray(b))
     config = tiny16(max_epochs=6)
     first = esper_fx.run(config, controller="random", run_dir=False, quiet=True)
-    renamed = ctl.Controller(name="random_twin", act=ctl.build("random", ctl.ControllerSpec.from_config(config)).act)
+    renamed = ctl.Controller(name="random_twin", act=registry.build("random", ctl.ControllerSpec.from_config(config)).act)
     second = esper_fx.run(config, controller=renamed, run_dir=False, quiet=True)
     assert first.history[0].head_counts != second.history[0].head_counts
     again = esper_fx.run(config, controller="random", run_dir=False, quiet=True)
@@ -124,7 +125,7 @@ def test_a_policy_loaded_from_the_run_directory_acts_like_the_trained_one(traine
 def test_the_reference_horizon_bootstraps_the_last_epoch():
     config = tiny16(controller="ppo_lstm", n_envs=2, n_episodes=2, max_epochs=3, horizon_bootstrap=True)
     spec = ctl.ControllerSpec.from_config(config)
-    bundle = ctl.build("ppo_lstm", spec)
+    bundle = registry.build("ppo_lstm", spec)
     captured = {}
 
     def spying_update(state, rollout, key):

@@ -210,7 +210,7 @@ def test_resume_truncates_metrics_and_events_by_batch_number(tmp_path):
     run_dir = RunDirectory(tmp_path / "r", metric_columns(2, None))
     for b in (0, 2, 1, 1, 3):  # rows out of order and twice (segments cut at different points)
         run_dir.append_metrics(_row(b))
-    from esper_fx.contracts import EventType
+    from esper_fx.contracts.events import EventType
     from esper_fx.outputs.events import Event
 
     run_dir.append_events([Event(EventType.BATCH_COMPLETED, batch=b) for b in (0, 2, 1, 3)])

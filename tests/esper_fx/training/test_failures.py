@@ -17,8 +17,9 @@ from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.cli import run as cli_run
 from esper_fx.training import epoch, pools, run_state
 from esper_fx.controllers import protocol as ctl
+from esper_fx.controllers import registry
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import SignalColumn
+from esper_fx.contracts.signals import SignalColumn
 from esper_fx.errors import ControllerError, DataError, DeviceUnavailableError
 from esper_fx.training.run_state import fresh_learner
 from esper_fx.cli.train import main
@@ -52,7 +53,7 @@ def test_nan_rewards_never_poison_the_normaliser_and_are_reported_loudly(tmp_pat
     assert "WARNING: batch 0: 1 NaN/inf rewards were left out of the reward normaliser" in err
     assert "WARNING: batch 1: the PPO update stopped at a step" in err
     spec = ctl.ControllerSpec.from_config(config)
-    template = fresh_learner(ctl.build("ppo_lstm", spec), spec, config.seed)._asdict()
+    template = fresh_learner(registry.build("ppo_lstm", spec), spec, config.seed)._asdict()
     saved = ckpt.load_trees(ckpt.read_manifest(tmp_path / "r"), template)
     assert all(math.isfinite(v) for v in saved["reward_norm"].stats())
     assert float(saved["reward_norm"].count) == 2 * (2 * 3 - 1)  # every finite reward of both batches
@@ -137,7 +138,7 @@ def _as_ray_does(signum: int) -> None:
 def test_a_stop_a_library_turned_into_a_plain_keyboard_interrupt_keeps_its_signal(signum):
     """Issue 39, item 3: a SIGTERM that met Ray's wait came out as a plain KeyboardInterrupt and was recorded
     as SIGINT (exit 130); `stops_kept` gives it back its signal."""
-    from esper_fx.training.stopping import sigterm_stops, stop_signal, stops_kept
+    from esper_fx.stopping import sigterm_stops, stop_signal, stops_kept
 
     with sigterm_stops(), pytest.raises(KeyboardInterrupt) as info:
         with stops_kept():

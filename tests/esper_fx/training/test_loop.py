@@ -15,6 +15,7 @@ import pytest
 import esper_fx
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
+from esper_fx.controllers import registry
 from esper_fx.controllers import baselines
 from esper_fx.training import pools, run_state
 from esper_fx.config import TrainingConfig
@@ -66,7 +67,7 @@ def test_every_registered_controller_runs_end_to_end(controller, tmp_path):
 def test_rollout_holds_exactly_E_times_T_valid_steps():
     config = tiny(n_episodes=2)
     spec = ctl.ControllerSpec.from_config(config)
-    bundle = ctl.build("ppo_lstm", spec)
+    bundle = registry.build("ppo_lstm", spec)
     captured = {}
     original_update = bundle.update
 
@@ -90,7 +91,7 @@ def test_forced_nan_loss_triggers_rollback_and_the_run_continues():
     pool = pools.build_pool(config)
     pool.inject_nan(env=1, epoch=2)
     captured = {}
-    bundle = ctl.build("ppo_lstm", ctl.ControllerSpec.from_config(config))
+    bundle = registry.build("ppo_lstm", ctl.ControllerSpec.from_config(config))
 
     def spying_update(state, rollout, key):
         captured["rollout"] = rollout
@@ -175,14 +176,14 @@ def test_custom_two_function_controller_registers_and_runs():
     def act(state, carry, signals, key):
         return baselines.wait_actions(signals)
 
-    ctl.register("always_wait_custom", ctl.make_controller(act, init=init, name="always_wait_custom"))
-    assert "always_wait_custom" in ctl.names()
+    registry.register("always_wait_custom", ctl.make_controller(act, init=init, name="always_wait_custom"))
+    assert "always_wait_custom" in registry.names()
     result = esper_fx.run(tiny(n_episodes=2), controller="always_wait_custom", run_dir=False, quiet=True)
     assert result.history[0].action_counts["WAIT"] == 6
 
 
 def test_history_records_the_seed_params_held_at_the_last_epoch():
-    from esper_fx.contracts import LifecycleOp
+    from esper_fx.contracts.actions import LifecycleOp
 
     def act(state, carry, signals, key):
         wait = baselines.wait_actions(signals)
