@@ -7,7 +7,7 @@
 
 The rules that keep this correct (each one is enforced or documented here):
 
-- **Dtypes.** Only float32, int32 and bool cross (`contracts.SIGNAL_DTYPES`). Any other dtype raises
+- **Dtypes.** Only float32, int32 and bool cross (`contracts.signals.SIGNAL_DTYPES`). Any other dtype raises
   `TypeError` naming the leaf by its pytree path, e.g. ``signals['slot_stage']: int64 is not allowed``.
   Nothing is ever converted to 32 bits silently (JAX would otherwise copy int64 / float64 to 32-bit).
 - **Zero copy.** Both directions pass ``copy=False`` to the DLPack consumer, so a hidden copy is an error,
@@ -41,10 +41,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any, NamedTuple
 
-# esper_fx first: importing it sets XLA_PYTHON_CLIENT_PREALLOCATE=false before jax loads (`ensure_jax_env`,
-# re-exported here and from `bridge`).
-from esper_fx import PREALLOCATE_VAR, ensure_jax_env
-from esper_fx.contracts import SIGNAL_DTYPES
+from bridge.jax_env import ensure_jax_env
+from esper_fx.contracts.signals import SIGNAL_DTYPES
+
+ensure_jax_env(warn=False)  # before jax loads: the bridge may be the first to load it
 
 import jax
 import jax.numpy as jnp

@@ -3,9 +3,10 @@
 The run's own settings (task, envs, episodes, devices, data, outputs) are fields here. The controller
 side's settings live with the controller code and are nested: `config.ppo` (`rl.config.PPOConfig`),
 `config.reward` (`rl.config.RewardConfig`) and `config.heuristic` (`rl.config.HeuristicConfig`), each
-default written once, there. The PPO fields and the reward's settings keep their flat names everywhere a
-user sees them: `TrainingConfig(lr=1e-4)`, `config.replace(gamma=0.99)`, `config.lr`, the JSON of
-`to_dict` / `from_dict` and the command line. `config.reward` also carries the values a run gives the
+default written once, there, with its help (`rl.config.option`: the command line is built from it). The PPO
+fields and the reward's settings keep their flat names as keys: `TrainingConfig(lr=1e-4)`,
+`config.replace(gamma=0.99)` and the JSON of `to_dict` / `from_dict`; they are read at their home,
+`config.ppo.lr`. `config.reward` also carries the values a run gives the
 reward (its gamma, its min_cull_age, its task's loss scale), filled in here so each keeps one home.
 Fields of earlier versions that changed nothing are refused in a config file (`RETIRED_FIELDS`) and
 dropped from a saved one (`from_saved`), so every earlier checkpoint manifest still loads.
@@ -24,8 +25,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Mapping
 
-from esper_fx import contracts
-from esper_fx.controllers.registry import REGISTRY
+from esper_fx.contracts.blueprints import BLUEPRINT_MENUS, BLUEPRINT_NAMES
+from esper_fx.contracts.lifecycle import LIFECYCLES, LifecycleTimings, lifecycle_timings
+from esper_fx.contracts.observation import obs_dim
+from esper_fx.contracts.slots import parse_slot_id, sort_slot_ids
+from esper_fx.contracts.tasks import (
+    DEFAULT_DATA_ROOT, LR_SCHEDULES, TASK_NAMES, mix_mismatch, task_facts, task_slot_ids,
+)
+from esper_fx.controller_names import NAMES
 from esper_fx.errors import did_you_mean
 from esper_fx.presets import PRESET_NAMES, PRESETS
 from rl import validate as check
@@ -40,6 +47,7 @@ from rl.config import (
     check_rotation,
     entropy_coefficient,
     field_names,
+    option,
 )
 
 __all__ = [
@@ -47,7 +55,7 @@ __all__ = [
     "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "WandbMode", "PRESET_NAMES",
 ]
 
-Task = StrEnum("Task", {name.upper(): name for name in contracts.TASK_NAMES})
+Task = StrEnum("Task", {name.upper(): name for name in TASK_NAMES})
 
 
 class DataSplit(StrEnum):
@@ -115,16 +123,6 @@ FLAT_KEYS: Mapping[str, tuple[str, ...]] = {"ppo": field_names(PPOConfig), "rewa
 GROUP_OF_KEY: Mapping[str, str] = {key: group for group, keys in FLAT_KEYS.items() for key in keys}
 
 
-def option(default: Any, help: str | None = None, *, flag: str | None = None, metavar: str | None = None,
-           resume: bool = False) -> Any:
-    """A field declared with its command-line facts, in one place (`esper_fx.cli.parser` builds the flags):
-    `help` (markdown; a field with help gets a flag, shown in `--help` and README's table), `flag` (its
-    spelling when not `--field-name`, or `--no-field-name` for a switch that defaults to on), `metavar`, and
-    `resume` (the value may change when a run is resumed; every other field must equal the checkpoint's)."""
-    meta = {"help": help, "flag": flag, "metavar": metavar, "resume": resume}
-    return field(default=default, metadata={k: v for k, v in meta.items() if v})
-
-
 def _codes(names: Any) -> str:
     return ", ".join(f"`{name}`" for name in names)
 
@@ -136,33 +134,36 @@ class TrainingConfig:
     task_mix: tuple[str, ...] = option((), "tasks each episode draws one of (from its env's seed; the controller is "
                                        "not told which): host variants that read `task`'s data, e.g. `shapes16 "
                                        "shapes16_spatial shapes16_narrow`; empty: `task` alone", metavar="NAME")
-    controller: str = option("ppo_lstm", f"the seed controller: {_codes(REGISTRY.names())} (`oracle` is a fixed "
+    controller: str = option("ppo_lstm", f"the seed controller: {_codes(NAMES.names())} (`oracle` is a fixed "
                              "growth schedule, `config.oracle`; `ppo` stands for `ppo_lstm`)", metavar="NAME")
     n_episodes: int = option(100, "total episodes (batches of `n_envs`)", flag="--episodes", resume=True)
     n_envs: int = option(4, "environments per batch")
     max_epochs: int = option(25, "episode length T in epochs")
     seed: int = option(42, "run seed")
     slots: tuple[str, ...] = option(("r0c1",), "enabled slots, e.g. `r0c0 r0c1`", metavar="SLOT")
-    max_seeds: int | None = None
+    max_seeds: int | None = option(None, "at most this many seeds germinated per episode (default: no limit)")
     lifecycle: str = option("reference", "the seed lifecycle's clock: `reference` (the reference's stage durations, "
                             "in epochs) or `proportional` (its proportions in 150-epoch episodes, scaled to "
                             "`max_epochs`; the blend ramps per training step at the chosen tempo; BEHAVIOUR §2.14)",
                             metavar="NAME")
-    # [fix] CULL waits until a seed could have finished blending; None: the lifecycle's earliest fossilize age
-    # (9 under the reference's clock; the reference itself: 1, later 5). Read it as `cull_age`.
-    min_cull_age: int | None = None
-    one_seed_at_a_time: bool = True  # [fix] no GERMINATE while a seed is developing (the reference: False)
-    germination_deadline: bool = True  # [fix] no GERMINATE once its seed could not be fossilized before T
-    static_seeds: tuple[str, ...] = ()  # "slot=blueprint": seeds planted fossilized before epoch 1 (static_final)
+    min_cull_age: int | None = option(None, "[fix] CULL waits until a seed could have finished blending; default: "
+                                      "the lifecycle's earliest fossilize age (9 under the reference's clock; the "
+                                      "reference itself: 1, later 5); read it as `cull_age`")
+    one_seed_at_a_time: bool = option(True, "[fix] no GERMINATE while a seed is developing (the reference: off)")
+    germination_deadline: bool = option(True, "[fix] no GERMINATE once its seed could not be fossilized before T")
+    static_seeds: tuple[str, ...] = option((), "`slot=blueprint`: seeds planted fossilized before epoch 1 "
+                                           "(static_final)", metavar="SLOT=NAME")
     lr_schedule: str = option("constant", "the network's SGD rate within an episode, host and seeds: `constant`, "
                               "`cosine` (to zero) or `wsd` (warmup, stable, then a linear decay to zero over the "
                               "last `lr_decay_fraction` of the steps)", metavar="NAME")
-    lr_schedule_steps: int | None = None  # training steps a cosine or wsd schedule spans; None: the episode's
-    lr_warmup_fraction: float = 0.0  # wsd: the first fraction of the steps warms the rate up from lr₀/W
-    lr_decay_fraction: float = 0.2  # wsd: the last fraction of the steps decays the rate linearly to zero
-    seed_lr_rewarm_steps: int = 0  # a seed's rate warms up over its first N training steps (0: at once)
-    train_steps_budget: int | None = None  # at most this many training steps per episode, spread evenly over
-    # its epochs (static_matched's compute budget); None: every epoch's steps
+    lr_schedule_steps: int | None = option(None, "training steps a cosine or wsd schedule spans (default: the "
+                                           "episode's)")
+    lr_warmup_fraction: float = option(0.0, "wsd: the first fraction of the steps warms the rate up from lr₀/W")
+    lr_decay_fraction: float = option(0.2, "wsd: the last fraction of the steps decays the rate linearly to zero")
+    seed_lr_rewarm_steps: int = option(0, "a seed's rate warms up over its first N training steps (0: at once)")
+    train_steps_budget: int | None = option(None, "at most this many training steps per episode, spread evenly "
+                                            "over its epochs (static_matched's compute budget; default: every "
+                                            "epoch's steps)")
     # devices and data
     device: str = option("auto", "policy device: `auto`, `cpu` or `cuda:N` (`cuda` is `cuda:0`)", metavar="DEV",
                          resume=True)
@@ -171,43 +172,46 @@ class TrainingConfig:
     data_path: DataPath = option(DataPath.DEVICE, "device-resident data (default) or DataLoader workers",
                                  resume=True)
     num_workers: int | None = option(None, "DataLoader workers (loader path; default 4)", resume=True)
-    # Ray actors running the envs (each a contiguous slice); 0: the in-process pool; "auto": decided at the
-    # run's start from the machine and the run (esper_fx.distributed.auto), kept as "auto" in config.json
     env_workers: int | str = option(AUTO, "run the envs in N Ray actors; `auto` (default): as many as the usable "
                                     "cores and the envs allow, in this process on one core, one env, CUDA envs "
-                                    "or a run too small to pay Ray's start-up; `0`: in this process",
+                                    "or a run too small to pay Ray's start-up, decided at the run's start "
+                                    "(`esper_fx.distributed.auto`) and kept as `auto` in config.json; `0`: in this "
+                                    "process; each actor runs a contiguous slice of the envs",
                                     metavar="N|auto", resume=True)
-    # the Ray cluster to join; None: the run starts (and stops) a local Ray
-    ray_address: str | None = option(None, "join the Ray cluster at ADDR (default: start a local Ray for the run)",
+    ray_address: str | None = option(None, "join the Ray cluster at ADDR (default: start, and stop, a local Ray "
+                                     "for the run)",
                                      metavar="ADDR", resume=True)
-    # fashion_mnist: the default means the dataset-fashion-mnist package's folder (hosts.data.fashion_mnist)
-    data_root: str = option(contracts.DEFAULT_DATA_ROOT, "where CIFAR-10 / TinyStories / Fashion-MNIST live",
+    data_root: str = option(DEFAULT_DATA_ROOT, "where CIFAR-10 / TinyStories / Fashion-MNIST live (fashion_mnist: the "
+                            "default means the dataset-fashion-mnist package's folder, `hosts.data.fashion_mnist`)",
                             flag="--data-dir", metavar="DIR", resume=True)
     data_split: DataSplit = option(DataSplit.SHARED, "how training data is divided across envs")
-    batch_size_per_env: int | None = None  # task default
-    max_train_batches: int | None = None  # task default; 0 = unlimited
+    batch_size_per_env: int | None = option(None, "training batch size per env (default: the task's)")
+    max_train_batches: int | None = option(None, "training batches per epoch (default: the task's; 0: unlimited)")
     val_samples: int | None = option(None, "first N validation samples (default: the whole test split)")
-    val_batch_size: int | None = None  # -> per-env batch
-    data_seed: int = 0
-    synthetic_train_samples: int = 50000
-    synthetic_test_samples: int = 10000
+    val_batch_size: int | None = option(None, "validation batch size (default: `batch_size_per_env`)")
+    data_seed: int = option(0, "seed of the data (synthetic data, the split across envs)")
+    synthetic_train_samples: int = option(50000, "training samples of a synthetic task")
+    synthetic_test_samples: int = option(10000, "test samples of a synthetic task")
     # precision
     amp: bool = option(False, "mixed precision on CUDA envs", resume=True)
     amp_dtype: AmpDtype = option(AmpDtype.FLOAT16, "autocast dtype", resume=True)
     # policy
-    blueprint_menu: tuple[str, ...] | None = None  # topology default
-    # the controller side (flat keys: lr, gamma, ..., reward_family, ...)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)  # gamma, min_cull_age, task scale: from the run
-    discard_rolled_back_envs: bool = False
+    blueprint_menu: tuple[str, ...] | None = option(None, "the blueprint head's menu, `noop` first (default: the "
+                                                    "topology's)", metavar="NAME")
+    # the controller side
+    ppo: PPOConfig = option(factory=PPOConfig, help="the PPO/LSTM controller's hyperparameters (BEHAVIOUR §11.1)")
+    reward: RewardConfig = option(factory=RewardConfig, help="the reward (BEHAVIOUR §12): its settings are set "
+                                  "here; gamma, min_cull_age and the task's scale come from the run")
+    discard_rolled_back_envs: bool = option(False, "drop the envs a governor rolled back from the PPO batch")
     # telemetry
-    # The gradient features of each slot in the observation: false drops them and shrinks the observation
-    # by 10 per slot (so a checkpoint trained with one value cannot resume with the other; resume checks it).
-    use_telemetry: bool = True
-    # The observation's parameter count (feature 21) as ln(1 + count) instead of the count: hosts of a task mix
-    # differ in size by 10x, and on the raw scale the two small ones lie a sixth of a standard deviation apart
-    # (docs/LEARNING.md §8). Off by default, so every earlier run observes what it did.
-    observe_log_params: bool = False
+    use_telemetry: bool = option(True, "the gradient features of each slot in the observation: off drops them and "
+                                 "shrinks the observation by 10 per slot (so a checkpoint trained with one value "
+                                 "cannot resume with the other; resume checks it)")
+    observe_log_params: bool = option(False, "the observation's parameter count (feature 21) as ln(1 + count) "
+                                      "instead of the count: hosts of a task mix differ in size by 10x, and on "
+                                      "the raw scale the two small ones lie a sixth of a standard deviation apart "
+                                      "(docs/LEARNING.md §8); off by default, so every earlier run observes what "
+                                      "it did")
     telemetry_level: TelemetryLevel = option(TelemetryLevel.NORMAL, "what goes into `events.jsonl`: `debug` adds "
                                              "every reward component of every epoch")
     # outputs
@@ -224,8 +228,10 @@ class TrainingConfig:
                               "'.[wandb]'`", resume=True)
     wandb_project: str = option("esper_fx", "the W&B project of `--wandb`", metavar="NAME", resume=True)
     # scripted controllers
-    heuristic: HeuristicConfig = field(default_factory=HeuristicConfig)
-    oracle: OracleConfig = field(default_factory=OracleConfig)
+    heuristic: HeuristicConfig = option(factory=HeuristicConfig, help="the rule-based controller's thresholds "
+                                        "(BEHAVIOUR §13.1)")
+    oracle: OracleConfig = option(factory=OracleConfig, help="the `oracle` control's fixed growth schedule: "
+                                  "fossilize at the first epoch it is allowed, never cull")
 
     # ---------------------------------------------------------------- construction
     def __init__(self, **values: Any) -> None:
@@ -245,13 +251,6 @@ class TrainingConfig:
         self._set("reward", self.reward.for_run(self.task, self.ppo.gamma, self.cull_age,
                                                 self.lifecycle_timings.legitimacy))
 
-    def __getattr__(self, name: str) -> Any:
-        """The flat keys of the nested groups read through: `config.lr` is `config.ppo.lr`."""
-        group = GROUP_OF_KEY.get(name)
-        if group is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return getattr(object.__getattribute__(self, group), name)
-
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
 
@@ -262,7 +261,7 @@ class TrainingConfig:
             raise ValueError(RETIRED_TELEMETRY_LEVELS[self.telemetry_level])
         for name, cls in enums.items():
             self._set(name, check.enum(name, cls, getattr(self, name)))
-        REGISTRY.canonical(check.text("controller", self.controller))
+        NAMES.canonical(check.text("controller", self.controller))
         for name in ("slots", "env_devices", "blueprint_menu", "static_seeds", "task_mix"):
             value = getattr(self, name)
             if value is not None:
@@ -295,21 +294,21 @@ class TrainingConfig:
                 f"n_envs={self.n_envs})"
             )
         self._set("min_cull_age", check.optional_at_least("min_cull_age", self.min_cull_age, 1))
-        if self.lifecycle not in contracts.LIFECYCLES:
-            raise ValueError(f"lifecycle must be one of {list(contracts.LIFECYCLES)} (got {self.lifecycle!r})")
+        if self.lifecycle not in LIFECYCLES:
+            raise ValueError(f"lifecycle must be one of {list(LIFECYCLES)} (got {self.lifecycle!r})")
 
     def _validate_slots(self) -> None:
         if not self.slots:
             raise ValueError("slots cannot be empty")
         for slot in self.slots:
             try:
-                contracts.parse_slot_id(slot)
+                parse_slot_id(slot)
             except ValueError as exc:
                 raise ValueError(f"Invalid slot configuration: slots: {exc}") from None
         duplicates = sorted({s for s in self.slots if self.slots.count(s) > 1})
         if duplicates:
             raise ValueError(f"Invalid slot configuration: slots contains duplicates {duplicates}")
-        available = contracts.task_slot_ids(self.task)
+        available = task_slot_ids(self.task)
         missing = [s for s in self.slots if s not in available]
         if missing:
             raise ValueError(
@@ -320,9 +319,9 @@ class TrainingConfig:
     def _validate_mix(self) -> None:
         mix = tuple(name.lower() for name in self.task_mix)
         for name in mix:
-            if name not in contracts.TASK_NAMES:
-                raise ValueError(f"task_mix: unknown task {name!r}; available tasks: {list(contracts.TASK_NAMES)}")
-            why = contracts.mix_mismatch(self.task.value, name)
+            if name not in TASK_NAMES:
+                raise ValueError(f"task_mix: unknown task {name!r}; available tasks: {list(TASK_NAMES)}")
+            why = mix_mismatch(self.task.value, name)
             if why:
                 raise ValueError(f"task_mix: {name!r} cannot share a run with task {self.task.value!r}: {why}")
         if len(set(mix)) != len(mix):
@@ -330,8 +329,8 @@ class TrainingConfig:
         self._set("task_mix", mix)
 
     def _validate_data(self) -> None:
-        if self.lr_schedule not in contracts.LR_SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {list(contracts.LR_SCHEDULES)} (got {self.lr_schedule!r})")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {list(LR_SCHEDULES)} (got {self.lr_schedule!r})")
         self._set("lr_schedule_steps", check.optional_at_least("lr_schedule_steps", self.lr_schedule_steps, 1))
         for name in ("lr_warmup_fraction", "lr_decay_fraction"):
             value = check.number(name, getattr(self, name))
@@ -387,7 +386,7 @@ class TrainingConfig:
         topology = self.topology
         if self.blueprint_menu is not None:
             menu = self.blueprint_menu
-            registered = contracts.BLUEPRINT_NAMES[topology]
+            registered = BLUEPRINT_NAMES[topology]
             if len(menu) < 2 or menu[0] != "noop" or len(set(menu)) != len(menu):
                 raise ValueError(
                     f"blueprint_menu must hold >= 2 unique names with 'noop' first (got {list(menu)})"
@@ -419,12 +418,12 @@ class TrainingConfig:
     # ---------------------------------------------------------------- derived values
     @property
     def topology(self) -> str:
-        return contracts.task_facts(self.task).topology
+        return task_facts(self.task).topology
 
     @property
     def menu(self) -> tuple[str, ...]:
         """The effective blueprint menu (blueprint-head index -> name)."""
-        return self.blueprint_menu or contracts.BLUEPRINT_MENUS[self.topology]
+        return self.blueprint_menu or BLUEPRINT_MENUS[self.topology]
 
     @property
     def num_blueprints(self) -> int:
@@ -433,7 +432,7 @@ class TrainingConfig:
     @property
     def slot_ids(self) -> tuple[str, ...]:
         """Every host injection point in canonical order (the slot head)."""
-        return contracts.task_slot_ids(self.task)
+        return task_slot_ids(self.task)
 
     @property
     def num_slots(self) -> int:
@@ -441,16 +440,16 @@ class TrainingConfig:
 
     @property
     def enabled_slots(self) -> tuple[str, ...]:
-        return tuple(contracts.sort_slot_ids(self.slots))
+        return tuple(sort_slot_ids(self.slots))
 
     @property
     def state_dim(self) -> int:
-        return contracts.obs_dim(self.num_slots, self.use_telemetry, self.num_blueprints)
+        return obs_dim(self.num_slots, self.use_telemetry, self.num_blueprints)
 
     @property
-    def lifecycle_timings(self) -> contracts.LifecycleTimings:
+    def lifecycle_timings(self) -> LifecycleTimings:
         """The run's stage durations (BEHAVIOUR §2.14): its lifecycle at T = max_epochs for its task's horizon."""
-        return contracts.lifecycle_timings(self.lifecycle, self.max_epochs, contracts.task_facts(self.task).lifecycle_horizon)
+        return lifecycle_timings(self.lifecycle, self.max_epochs, task_facts(self.task).lifecycle_horizon)
 
     @property
     def cull_age(self) -> int:
@@ -461,7 +460,7 @@ class TrainingConfig:
     @property
     def controller_name(self) -> str:
         """Canonical controller name (an alias such as `ppo` resolves to `ppo_lstm`)."""
-        return REGISTRY.canonical(self.controller)
+        return NAMES.canonical(self.controller)
 
     def entropy_coefficient(self, train_steps: int) -> float:
         """β after `train_steps` completed updates (BEHAVIOUR §11.8; `rl.config.entropy_coefficient`)."""

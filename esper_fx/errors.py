@@ -89,7 +89,7 @@ FOREIGN_FLAGS = {
     "--total-timesteps": ("--episodes", "--episodes N: esper_fx counts episodes of max_epochs epochs"),
     "--num-envs": ("--n-envs", "--n-envs N"),
     "--env-id": ("--task", "--task NAME"),
-    "--learning-rate": ("--set", "--set lr=VALUE for the controller's rate"),
+    "--learning-rate": ("--set", "--set ppo.lr=VALUE for the controller's rate"),
 }
 
 

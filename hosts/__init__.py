@@ -3,17 +3,18 @@
 Nothing under `hosts/` imports jax (the import rule; a test enforces it), and nothing from `esper_fx`
 but `esper_fx.contracts`.
 
-    models/      host networks, their injection points, MorphogeneticModel
-    seeds/       seed slots, lifecycle and gates, blending, blueprints, gradient ratio, governor
-    data/        task data, the data feed, batch plans, random streams, datasets
-    signals/     the signals pytree: observation, masks, tracker, per-slot fields, assembly
-    env/         the env pool: E envs in lock-step, one RL step per host epoch
-    tasks.py     the task table (host, batch size, learning rates)
+    layout.py  how a host is laid out: injection points, memory layout, the LayerNorm epsilon
+    models/    host networks, their injection points, MorphogeneticModel
+    seeds/     seed slots, lifecycle and gates, blending, blueprints, gradient ratio, governor
+    data/      task data, the data feed, batch plans, random streams, datasets
+    signals/   the signals pytree: observation, masks, tracker, per-slot fields, assembly
+    env/       the env pool: E envs in lock-step, one RL step per host epoch
+    tasks.py   the task table (host, batch size, learning rates)
     settings.py  PoolSettings: what the env pool and its data read of a run
 """
 
 from hosts.models.cnn import CNNHost
-from hosts.models.layout import InjectionSpec
+from hosts.layout import InjectionSpec
 from hosts.models.morphogenetic import MorphogeneticModel
 from hosts.models.transformer import TransformerHost
 from hosts.seeds import blueprints

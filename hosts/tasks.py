@@ -1,6 +1,6 @@
 """The tasks (BEHAVIOUR §6.1) as the host side uses them: one frozen `TaskSpec` per task.
 
-A TaskSpec is a task's facts (`esper_fx.contracts.TASKS`: topology, batch, lifecycle horizon, learning
+A TaskSpec is a task's facts (`esper_fx.contracts.tasks.TASKS`: topology, batch, lifecycle horizon, learning
 rates, sizes; the one table of them) plus what only the host side can do with them: build the host
 (`build_host()` returns a fresh one) and the governor's random-guess loss. The lifecycle horizon its
 facts carry sets the seed clock (`hosts.seeds.lifecycle.SeedClock.for_run`). The SGD
@@ -20,7 +20,7 @@ import numpy as np
 
 from torch import nn
 
-from esper_fx.contracts import TASKS, TaskFacts, task_facts
+from esper_fx.contracts.tasks import TASKS, TaskFacts, task_facts
 from hosts.models.cnn import CNNHost
 from hosts.models.transformer import TransformerHost
 
@@ -33,7 +33,7 @@ SEED_WEIGHT_DECAY = 0.0
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A task: `name`, its `facts` (every field of `contracts.TaskFacts` reads through: `spec.batch_size`)
+    """A task: `name`, its `facts` (every field of `contracts.tasks.TaskFacts` reads through: `spec.batch_size`)
     and the builder of its host."""
 
     name: str

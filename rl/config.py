@@ -19,21 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Callable, Mapping, Sequence
 
-from esper_fx.contracts import (
-    BLEND_NAMES,
-    TEMPO_NAMES,
-    BLUEPRINT_MENUS,
-    GOVERNOR_DEATH_PENALTY,
-    MIN_FOSSILIZE_CONTRIBUTION,
-    MIN_PROBATION_EPOCHS,
-    TASKS,
-    SeedStage,
-    task_facts,
-)
+from esper_fx.contracts.actions import BLEND_NAMES, TEMPO_NAMES
+from esper_fx.contracts.blueprints import BLUEPRINT_MENUS
+from esper_fx.contracts.lifecycle import GOVERNOR_DEATH_PENALTY, MIN_FOSSILIZE_CONTRIBUTION, MIN_PROBATION_EPOCHS
+from esper_fx.contracts.stages import SeedStage
+from esper_fx.contracts.tasks import TASKS, task_facts
 from rl import validate as check
 
 # ------------------------------------------------------------------------------------------
@@ -65,6 +59,16 @@ PPO_SIZE_LIMITS = {"lstm_hidden_dim": 4096, "update_epochs": 1000, "num_minibatc
 COUNT_MAX = 2**62  # the bound of every other count (episodes to anneal over, the heuristic's epoch counts)
 
 
+def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING,
+           flag: str | None = None, metavar: str | None = None, resume: bool = False) -> Any:
+    """A setting declared with its command-line facts, in one place (`esper_fx.cli.parser` builds the flags,
+    `--help` and README's table from them): `default` (or `factory` for a nested config), `help` (markdown),
+    `flag` (its spelling when not the one derived from its name), `metavar`, and `resume` (the value may
+    change when a run is resumed; every other field must equal the checkpoint's)."""
+    meta = {"help": help, "flag": flag, "metavar": metavar, "resume": resume}
+    return field(default=default, default_factory=factory, metadata={k: v for k, v in meta.items() if v})
+
+
 def _store(settings: Any, name: str, value: Any) -> None:
     """Set a field of a frozen settings dataclass to its checked value (a whole-number float -> int)."""
     object.__setattr__(settings, name, value)
@@ -78,28 +82,32 @@ class PPOConfig:
     (BEHAVIOUR §11.1) are `REFERENCE_PPO`, which made one Adam step per batch and never moved the policy.
     """
 
-    lstm_hidden_dim: int = 128  # width of the policy's LSTM (or of the MLP core)
-    lr: float = 3e-4  # as the reference; 1e-3 collapsed the slot head onto the second-best slot (LEARNING)
-    gamma: float = 0.99  # LEARNING (reference 0.995)
-    gae_lambda: float = 0.95  # LEARNING (reference 0.97)
-    clip_ratio: float = 0.2
-    clip_value: bool = True
-    value_clip: float = 10.0
-    value_coef: float = 0.5
-    max_grad_norm: float = 1.0  # LEARNING (reference 0.5)
-    target_kl: float | None = 0.05  # LEARNING (reference 0.015): the early stop is a trust region
-    update_epochs: int = 8  # LEARNING (reference 1)
-    kl_per_head: bool = True  # LEARNING (reference: the whole-batch KL): the early stop reads each head's own KL
-    num_minibatches: int = 1
-    adam_eps: float = 1e-5
-    weight_decay: float = 0.0  # decoupled, value head only
-    entropy_coef: float = 0.02  # LEARNING (reference 0.05)
-    entropy_coef_start: float | None = None  # None: entropy_coef
-    entropy_coef_end: float | None = None  # None: entropy_coef
-    entropy_coef_min: float = 0.0  # LEARNING (reference 0.01)
-    entropy_anneal_episodes: int = 0  # 0: no anneal
-    horizon_bootstrap: bool = False  # [fix] the last epoch ends the episode (the reference: a truncation valued
-    #                                  by V of the post-action signals, BEHAVIOUR §7.5); LEARNING.md says why
+    lstm_hidden_dim: int = option(128, "width of the policy's LSTM (or of the MLP core)")
+    lr: float = option(3e-4, "Adam's learning rate, as the reference; 1e-3 collapsed the slot head onto the "
+                       "second-best slot (LEARNING)")
+    gamma: float = option(0.99, "discount factor γ; LEARNING (reference 0.995)")
+    gae_lambda: float = option(0.95, "GAE's λ; LEARNING (reference 0.97)")
+    clip_ratio: float = option(0.2, "PPO's clip ε of the probability ratio")
+    clip_value: bool = option(True, "clip the value loss around the old values")
+    value_clip: float = option(10.0, "the value loss's clip range")
+    value_coef: float = option(0.5, "weight of the value loss")
+    max_grad_norm: float = option(1.0, "global gradient norm clip; LEARNING (reference 0.5)")
+    target_kl: float | None = option(0.05, "the update stops above 1.5·target_kl (`null`: never); LEARNING "
+                                     "(reference 0.015): the early stop is a trust region")
+    update_epochs: int = option(8, "passes over each batch per update; LEARNING (reference 1)")
+    kl_per_head: bool = option(True, "the early stop reads each head's own KL; LEARNING (reference: the "
+                               "whole-batch KL)")
+    num_minibatches: int = option(1, "minibatches per pass (at most `n_envs`)")
+    adam_eps: float = option(1e-5, "Adam's ε")
+    weight_decay: float = option(0.0, "decoupled weight decay, value head only")
+    entropy_coef: float = option(0.02, "entropy bonus β; LEARNING (reference 0.05)")
+    entropy_coef_start: float | None = option(None, "β at the anneal's start (`null`: `entropy_coef`)")
+    entropy_coef_end: float | None = option(None, "β at the anneal's end (`null`: `entropy_coef`)")
+    entropy_coef_min: float = option(0.0, "floor of β; LEARNING (reference 0.01)")
+    entropy_anneal_episodes: int = option(0, "episodes β anneals over from start to end (0: no anneal)")
+    horizon_bootstrap: bool = option(False, "[fix] false: the last epoch ends the episode (the reference: a "
+                                     "truncation valued by V of the post-action signals, BEHAVIOUR §7.5); "
+                                     "LEARNING.md says why")
 
     def __post_init__(self) -> None:
         check.boolean("clip_value", self.clip_value)
@@ -214,98 +222,108 @@ class RewardConfig:
     `rl.rewards` makes it a jax pytree (family and mode static, every number a leaf).
     """
 
-    reward_family: RewardFamily = RewardFamily.CONTRIBUTION
-    reward_mode: RewardMode = RewardMode.SHAPED
-    param_budget: int = 500000
-    param_penalty_weight: float = 0.1
-    sparse_reward_scale: float = 1.0
-    # the growth reward's rent per training FLOP (LEARNING.md §8): reward charged per epoch for each host's
-    # worth of seed FLOPs in a training step, so one epoch of seeds as costly as the host costs this much
-    # (0: no FLOP rent, the growth reward as it was)
-    flop_rent_weight: float = 0.0
+    # the settings a run sets (REWARD_SETTINGS)
+    reward_family: RewardFamily = option(RewardFamily.CONTRIBUTION, "the reward family: `contribution`, `loss` or "
+                                         "`accuracy` (the growth reward, LEARNING.md)")
+    reward_mode: RewardMode = option(RewardMode.SHAPED, "the contribution reward's mode: `shaped`, `sparse` or "
+                                     "`minimal` (the other families: `shaped` only)")
+    param_budget: int = option(500000, "the sparse and minimal rewards' parameter budget")
+    param_penalty_weight: float = option(0.1, "the sparse and minimal rewards' weight of parameters over budget")
+    sparse_reward_scale: float = option(1.0, "the sparse reward's scale")
+    flop_rent_weight: float = option(0.0, "the growth reward's rent per training FLOP (LEARNING.md §8): reward "
+                                     "charged per epoch for each host's worth of seed FLOPs in a training step, "
+                                     "so one epoch of seeds as costly as the host costs this much (0: no FLOP "
+                                     "rent, the growth reward as it was)")
     # taken from the run (for_run)
-    gamma: float = PPOConfig.gamma
-    min_cull_age: float = 1.0  # epochs: a CULL of a younger seed pays the young-cull penalty (a run: its own)
-    typical_loss_delta_std: float = _DEFAULT_TASK.typical_loss_delta_std
-    compute_rent_weight: float = _DEFAULT_TASK.compute_rent_weight
-    baseline_loss: float = _DEFAULT_TASK.baseline_loss
-    target_loss: float = _DEFAULT_TASK.target_loss
+    gamma: float = option(PPOConfig.gamma, "the shaping's discount (a run: its PPO gamma)")
+    min_cull_age: float = option(1.0, "epochs: a CULL of a younger seed pays the young-cull penalty (a run: its "
+                                 "own cull age)")
+    typical_loss_delta_std: float = option(_DEFAULT_TASK.typical_loss_delta_std, "the task's loss scale (a run: "
+                                           "its task's)")
+    compute_rent_weight: float = option(_DEFAULT_TASK.compute_rent_weight, "the task's compute rent weight (a "
+                                        "run: its task's)")
+    baseline_loss: float = option(_DEFAULT_TASK.baseline_loss, "the task's baseline loss (a run: its task's)")
+    target_loss: float = option(_DEFAULT_TASK.target_loss, "the task's target loss (a run: its task's)")
     # the shaped contribution reward
-    contribution_weight: float = 1.0
-    proxy_weight: float = 0.3
-    pbrs_weight: float = 0.3
-    rent_weight: float = 0.5
-    max_rent: float = 8.0
-    invalid_fossilize_penalty: float = -1.0
-    cull_fossilized_penalty: float = -1.0
-    germinate_with_seed_penalty: float = -0.3
-    germinate_cost: float = -0.02
-    fossilize_cost: float = -0.01
-    cull_cost: float = -0.005
-    fossilize_base_bonus: float = 0.5
-    fossilize_contribution_scale: float = 0.1
-    fossilize_noncontributing_penalty: float = -0.2
-    cull_hurting_bonus: float = 0.3
-    cull_acceptable_bonus: float = 0.1
-    cull_good_seed_penalty: float = -0.3
-    cull_hurting_threshold: float = -0.5
-    improvement_safe_threshold: float = 0.1
-    hacking_ratio_threshold: float = 5.0
-    attribution_sigmoid_steepness: float = 10.0
-    terminal_acc_weight: float = 0.05
-    fossilize_terminal_scale: float = 3.0
-    # (1) attribution details: ρ applies when c > 1.0; ρ ≤ 0.3 in size; P unknown -> a = 0.5·c
-    ratio_penalty_min_contribution: float = 1.0
-    ratio_penalty_max: float = 0.3
-    ratio_penalty_slope: float = 0.1
-    ratio_penalty_contribution_scale: float = 10.0
-    unknown_progress_factor: float = 0.5
+    contribution_weight: float = option(1.0, "shaped: weight of the seed's attributed contribution")
+    proxy_weight: float = option(0.3, "shaped: weight of the loss-delta proxy when no contribution is known")
+    pbrs_weight: float = option(0.3, "shaped: weight of the potential-based shaping")
+    rent_weight: float = option(0.5, "shaped: weight of the parameter rent")
+    max_rent: float = option(8.0, "shaped: cap of the parameter rent")
+    invalid_fossilize_penalty: float = option(-1.0, "FOSSILIZE of a seed that cannot be fossilized")
+    cull_fossilized_penalty: float = option(-1.0, "CULL of a fossilized seed")
+    germinate_with_seed_penalty: float = option(-0.3, "GERMINATE into a slot that holds a seed")
+    germinate_cost: float = option(-0.02, "cost of a GERMINATE")
+    fossilize_cost: float = option(-0.01, "cost of a FOSSILIZE")
+    cull_cost: float = option(-0.005, "cost of a CULL")
+    fossilize_base_bonus: float = option(0.5, "bonus of a legitimate FOSSILIZE")
+    fossilize_contribution_scale: float = option(0.1, "FOSSILIZE bonus per unit of contribution")
+    fossilize_noncontributing_penalty: float = option(-0.2, "FOSSILIZE of a seed that does not contribute")
+    cull_hurting_bonus: float = option(0.3, "CULL of a seed that hurts")
+    cull_acceptable_bonus: float = option(0.1, "CULL of a seed that neither helps nor hurts")
+    cull_good_seed_penalty: float = option(-0.3, "CULL of a seed that helps")
+    cull_hurting_threshold: float = option(-0.5, "contribution below which a seed hurts")
+    improvement_safe_threshold: float = option(0.1, "improvement above which a seed is safe")
+    hacking_ratio_threshold: float = option(5.0, "contribution/improvement ratio above which a seed games the "
+                                            "attribution")
+    attribution_sigmoid_steepness: float = option(10.0, "steepness of the attribution's sigmoid")
+    terminal_acc_weight: float = option(0.05, "weight of the terminal accuracy")
+    fossilize_terminal_scale: float = option(3.0, "terminal bonus per fossilized seed")
+    # (1) attribution details
+    ratio_penalty_min_contribution: float = option(1.0, "attribution: the ratio penalty ρ applies when c > this")
+    ratio_penalty_max: float = option(0.3, "attribution: ρ is at most this in size")
+    ratio_penalty_slope: float = option(0.1, "attribution: ρ's slope")
+    ratio_penalty_contribution_scale: float = option(10.0, "attribution: ρ's contribution scale")
+    unknown_progress_factor: float = option(0.5, "attribution: progress P unknown -> a = this·c")
     # (2) blending warning: −0.1 − min(0.05·eis, 0.3)
-    blending_warning_base: float = -0.1
-    blending_warning_per_epoch: float = 0.05
-    blending_warning_max: float = 0.3
+    blending_warning_base: float = option(-0.1, "blending warning −0.1 − min(0.05·eis, 0.3): its base")
+    blending_warning_per_epoch: float = option(0.05, "blending warning: per epoch in stage")
+    blending_warning_max: float = option(0.3, "blending warning: its cap")
     # (3) probation indecision: max(−3^(eis−2), −10) from eis 2
-    probation_base: float = 3.0
-    probation_grace_epochs: float = 2.0
-    probation_max_penalty: float = 10.0
+    probation_base: float = option(3.0, "probation indecision max(−3^(eis−2), −10) from eis 2: its base")
+    probation_grace_epochs: float = option(2.0, "probation indecision: epochs in stage before it applies")
+    probation_max_penalty: float = option(10.0, "probation indecision: its cap")
     # potentials: φ = Φ_stage + min(0.3·eis, 2.0)
-    stage_potentials: tuple[float, ...] = STAGE_POTENTIALS
-    eis_potential_scale: float = 0.3
-    eis_potential_max: float = 2.0
+    stage_potentials: tuple[float, ...] = option(STAGE_POTENTIALS, "potential φ = Φ_stage + min(0.3·eis, 2.0): "
+                                                 "Φ_stage by SeedStage value")
+    eis_potential_scale: float = option(0.3, "potential: per epoch in stage")
+    eis_potential_max: float = option(2.0, "potential: cap of the epochs-in-stage term")
     # fossilize shaping (I < 0 branch) and legitimacy
-    fossilize_regression_base: float = -0.5
-    fossilize_regression_scale: float = 0.2
-    fossilize_regression_max: float = 1.0
-    fossilize_ransomware_contribution: float = 0.1
-    fossilize_ransomware_improvement: float = -0.2
-    fossilize_ransomware_penalty: float = -0.3
-    min_fossilize_contribution: float = MIN_FOSSILIZE_CONTRIBUTION
-    legitimacy_epochs: float = float(MIN_PROBATION_EPOCHS)  # a run: its lifecycle's (BEHAVIOUR §2.14)
+    fossilize_regression_base: float = option(-0.5, "FOSSILIZE of a regressing seed (I < 0): base")
+    fossilize_regression_scale: float = option(0.2, "FOSSILIZE of a regressing seed: per unit of regression")
+    fossilize_regression_max: float = option(1.0, "FOSSILIZE of a regressing seed: cap")
+    fossilize_ransomware_contribution: float = option(0.1, "ransomware: contribution above which, with "
+                                                      "improvement below the next, a seed holds the host hostage")
+    fossilize_ransomware_improvement: float = option(-0.2, "ransomware: improvement below which")
+    fossilize_ransomware_penalty: float = option(-0.3, "FOSSILIZE of a ransomware seed")
+    min_fossilize_contribution: float = option(MIN_FOSSILIZE_CONTRIBUTION, "contribution a FOSSILIZE needs")
+    legitimacy_epochs: float = option(float(MIN_PROBATION_EPOCHS), "epochs of probation before a FOSSILIZE is "
+                                      "legitimate (a run: its lifecycle's, BEHAVIOUR §2.14)")
     # cull shaping
-    cull_empty_penalty: float = -0.2
-    cull_young_penalty: float = -0.3
-    cull_good_seed_scale: float = 0.05
-    cull_max_penalty: float = -0.9
+    cull_empty_penalty: float = option(-0.2, "CULL of an empty slot")
+    cull_young_penalty: float = option(-0.3, "CULL of a seed younger than `min_cull_age`")
+    cull_good_seed_scale: float = option(0.05, "CULL of a helping seed: per unit of contribution")
+    cull_max_penalty: float = option(-0.9, "CULL: the largest penalty")
     # sparse and minimal
-    early_cull_penalty: float = -0.1
-    early_cull_age: float = 5.0
+    early_cull_penalty: float = option(-0.1, "sparse and minimal: CULL of a seed younger than `early_cull_age`")
+    early_cull_age: float = option(5.0, "sparse and minimal: the early-cull age in epochs")
     # the loss family
-    loss_delta_weight: float = 5.0
-    max_loss_delta: float = 5.0
-    regression_penalty_scale: float = 0.5
-    max_rent_penalty: float = 5.0
-    grace_epochs: float = 3.0
-    stage_potential_weight: float = 0.1
-    terminal_loss_weight: float = 1.0
+    loss_delta_weight: float = option(5.0, "loss: weight of the normalised loss delta")
+    max_loss_delta: float = option(5.0, "loss: cap of the normalised loss delta")
+    regression_penalty_scale: float = option(0.5, "loss: scale of a loss regression")
+    max_rent_penalty: float = option(5.0, "loss: cap of the compute rent")
+    grace_epochs: float = option(3.0, "loss: epochs of a seed before it pays rent")
+    stage_potential_weight: float = option(0.1, "loss: weight of the stage potential")
+    terminal_loss_weight: float = option(1.0, "loss: weight of the terminal loss")
     # loop-level terms
-    governor_punishment: float = -GOVERNOR_DEATH_PENALTY
-    auto_cull_penalty: float = -0.2  # per seed the lifecycle auto-culled, charged to the env's next step
-    # the growth reward (LEARNING.md): reward per pp of committed accuracy, the share of an unfossilized
-    # seed's contribution held back until it is fossilized, the parameter rent, the rollback penalty
-    growth_accuracy_weight: float = 0.1
-    growth_commit_weight: float = 0.5
-    growth_rent_weight: float = 0.01
-    growth_rollback_penalty: float = -1.0
+    governor_punishment: float = option(-GOVERNOR_DEATH_PENALTY, "a governor rollback's penalty")
+    auto_cull_penalty: float = option(-0.2, "per seed the lifecycle auto-culled, charged to the env's next step")
+    # the growth reward (LEARNING.md)
+    growth_accuracy_weight: float = option(0.1, "growth: reward per pp of committed accuracy")
+    growth_commit_weight: float = option(0.5, "growth: the share of an unfossilized seed's contribution held "
+                                         "back until it is fossilized")
+    growth_rent_weight: float = option(0.01, "growth: the parameter rent")
+    growth_rollback_penalty: float = option(-1.0, "growth: the rollback penalty")
 
     def __post_init__(self) -> None:
         _store(self, "reward_family", check.enum("reward_family", RewardFamily, self.reward_family))
@@ -323,7 +341,7 @@ class RewardConfig:
     def for_run(self, task: str, gamma: float, min_cull_age: int,
                 legitimacy_epochs: int = MIN_PROBATION_EPOCHS) -> "RewardConfig":
         """These settings with the values a run gives the reward: its γ, its cull age, its lifecycle's
-        legitimacy epochs and its task's loss scale (`esper_fx.contracts.TASKS`)."""
+        legitimacy epochs and its task's loss scale (`esper_fx.contracts.tasks.TASKS`)."""
         facts = task_facts(task)
         return dataclasses.replace(
             self, gamma=float(gamma), min_cull_age=float(min_cull_age), legitimacy_epochs=float(legitimacy_epochs),
@@ -353,20 +371,26 @@ def check_rotation(rotation: Sequence[str], menu: Sequence[str]) -> None:
 
 @dataclass(frozen=True)
 class HeuristicConfig:
-    plateau_epochs_to_germinate: int = 3
-    min_epochs_before_germinate: int = 5
-    cull_after_epochs_without_improvement: int = 5
-    cull_if_accuracy_drops_by: float = 2.0  # pp
-    min_improvement_to_fossilize: float = 0.0  # pp
-    embargo_epochs_after_cull: int = 5
-    blueprint_penalty_on_cull: float = 2.0
-    blueprint_penalty_decay: float = 0.5  # multiplier per epoch; entries < 0.1 are deleted
-    blueprint_penalty_threshold: float = 3.0
-    blend: str = "sigmoid"
-    tempo: str = "standard"  # the blend's tempo (BEHAVIOUR §2.14): the reference's own, a fixed choice
-    ransomware_contribution_threshold: float = 0.1  # pp
-    ransomware_improvement_threshold: float = 0.0  # pp
-    blueprint_rotation: tuple[str, ...] | None = None  # None -> the topology's default rotation
+    """The rule-based controller's thresholds (BEHAVIOUR §13.1)."""
+
+    plateau_epochs_to_germinate: int = option(3, "epochs without improvement before it germinates")
+    min_epochs_before_germinate: int = option(5, "epochs of the episode before its first germination")
+    cull_after_epochs_without_improvement: int = option(5, "a seed's epochs without improvement before its cull")
+    cull_if_accuracy_drops_by: float = option(2.0, "pp of accuracy a seed may cost before its cull")
+    min_improvement_to_fossilize: float = option(0.0, "pp of improvement a seed needs to be fossilized")
+    embargo_epochs_after_cull: int = option(5, "epochs a slot waits after a cull")
+    blueprint_penalty_on_cull: float = option(2.0, "penalty a blueprint takes when its seed is culled")
+    blueprint_penalty_decay: float = option(0.5, "multiplier of the blueprint penalties per epoch; entries < 0.1 "
+                                            "are deleted")
+    blueprint_penalty_threshold: float = option(3.0, "a blueprint penalised above this is skipped")
+    blend: str = option("sigmoid", "the blend of its seeds", metavar="NAME")
+    tempo: str = option("standard", "the blend's tempo (BEHAVIOUR §2.14): the reference's own, a fixed choice",
+                        metavar="NAME")
+    ransomware_contribution_threshold: float = option(0.1, "pp of contribution above which, with improvement "
+                                                      "below the next, a seed is not fossilized")
+    ransomware_improvement_threshold: float = option(0.0, "pp of improvement below which")
+    blueprint_rotation: tuple[str, ...] | None = option(None, "the blueprints it germinates in turn (default: the "
+                                                        "topology's default rotation)", metavar="NAME")
 
     def __post_init__(self) -> None:
         if self.blueprint_rotation is not None:
@@ -424,11 +448,11 @@ class OracleConfig:
     """Germinate `blueprint` with blend `blend` at `tempo` in `slot` at epoch `germinate_epoch`, fossilize at
     the first epoch it is allowed, never cull. The defaults are the quickstart's (shapes16) best fixed schedule."""
 
-    slot: str = "r0c0"
-    blueprint: str = "conv_light"
-    blend: str = "sigmoid"
-    germinate_epoch: int = 1
-    tempo: str = "standard"
+    slot: str = option("r0c0", "the slot it germinates in", metavar="SLOT")
+    blueprint: str = option("conv_light", "the blueprint it germinates", metavar="NAME")
+    blend: str = option("sigmoid", "the seed's blend", metavar="NAME")
+    germinate_epoch: int = option(1, "the epoch it germinates at")
+    tempo: str = option("standard", "the blend's tempo", metavar="NAME")
 
     def __post_init__(self) -> None:
         if self.blend not in BLEND_NAMES:

@@ -19,7 +19,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import ACTION_HEADS, HEAD_OP, LifecycleOp
 from rl.config import ENTROPY_LOG_FLOOR, MASKED_LOGIT
 
 
@@ -36,7 +36,7 @@ class Masks(NamedTuple):
     @classmethod
     def from_signals(cls, signals) -> "Masks":
         """The five `mask_*` fields of a signals pytree."""
-        return cls(*(signals[f"mask_{head}"] for head in contracts.ACTION_HEADS))
+        return cls(*(signals[f"mask_{head}"] for head in ACTION_HEADS))
 
 
 # ------------------------------------------------------------------------------------------
@@ -167,10 +167,10 @@ def sample_heads_op_first(
     """
     key_op, key_rest = jax.random.split(key)
     first, _ = sample_heads(key_op, logits, masks, deterministic)
-    op = first[..., contracts.HEAD_OP]
+    op = first[..., HEAD_OP]
     used = condition_slot(masks, slot_by_op, op)
     actions, _ = sample_heads(key_rest, logits, used, deterministic)
-    actions = actions.at[..., contracts.HEAD_OP].set(op)
+    actions = actions.at[..., HEAD_OP].set(op)
     return actions, heads_log_prob(logits, used, actions), used
 
 
@@ -203,13 +203,6 @@ def causal_masks(op: jax.Array) -> jax.Array:
     always."""
     op = jnp.asarray(op)
     chex.assert_type(op, int)
-    slot = op != contracts.LifecycleOp.WAIT
-    germinate = op == contracts.LifecycleOp.GERMINATE
+    slot = op != LifecycleOp.WAIT
+    germinate = op == LifecycleOp.GERMINATE
     return jnp.stack([slot, germinate, germinate, jnp.ones_like(slot), germinate], axis=-1)
-
-
-def causal_advantages(advantages: jax.Array, op: jax.Array) -> jax.Array:
-    """Per-head advantages A_h = A·m_h, `[..., 5]` in head order."""
-    chex.assert_type(advantages, float)
-    chex.assert_equal_shape([advantages, op])
-    return jnp.where(causal_masks(op), advantages[..., None], jnp.zeros_like(advantages)[..., None])

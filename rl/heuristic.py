@@ -1,7 +1,7 @@
 """The rule-based controller of BEHAVIOUR §13 in jnp, vectorised over envs.
 
 `decide(state, signals, params) -> (actions [E, 5] int32, new_state)` reads the signals pytree
-(`esper_fx.contracts.SIGNAL_FIELDS`) and keeps one decision state per env. `params` is static
+(`esper_fx.contracts.signals.SIGNAL_FIELDS`) and keeps one decision state per env. `params` is static
 (hashable): build it with `HeuristicParams.from_config` or `HeuristicParams.from_training_config` from
 the settings of `rl.config.HeuristicConfig`, and jit with `jax.jit(decide, static_argnums=2)`.
 """
@@ -15,7 +15,9 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import BLEND_NAMES, DEFAULT_TEMPO, TEMPO_NAMES, LifecycleOp
+from esper_fx.contracts.stages import SeedStage
+from esper_fx.contracts.tasks import task_facts
 from rl.config import HeuristicConfig, check_rotation
 from rl.signals import assert_signals
 
@@ -31,15 +33,15 @@ UNUSED_BLUEPRINT = 1
 # The settings counted in epochs, written for the reference's episodes: a run's lifecycle scales them.
 EPOCH_WAITS = ("min_epochs_before_germinate", "cull_after_epochs_without_improvement", "embargo_epochs_after_cull")
 
-_WAIT = int(contracts.LifecycleOp.WAIT)
-_GERMINATE = int(contracts.LifecycleOp.GERMINATE)
-_CULL = int(contracts.LifecycleOp.CULL)
-_FOSSILIZE = int(contracts.LifecycleOp.FOSSILIZE)
-_GERMINATED = int(contracts.SeedStage.GERMINATED)
-_TRAINING = int(contracts.SeedStage.TRAINING)
-_BLENDING = int(contracts.SeedStage.BLENDING)
-_PROBATIONARY = int(contracts.SeedStage.PROBATIONARY)
-_FOSSILIZED = int(contracts.SeedStage.FOSSILIZED)
+_WAIT = int(LifecycleOp.WAIT)
+_GERMINATE = int(LifecycleOp.GERMINATE)
+_CULL = int(LifecycleOp.CULL)
+_FOSSILIZE = int(LifecycleOp.FOSSILIZE)
+_GERMINATED = int(SeedStage.GERMINATED)
+_TRAINING = int(SeedStage.TRAINING)
+_BLENDING = int(SeedStage.BLENDING)
+_PROBATIONARY = int(SeedStage.PROBATIONARY)
+_FOSSILIZED = int(SeedStage.FOSSILIZED)
 
 
 class HeuristicParams(NamedTuple):
@@ -50,7 +52,7 @@ class HeuristicParams(NamedTuple):
     rotation: tuple[int, ...]  # blueprint-menu indices, in rotation order
     blend_index: int  # index of rules.blend in ("linear", "sigmoid", "gated")
     num_blueprints: int  # B = len(menu)
-    tempo_index: int = contracts.DEFAULT_TEMPO  # index of rules.tempo in ("fast", "standard", "slow")
+    tempo_index: int = DEFAULT_TEMPO  # index of rules.tempo in ("fast", "standard", "slow")
 
     @classmethod
     def from_config(cls, heuristic: HeuristicConfig, menu: Sequence[str], topology: str) -> "HeuristicParams":
@@ -59,15 +61,15 @@ class HeuristicParams(NamedTuple):
         rotation = heuristic.rotation(topology)
         check_rotation(rotation, menu)
         return cls(rules=heuristic, rotation=tuple(menu.index(name) for name in rotation),
-                   blend_index=contracts.BLEND_NAMES.index(heuristic.blend), num_blueprints=len(menu),
-                   tempo_index=contracts.TEMPO_NAMES.index(heuristic.tempo))
+                   blend_index=BLEND_NAMES.index(heuristic.blend), num_blueprints=len(menu),
+                   tempo_index=TEMPO_NAMES.index(heuristic.tempo))
 
     @classmethod
     def from_training_config(cls, config: Any) -> "HeuristicParams":
         """The run's heuristic: its settings, with their epoch waits in the run's lifecycle (BEHAVIOUR §2.14:
         unchanged under the reference's clock, scaled to the episode under the proportional one)."""
         timings = config.lifecycle_timings
-        horizon = contracts.task_facts(config.task).lifecycle_horizon
+        horizon = task_facts(config.task).lifecycle_horizon
         waits = {name: timings.scale_epochs(getattr(config.heuristic, name), horizon) for name in EPOCH_WAITS}
         return cls.from_config(dataclasses.replace(config.heuristic, **waits), config.menu, config.topology)
 

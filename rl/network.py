@@ -22,7 +22,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import ACTION_HEADS, head_sizes
+from esper_fx.contracts.blueprints import DEFAULT_NUM_BLUEPRINTS
 from rl import distributions as dist
 from rl.config import (
     FEATURE_DIM,
@@ -42,7 +43,7 @@ Carry = tuple  # (h [E, H], c [E, H]) for the LSTM, () for the MLP
 class PolicyOutput(NamedTuple):
     """Per-head (masked) logits, each `[E, L, n]`, and the value `[E, L]`."""
 
-    logits: tuple[jax.Array, ...]  # one per head, in contracts.ACTION_HEADS order
+    logits: tuple[jax.Array, ...]  # one per head, in contracts.actions.ACTION_HEADS order
     value: jax.Array
 
 
@@ -105,7 +106,7 @@ class Head(nn.Module):
         return nn.Dense(self.n, kernel_init=_orthogonal(self.out_gain), bias_init=zeros, name="out")(x)
 
 
-HEAD_MODULES = tuple(f"{head}_head" for head in contracts.ACTION_HEADS)
+HEAD_MODULES = tuple(f"{head}_head" for head in ACTION_HEADS)
 VALUE_MODULE = "value_head"
 
 
@@ -113,7 +114,7 @@ class ActorCritic(nn.Module):
     """Factored recurrent (or MLP) actor-critic of BEHAVIOUR §10. Call with obs `[E, L, D]` and a carry."""
 
     num_slots: int
-    num_blueprints: int = contracts.DEFAULT_NUM_BLUEPRINTS
+    num_blueprints: int = DEFAULT_NUM_BLUEPRINTS
     recurrent: bool = True
     hidden_dim: int = PPOConfig.lstm_hidden_dim
     feature_dim: int = FEATURE_DIM
@@ -128,7 +129,7 @@ class ActorCritic(nn.Module):
         else:
             self.mlp = nn.Dense(self.hidden_dim, kernel_init=_orthogonal(SQRT2), bias_init=zeros)
         self.core_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPS)
-        sizes = contracts.head_sizes(self.num_slots, self.num_blueprints)
+        sizes = head_sizes(self.num_slots, self.num_blueprints)
         self.slot_head = Head(sizes[0], self.head_hidden, POLICY_OUT_GAIN)
         self.blueprint_head = Head(sizes[1], self.head_hidden, POLICY_OUT_GAIN)
         self.blend_head = Head(sizes[2], self.head_hidden, POLICY_OUT_GAIN)

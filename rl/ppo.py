@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import ACTION_HEADS, HEAD_OP, NUM_HEADS
 from rl import distributions as dist
 from rl.config import ADAM_B1, ADAM_B2, ADV_EPS, EV_MIN_VAR, PPOConfig
 from rl.config import entropy_coefficient as entropy_schedule
@@ -36,7 +36,7 @@ from rl.gae import gae
 from rl.network import HEAD_MODULES, VALUE_MODULE, ActorCritic, Carry, init_params
 from rl.rollout import Rollout
 
-METRIC_HEADS = contracts.ACTION_HEADS + ("value",)
+METRIC_HEADS = ACTION_HEADS + ("value",)
 
 
 # ------------------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ def value(state: TrainState, obs, carry: Carry) -> jax.Array:
 def evaluate(network: ActorCritic, params, obs, actions, masks: dist.Masks, carry0: Carry, resets=None) -> Evaluation:
     """Re-run whole sequences `[E, L, D]` from `carry0`: per-head log-probs, values, entropies."""
     chex.assert_rank(obs, 3)
-    chex.assert_shape(actions, obs.shape[:2] + (contracts.NUM_HEADS,))
+    chex.assert_shape(actions, obs.shape[:2] + (NUM_HEADS,))
     out, _ = network.apply({"params": params}, obs, carry0, resets=resets)
     return Evaluation(
         dist.heads_log_prob(out.logits, masks, actions),
@@ -237,9 +237,9 @@ class Batch(NamedTuple):
 
 def head_weights(actions: jax.Array, valid: jax.Array) -> jax.Array:
     """m_h ∧ valid, bool `[..., 5]`: the causal relevance of each head at each valid step."""
-    chex.assert_shape(actions, jnp.shape(valid) + (contracts.NUM_HEADS,))
+    chex.assert_shape(actions, jnp.shape(valid) + (NUM_HEADS,))
     chex.assert_type([actions, valid], [int, bool])
-    return dist.causal_masks(actions[..., contracts.HEAD_OP]) & valid[..., None]
+    return dist.causal_masks(actions[..., HEAD_OP]) & valid[..., None]
 
 
 def _head_counts(m: jax.Array) -> jax.Array:
@@ -250,7 +250,7 @@ def _head_counts(m: jax.Array) -> jax.Array:
 def _check_per_head(per_head: jax.Array, m: jax.Array) -> None:
     """A per-head quantity `[..., 5]` (float) and its causal mask of the same shape (bool)."""
     chex.assert_equal_shape([per_head, m])
-    chex.assert_axis_dimension(per_head, -1, contracts.NUM_HEADS)
+    chex.assert_axis_dimension(per_head, -1, NUM_HEADS)
     chex.assert_type([per_head, m], [float, bool])
 
 
@@ -333,7 +333,7 @@ def loss_from_evaluation(ev: Evaluation, batch: Batch, beta, cfg: PPOConfig) -> 
         "loss": loss, "policy_loss": l_pol, "value_loss": l_v, "entropy": jnp.mean(ent_h),
         "approx_kl": approx_kl(log_ratio, m, batch.valid),
         "approx_kl_head_max": jnp.max(approx_kl_per_head(log_ratio, m)),
-        **op_ratio_stats(log_ratio[..., contracts.HEAD_OP], batch.valid, cfg.clip_ratio),
+        **op_ratio_stats(log_ratio[..., HEAD_OP], batch.valid, cfg.clip_ratio),
         "entropy_per_head": ent_h, "policy_loss_per_head": pol_h,
     }
     return loss, aux
@@ -359,7 +359,7 @@ def named_metrics(metrics: dict) -> dict:
     """Expand the `*_per_head` arrays into one scalar per head (`entropy_slot`, `grad_norm_value`, …)."""
     chex.assert_rank([v for k, v in metrics.items() if k.endswith("_per_head")], 1)
     out = {k: v for k, v in metrics.items() if not k.endswith("_per_head")}
-    for key, names in (("entropy_per_head", contracts.ACTION_HEADS), ("policy_loss_per_head", contracts.ACTION_HEADS),
+    for key, names in (("entropy_per_head", ACTION_HEADS), ("policy_loss_per_head", ACTION_HEADS),
                        ("grad_norm_per_head", METRIC_HEADS)):
         if key in metrics:
             base = key[: -len("_per_head")]
@@ -547,7 +547,7 @@ def after_update(params, network: ActorCritic, data: Batch, beta, cfg: PPOConfig
     """The updated policy against the rollout's: approx_kl (KL3 of old‖new over the whole batch) and the
     causally masked normalised entropy, overall and per head, measured after the last gradient step."""
     aux = ppo_loss(params, network, data, beta, cfg)[1]
-    per_head = {f"entropy_after_{h}": aux["entropy_per_head"][i] for i, h in enumerate(contracts.ACTION_HEADS)}
+    per_head = {f"entropy_after_{h}": aux["entropy_per_head"][i] for i, h in enumerate(ACTION_HEADS)}
     return {"approx_kl_after": aux["approx_kl"], "entropy_after": aux["entropy"], **per_head}
 
 

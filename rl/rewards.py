@@ -4,7 +4,7 @@ Every reward function has the same signature
 
     reward_fn(signals, actions, reward_state, config) -> (reward [E], components, new_reward_state)
 
-- `signals`: the host -> controller dict of arrays (`esper_fx.contracts.SIGNAL_FIELDS`).
+- `signals`: the host -> controller dict of arrays (`esper_fx.contracts.signals.SIGNAL_FIELDS`).
 - `actions`: int32 [E, 5] in head order (slot, blueprint, blend, op, tempo). The *target* is the sampled
   slot for every op, WAIT included (BEHAVIOUR §12.2).
 - `reward_state`: `RewardState` (phi_prev [E, S], the PBRS memory of BEHAVIOUR §12.4).
@@ -24,21 +24,22 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import HEAD_OP, HEAD_SLOT, LifecycleOp
+from esper_fx.contracts.stages import SeedStage
 from rl.signals import assert_signals
 from rl.config import STAGE_POTENTIALS, RewardConfig, reward_fn_name
 
 Signals = Mapping[str, jax.Array]
 RewardFn = Callable[..., tuple[jax.Array, dict[str, jax.Array], "RewardState"]]
 
-_OP_WAIT = int(contracts.LifecycleOp.WAIT)
-_OP_GERMINATE = int(contracts.LifecycleOp.GERMINATE)
-_OP_CULL = int(contracts.LifecycleOp.CULL)
-_OP_FOSSILIZE = int(contracts.LifecycleOp.FOSSILIZE)
-_GERMINATED = int(contracts.SeedStage.GERMINATED)
-_BLENDING = int(contracts.SeedStage.BLENDING)
-_PROBATIONARY = int(contracts.SeedStage.PROBATIONARY)
-_FOSSILIZED = int(contracts.SeedStage.FOSSILIZED)
+_OP_WAIT = int(LifecycleOp.WAIT)
+_OP_GERMINATE = int(LifecycleOp.GERMINATE)
+_OP_CULL = int(LifecycleOp.CULL)
+_OP_FOSSILIZE = int(LifecycleOp.FOSSILIZE)
+_GERMINATED = int(SeedStage.GERMINATED)
+_BLENDING = int(SeedStage.BLENDING)
+_PROBATIONARY = int(SeedStage.PROBATIONARY)
+_FOSSILIZED = int(SeedStage.FOSSILIZED)
 
 def _flatten(config: RewardConfig):
     children = tuple(getattr(config, name) for name in _REWARD_LEAVES)
@@ -99,7 +100,7 @@ def _at(values: jax.Array, slot: jax.Array) -> jax.Array:
 def target_view(signals: Signals, actions: jax.Array) -> Target:
     """The sampled slot's seed, gathered from the per-slot signals."""
     assert_signals(signals, actions)
-    slot = jnp.asarray(actions)[:, contracts.HEAD_SLOT].astype(jnp.int32)
+    slot = jnp.asarray(actions)[:, HEAD_SLOT].astype(jnp.int32)
     seed = _at(signals["slot_occupied"], slot).astype(bool)
     f32 = lambda name: _at(signals[name], slot).astype(jnp.float32)  # noqa: E731
     return Target(
@@ -118,7 +119,7 @@ def target_view(signals: Signals, actions: jax.Array) -> Target:
 
 
 def _op(actions: jax.Array) -> jax.Array:
-    return jnp.asarray(actions)[:, contracts.HEAD_OP].astype(jnp.int32)
+    return jnp.asarray(actions)[:, HEAD_OP].astype(jnp.int32)
 
 
 def _f32(signals: Signals, name: str) -> jax.Array:
@@ -454,7 +455,7 @@ def at_risk(signals: Signals, actions: jax.Array, cfg: RewardConfig) -> jax.Arra
     c = _f32(signals, "slot_contribution")
     live = jnp.asarray(signals["slot_occupied"]).astype(bool) & (stage != _FOSSILIZED)
     measured = live & jnp.asarray(signals["slot_contribution_valid"]).astype(bool)
-    target = jnp.arange(stage.shape[1])[None, :] == jnp.asarray(actions)[:, contracts.HEAD_SLOT, None]
+    target = jnp.arange(stage.shape[1])[None, :] == jnp.asarray(actions)[:, HEAD_SLOT, None]
     op = _op(actions)[:, None]
     fossilizing = target & (op == _OP_FOSSILIZE) & (stage == _PROBATIONARY) & (c >= cfg.min_fossilize_contribution)
     culling = target & (op == _OP_CULL)

@@ -20,7 +20,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import NUM_HEADS, head_sizes
+from esper_fx.contracts.blueprints import DEFAULT_NUM_BLUEPRINTS
 from rl.config import PPOConfig
 from rl.distributions import Masks
 from rl.gae import valid_mask
@@ -83,18 +84,18 @@ def init(
     max_steps: int,
     obs_dim: int,
     num_slots: int,
-    num_blueprints: int = contracts.DEFAULT_NUM_BLUEPRINTS,
+    num_blueprints: int = DEFAULT_NUM_BLUEPRINTS,
     hidden_dim: int | None = PPOConfig.lstm_hidden_dim,
 ) -> Rollout:
     """An empty rollout; `hidden_dim=None` gives the empty carry of the MLP variant."""
     e, t = n_envs, max_steps
     f32 = lambda *s: jnp.zeros((e, t) + s, jnp.float32)  # noqa: E731
     flag = lambda: jnp.zeros((e, t), bool)  # noqa: E731
-    masks = Masks(*(jnp.ones((e, t, n), bool) for n in contracts.head_sizes(num_slots, num_blueprints)))
+    masks = Masks(*(jnp.ones((e, t, n), bool) for n in head_sizes(num_slots, num_blueprints)))
     carry = () if hidden_dim is None else (jnp.zeros((e, hidden_dim)), jnp.zeros((e, hidden_dim)))
     return Rollout(
-        obs=f32(obs_dim), raw_obs=f32(obs_dim), actions=jnp.zeros((e, t, contracts.NUM_HEADS), jnp.int32),
-        log_probs=f32(contracts.NUM_HEADS), values=f32(), rewards=f32(), raw_rewards=f32(), dones=flag(), truncated=flag(),
+        obs=f32(obs_dim), raw_obs=f32(obs_dim), actions=jnp.zeros((e, t, NUM_HEADS), jnp.int32),
+        log_probs=f32(NUM_HEADS), values=f32(), rewards=f32(), raw_rewards=f32(), dones=flag(), truncated=flag(),
         bootstrap=f32(), masks=masks, carry0=carry, step_count=jnp.zeros((e,), jnp.int32),
         overflow=jnp.zeros((), bool),
     )
@@ -140,7 +141,7 @@ def append(rollout: Rollout, t, step: StepData, active: jax.Array | None = None)
 def _check_step(rollout: Rollout, step: StepData) -> None:
     e = rollout.n_envs
     chex.assert_shape([step.obs, step.raw_obs], (e, rollout.obs.shape[-1]))
-    chex.assert_shape([step.actions, step.log_probs], (e, contracts.NUM_HEADS))
+    chex.assert_shape([step.actions, step.log_probs], (e, NUM_HEADS))
     chex.assert_type(step.actions, int)
     chex.assert_shape([step.values, step.rewards, step.raw_rewards, step.dones, step.truncated, step.bootstrap], (e,))
     chex.assert_shape(list(step.masks), [(e, buf.shape[-1]) for buf in rollout.masks])

@@ -1,6 +1,6 @@
 """The signals pytree as the controller side reads it: chex assertions of its shapes and dtypes.
 
-`esper_fx.contracts.SIGNAL_FIELDS` is the one list of fields; the per-env ones are `[E]`, the per-slot
+`esper_fx.contracts.signals.SIGNAL_FIELDS` is the one list of fields; the per-env ones are `[E]`, the per-slot
 ones `[E, S]`. The rewards and the heuristic open with `assert_signals`.
 """
 
@@ -12,8 +12,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts
-from esper_fx.contracts import SIGNAL_FIELDS
+from esper_fx.contracts.actions import NUM_HEADS
+from esper_fx.contracts.signals import SIGNAL_FIELDS
 
 PER_ENV_FIELDS: tuple[str, ...] = tuple(k for k, (shape, _) in SIGNAL_FIELDS.items() if shape == "[E]")
 PER_SLOT_FIELDS: tuple[str, ...] = tuple(k for k, (shape, _) in SIGNAL_FIELDS.items() if shape == "[E, S]")
@@ -26,6 +26,6 @@ def assert_signals(signals: Mapping[str, jax.Array], actions: jax.Array | None =
     chex.assert_shape([signals[k] for k in PER_ENV_FIELDS if k in signals], (e,))
     chex.assert_shape([signals[k] for k in PER_SLOT_FIELDS if k in signals], (e, s))
     if actions is not None:
-        chex.assert_shape(actions, (e, contracts.NUM_HEADS))
+        chex.assert_shape(actions, (e, NUM_HEADS))
         chex.assert_type(actions, int)
     return e, s

@@ -1,4 +1,4 @@
-"""`bridge`: the torch → jax → torch round trip through `bridge.to_jax` / `bridge.to_torch`.
+"""`bridge`: the torch → jax → torch round trip through `dlpack.to_jax` / `dlpack.to_torch`.
 
 For float32 tensors from 1 KB to 64 MB, one round trip is timed, the sizes interleaved; the claim is that
 it is zero copy, so its cost is flat in size (ratio largest / smallest median close to 1) and the pointers
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-import bridge
+from bridge import dlpack
 from esper_fx.bench.report import fmt_bytes
 from esper_fx.bench.settings import BenchSettings, Reps
 from esper_fx.bench.timing import Candidate, Timing, measure, measure_interleaved, ratio
@@ -33,7 +33,7 @@ FLATNESS_TARGET = 2.0  # the architecture's claim: round-trip cost within 2x fro
 
 def roundtrip(tensor: torch.Tensor) -> torch.Tensor:
     """torch → jax → torch through the bridge (zero copy both ways)."""
-    return bridge.to_torch(bridge.to_jax(tensor).tree)
+    return dlpack.to_torch(dlpack.to_jax(tensor).tree)
 
 
 def copy_roundtrip(tensor: torch.Tensor, jax_device: Any) -> torch.Tensor:
@@ -44,8 +44,8 @@ def copy_roundtrip(tensor: torch.Tensor, jax_device: Any) -> torch.Tensor:
 
 def zero_copy_both_ways(tensor: torch.Tensor) -> bool:
     """True iff the jax array views the tensor's memory and the tensor returned views it too."""
-    handoff = bridge.to_jax(tensor)
-    back = bridge.to_torch(handoff.tree)
+    handoff = dlpack.to_jax(tensor)
+    back = dlpack.to_torch(handoff.tree)
     return handoff.tree.unsafe_buffer_pointer() == tensor.data_ptr() == back.data_ptr()
 
 
@@ -85,7 +85,7 @@ def run(settings: BenchSettings) -> dict:
     zero_copy = all(c["zero_copy"] for c in cases)
     span = f"{fmt_bytes(cases[0]['bytes'])} → {fmt_bytes(cases[-1]['bytes'])}"
     return {
-        "what": "torch->jax->torch round trip of one float32 tensor via bridge.to_jax / bridge.to_torch",
+        "what": "torch->jax->torch round trip of one float32 tensor via dlpack.to_jax / dlpack.to_torch",
         "reference": "copy: torch->numpy->jnp.array(copy)->numpy->torch.tensor (no DLPack)",
         "ratio_definition": "copy / bridge per size; flatness = bridge median at the largest / smallest size",
         "columns": {"case": "bytes", "measured": "bridge", "reference": "copy"},

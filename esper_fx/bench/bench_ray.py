@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from esper_fx.contracts import DEFAULT_TEMPO, HEAD_TEMPO, NUM_HEADS
+from esper_fx.contracts.actions import DEFAULT_TEMPO, HEAD_TEMPO, NUM_HEADS
 from esper_fx.bench.presets import N_ENVS, bench_config
 from esper_fx.bench.settings import BenchSettings, Reps
 from esper_fx.bench.timing import Candidate, measure_interleaved

@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from bridge.jax_env import ensure_jax_env
 from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, CommandParser, ConfigError, DeviceUnavailableError
 
 # name -> module under esper_fx.bench whose `run(settings) -> dict` measures it (imported on demand, so
@@ -139,6 +140,7 @@ def meta(settings: Any, args: argparse.Namespace) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """0 when every benchmark ran, 1 when one failed (recorded in its result), 2 for a bad command line or device."""
+    ensure_jax_env(warn=False)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -19,7 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import NUM_BLENDS, NUM_OPS, NUM_TEMPOS, LifecycleOp
+from esper_fx.contracts.blueprints import DEFAULT_NUM_BLUEPRINTS
+from esper_fx.contracts.observation import obs_dim
+from esper_fx.contracts.tasks import task_facts
 from esper_fx.config import TrainingConfig
 from esper_fx.bench import torch_reference as T
 from rl import distributions as dist
@@ -29,9 +32,9 @@ from rl.config import PPOConfig
 from rl.network import ActorCritic
 
 TASK = "cifar10"  # S = 3, B = 5, D = 80: the default controller shape (shapes10 has the same)
-NUM_SLOTS = contracts.task_facts(TASK).num_slots
-NUM_BLUEPRINTS = contracts.DEFAULT_NUM_BLUEPRINTS
-OBS_DIM = contracts.obs_dim(NUM_SLOTS, telemetry=True, num_blueprints=NUM_BLUEPRINTS)
+NUM_SLOTS = task_facts(TASK).num_slots
+NUM_BLUEPRINTS = DEFAULT_NUM_BLUEPRINTS
+OBS_DIM = obs_dim(NUM_SLOTS, telemetry=True, num_blueprints=NUM_BLUEPRINTS)
 EPISODE_LENGTH = TrainingConfig().max_epochs
 N_ENVS = TrainingConfig().n_envs
 
@@ -68,11 +71,11 @@ def default_masks(n_envs: int, lead_shape: tuple[int, ...] = ()) -> tuple[np.nda
     slot[..., 0] = True
     blueprint = np.ones(shape + (NUM_BLUEPRINTS,), bool)
     blueprint[..., 0] = False
-    blend = np.ones(shape + (contracts.NUM_BLENDS,), bool)
-    op = np.zeros(shape + (contracts.NUM_OPS,), bool)
-    op[..., [contracts.LifecycleOp.WAIT, contracts.LifecycleOp.GERMINATE]] = True
-    op[1::2, ..., [contracts.LifecycleOp.CULL, contracts.LifecycleOp.FOSSILIZE]] = True
-    tempo = np.ones(shape + (contracts.NUM_TEMPOS,), bool)
+    blend = np.ones(shape + (NUM_BLENDS,), bool)
+    op = np.zeros(shape + (NUM_OPS,), bool)
+    op[..., [LifecycleOp.WAIT, LifecycleOp.GERMINATE]] = True
+    op[1::2, ..., [LifecycleOp.CULL, LifecycleOp.FOSSILIZE]] = True
+    tempo = np.ones(shape + (NUM_TEMPOS,), bool)
     return slot, blueprint, blend, op, tempo
 
 

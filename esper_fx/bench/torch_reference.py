@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import ACTION_HEADS, HEAD_OP, LifecycleOp, head_sizes
+from esper_fx.contracts.blueprints import DEFAULT_NUM_BLUEPRINTS
 from rl.config import (
     ADAM_B1,
     ADAM_B2,
@@ -51,7 +52,7 @@ from rl.config import (
 )
 
 SQRT2 = math.sqrt(2.0)
-HEAD_NAMES = tuple(f"{head}_head" for head in contracts.ACTION_HEADS)
+HEAD_NAMES = tuple(f"{head}_head" for head in ACTION_HEADS)
 
 Carry = tuple  # (h [E, H], c [E, H])
 
@@ -86,7 +87,7 @@ class TorchActorCritic(nn.Module):
         self,
         obs_dim: int,
         num_slots: int,
-        num_blueprints: int = contracts.DEFAULT_NUM_BLUEPRINTS,
+        num_blueprints: int = DEFAULT_NUM_BLUEPRINTS,
         hidden_dim: int = PPOConfig.lstm_hidden_dim,
     ):
         super().__init__()
@@ -95,7 +96,7 @@ class TorchActorCritic(nn.Module):
         self.feature_norm = nn.LayerNorm(FEATURE_DIM, eps=LAYER_NORM_EPS)
         self.lstm = nn.LSTM(FEATURE_DIM, hidden_dim, num_layers=1, batch_first=True)
         self.core_norm = nn.LayerNorm(hidden_dim, eps=LAYER_NORM_EPS)
-        sizes = contracts.head_sizes(num_slots, num_blueprints)
+        sizes = head_sizes(num_slots, num_blueprints)
         self.policy_heads = nn.ModuleList(TorchHead(hidden_dim, n, POLICY_OUT_GAIN) for n in sizes)
         self.value_head = TorchHead(hidden_dim, 1, VALUE_OUT_GAIN)
         self._init_lstm()
@@ -229,8 +230,8 @@ def heads_entropy(logits: Sequence[torch.Tensor], masks: Sequence[torch.Tensor])
 
 def causal_masks(op: torch.Tensor) -> torch.Tensor:
     """m_h `[..., 5]`: slot unless WAIT; blueprint, blend, tempo on GERMINATE; op always."""
-    slot = op != int(contracts.LifecycleOp.WAIT)
-    germinate = op == int(contracts.LifecycleOp.GERMINATE)
+    slot = op != int(LifecycleOp.WAIT)
+    germinate = op == int(LifecycleOp.GERMINATE)
     return torch.stack([slot, germinate, germinate, torch.ones_like(slot), germinate], dim=-1)
 
 
@@ -372,7 +373,7 @@ def build_training_data(rollout: TorchRollout, cfg: TorchPPOConfig) -> tuple[Tra
 def ppo_loss(net: TorchActorCritic, batch: TrainingData, cfg: TorchPPOConfig) -> tuple[torch.Tensor, dict]:
     """BEHAVIOUR §11.6: L = Σ_h L_h + value_coef·L_V + β·L_ent, and approx_kl / op-ratio diagnostics."""
     logits, values, _ = net(batch.obs, None, batch.masks)
-    m = causal_masks(batch.actions[..., contracts.HEAD_OP]) & batch.valid.unsqueeze(-1)
+    m = causal_masks(batch.actions[..., HEAD_OP]) & batch.valid.unsqueeze(-1)
     n_h = m.sum(dim=(0, 1)).clamp(min=1).float()
     n = batch.valid.sum().clamp(min=1)
     log_ratio = torch.where(m, heads_log_prob(logits, batch.actions) - batch.old_log_probs, 0.0)
@@ -385,7 +386,7 @@ def ppo_loss(net: TorchActorCritic, batch: TrainingData, cfg: TorchPPOConfig) ->
     value_loss = torch.where(batch.valid, sq, 0.0).sum() / n
     entropy_h = torch.where(m, heads_entropy(logits, batch.masks), 0.0).sum(dim=(0, 1)) / n_h
     loss = policy_h.sum() + cfg.value_coef * value_loss - cfg.beta * entropy_h.sum()
-    r_op = ratio[..., contracts.HEAD_OP]
+    r_op = ratio[..., HEAD_OP]
     aux = {
         "policy_loss": policy_h.sum().detach(),
         "value_loss": value_loss.detach(),
@@ -399,7 +400,7 @@ def ppo_loss(net: TorchActorCritic, batch: TrainingData, cfg: TorchPPOConfig) ->
 
 def _head_grad_norms(net: TorchActorCritic) -> dict[str, torch.Tensor]:
     modules = list(net.policy_heads) + [net.value_head]
-    names = contracts.ACTION_HEADS + ("value",)
+    names = ACTION_HEADS + ("value",)
     return {
         f"grad_norm_{name}": torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in module.parameters()]))
         for name, module in zip(names, modules)

@@ -44,6 +44,7 @@ import torch
 
 from esper_fx.config import POLICY_DEVICE
 from esper_fx.devices import jax_gpus, policy_devices
+from bridge.jax_env import ensure_jax_env
 from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, CommandParser, ConfigError
 from esper_fx.errors import DeviceUnavailableError
 
@@ -153,6 +154,7 @@ def _unwritable(path: Path) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    ensure_jax_env(warn=False)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -251,7 +253,7 @@ def check_jax_memory(ctx: Context) -> str:
 
 
 def _zero_copy_both_ways(device: torch.device) -> str:
-    from bridge import to_jax, to_torch
+    from bridge.dlpack import to_jax, to_torch
 
     tensors = {"f": torch.arange(64, dtype=torch.float32, device=device) * 0.5,
                "i": torch.arange(64, dtype=torch.int32, device=device),
@@ -274,7 +276,7 @@ def check_handoff_cpu(ctx: Context) -> str:
 
 
 def check_same_gpu(ctx: Context) -> str:
-    from bridge import to_jax
+    from bridge.dlpack import to_jax
 
     tensor = torch.ones(8, device=ctx.torch_device)
     array = to_jax(tensor).tree
@@ -292,7 +294,7 @@ def _slow_ones(device: torch.device) -> torch.Tensor:
 
 
 def check_handoff_cuda(ctx: Context) -> str:
-    from bridge import to_jax, to_torch
+    from bridge.dlpack import to_jax, to_torch
 
     detail = _zero_copy_both_ways(ctx.torch_device)
     side = torch.cuda.Stream(ctx.torch_device)
@@ -337,7 +339,7 @@ def _actions(pool, op: int) -> torch.Tensor:
 
 def _epochs(pool, epochs: int) -> list[dict]:
     """Germinate in r0c1, then wait; the signals of every epoch."""
-    from esper_fx.contracts import LifecycleOp
+    from esper_fx.contracts.actions import LifecycleOp
 
     out = []
     for t in range(epochs):
@@ -429,6 +431,7 @@ def _restored(ctx: Context, device: Any) -> tuple[dict, dict]:
     """The CLI run's checkpoint restored with a template on `device`, and the manifest."""
     from esper_fx.outputs import checkpoint as ckpt
     from esper_fx.controllers import protocol as ctl
+    from esper_fx.controllers import registry
     from esper_fx.config import TrainingConfig
     from esper_fx.training.run_state import fresh_learner
 
@@ -437,7 +440,7 @@ def _restored(ctx: Context, device: Any) -> tuple[dict, dict]:
     manifest = ckpt.read_manifest(ctx.cli_run)
     config = TrainingConfig.from_dict(manifest["config"])
     spec = ctl.ControllerSpec.from_config(config)
-    template = fresh_learner(ctl.build(config.controller_name, spec), spec, config.seed, device)._asdict()
+    template = fresh_learner(registry.build(config.controller_name, spec), spec, config.seed, device)._asdict()
     return ckpt.load_trees(manifest, template), manifest
 
 

@@ -1,13 +1,16 @@
-"""The command line built from the config: the flags generated from `TrainingConfig`'s fields,
-`--set KEY=VALUE` (train and prove), and README's flag table. The parser base is `esper_fx.errors.CommandParser`.
+"""The command line built from the config: the flags generated from the fields of `TrainingConfig` and of
+its nested configs, `--set KEY=VALUE` (train and prove), and README's flag table. The parser base is
+`esper_fx.errors.CommandParser`.
 
-Each configuration field a user sets from the command line is declared once, in `esper_fx.config`, with
-`option(default, help, flag=..., metavar=..., resume=...)`; `add_field_flags` turns those declarations
-into argparse flags (the type, the number of values and the switch direction read from the field's
-annotation and default), `field_values` reads them back, and `flag_table` renders README's table from the
-same parser. We generate the flags ourselves rather than with a library such as tyro: none is installed,
-the project adds no dependency for a few dozen lines, and today's flag spellings (`--episodes`,
-`--data-dir`, `--no-tensorboard`) are a contract that a generic tool would rename.
+Every setting is declared once, on its field, with `rl.config.option(default, help, flag=..., metavar=...,
+resume=...)`: the run's in `esper_fx.config`, the nested configs' (`ppo`, `reward`, `heuristic`, `oracle`)
+in `rl.config`. `add_field_flags` turns those declarations into argparse flags, one argument group per config
+(the number of values and the switch direction read from the field's annotation and default; a nested one is
+`--group.key`, the dashed `--set` key), `field_values` reads them back through the same reading and key
+resolution as `--set` (`_set_value`, `_put`), and `flag_table` renders README's table from the same parser.
+We generate the flags ourselves rather than with a library such as tyro: none is installed, the project adds
+no dependency for a few dozen lines, and today's flag spellings (`--episodes`, `--data-dir`,
+`--no-tensorboard`) are a contract that a generic tool would rename.
 
     python -m esper_fx.cli.flag_table      # print README's flag table for `python -m esper_fx.train`
 
@@ -20,16 +23,30 @@ import argparse
 import json
 import types
 import typing
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
-from esper_fx.config import FLAT_GROUPS, GROUP_OF_KEY, HeuristicConfig, OracleConfig, TrainingConfig
+from esper_fx.config import FLAT_KEYS, GROUP_OF_KEY, HeuristicConfig, OracleConfig, TrainingConfig
 from esper_fx.errors import ConfigError, with_markdown_help
 from rl.config import field_names
 
 # The nested sections set key by key with `--set section.key=VALUE`, merged onto the base config's section.
 SECTIONS: Mapping[str, type] = {"heuristic": HeuristicConfig, "oracle": OracleConfig}
+# The config's groups as the command line shows them, in order: the run's own fields ("run"), then each nested
+# config (a field of TrainingConfig), each with the dataclass that declares its fields and the fields settable
+# from the command line (the reward's: its settings; its other fields are constants or taken from the run).
+RUN = "run"
+NESTED: Mapping[str, type] = {f.name: f.default_factory for f in fields(TrainingConfig)
+                              if f.default_factory is not MISSING}
+GROUP_FIELDS: Mapping[str, tuple[str, ...]] = {
+    RUN: tuple(name for name in field_names(TrainingConfig) if name not in NESTED),
+    **{name: FLAT_KEYS.get(name, field_names(cls)) for name, cls in NESTED.items()},
+}
+GROUP_HELP: Mapping[str, str] = {
+    RUN: "the run's own fields",
+    **{f.name: f.metadata["help"] for f in fields(TrainingConfig) if f.name in NESTED},
+}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -39,36 +56,46 @@ SECTIONS: Mapping[str, type] = {"heuristic": HeuristicConfig, "oracle": OracleCo
 
 @dataclass(frozen=True)
 class FieldFlag:
-    """One field's flag, as declared on the field (`esper_fx.config.option`)."""
+    """One setting's flag, as declared on its field (`rl.config.option`)."""
 
-    field: str
+    group: str  # "run", or the nested config holding the field ("ppo", "reward", ...)
+    field: str  # the field's name in its dataclass
+    key: str  # its `--set` key and the flag's dest: `field` for the run's, `group.field` for a nested one
     flag: str
     help: str
     metavar: str | None
     kind: str  # "value" (one value), "list" (one or more), "switch_on" / "switch_off" (no value)
-    type: type
+    text: bool  # the value is a string, taken as given; any other value is read as JSON, as `--set` reads it
     resume: bool
 
 
-def field_flags(cls: type = TrainingConfig) -> tuple[FieldFlag, ...]:
-    """Every field of `cls` declared with a help text, in declaration order."""
+def field_flags(group: str | None = None) -> tuple[FieldFlag, ...]:
+    """The flag of every settable field (of one group, or of all), in the groups' order, then declaration order."""
+    return tuple(ff for name in GROUP_FIELDS if group in (None, name) for ff in _group_flags(name))
+
+
+def _group_flags(group: str) -> tuple[FieldFlag, ...]:
+    cls = TrainingConfig if group == RUN else NESTED[group]
     hints = typing.get_type_hints(cls)
-    return tuple(_field_flag(f, hints[f.name]) for f in fields(cls) if f.metadata.get("help"))
+    return tuple(_field_flag(group, f, hints[f.name]) for f in fields(cls) if f.name in GROUP_FIELDS[group])
 
 
-def _field_flag(f: Any, hint: Any) -> FieldFlag:
+def _field_flag(group: str, f: Any, hint: Any) -> FieldFlag:
     meta = f.metadata
     base = _without_none(hint)
-    if base is bool:
+    key = f.name if group == RUN else f"{group}.{f.name}"
+    dashed = "--" + key.replace("_", "-")
+    metavar = meta.get("metavar") or _default_metavar(base)
+    if base is bool and group == RUN:
         kind = "switch_off" if f.default else "switch_on"
-        default_flag = ("--no-" if f.default else "--") + f.name.replace("_", "-")
+        default_flag = "--no-" + dashed[2:] if f.default else dashed
         metavar = None
     else:
         kind = "list" if typing.get_origin(base) is tuple else "value"
-        default_flag = "--" + f.name.replace("_", "-")
-        metavar = meta.get("metavar") or _default_metavar(base)
-    return FieldFlag(field=f.name, flag=meta.get("flag") or default_flag, help=meta["help"], metavar=metavar,
-                     kind=kind, type=int if base is int else str, resume=bool(meta.get("resume")))
+        default_flag = dashed
+    text = isinstance(base, type) and issubclass(base, str)
+    return FieldFlag(group=group, field=f.name, key=key, flag=meta.get("flag") or default_flag, help=meta["help"],
+                     metavar=metavar, kind=kind, text=text, resume=bool(meta.get("resume")))
 
 
 def _without_none(hint: Any) -> Any:
@@ -82,36 +109,54 @@ def _without_none(hint: Any) -> Any:
 def _default_metavar(base: Any) -> str:
     if isinstance(base, type) and issubclass(base, Enum):
         return "|".join(str(member.value) for member in base)
-    return "N" if base is int else "VALUE"
+    if base is bool:
+        return "true|false"
+    return {int: "N", float: "X"}.get(base, "VALUE")
 
 
 def add_field_flags(parser: argparse.ArgumentParser, names: Iterable[str] | None = None) -> None:
-    """Add the flags of the declared fields (all, or those in `names`); an unset flag parses as None."""
+    """Add the flags of the settable fields, one argument group per config group (all flags, or those whose
+    key is in `names`); an unset flag parses as None."""
     wanted = None if names is None else set(names)
-    for ff in field_flags():
-        if wanted is not None and ff.field not in wanted:
+    for group in GROUP_FIELDS:
+        flags = [ff for ff in field_flags(group) if wanted is None or ff.key in wanted]
+        if not flags:
             continue
-        if ff.kind.startswith("switch"):
-            kwargs = {"action": "store_true" if ff.kind == "switch_on" else "store_false"}
-        else:
-            kwargs = {"type": ff.type, "metavar": ff.metavar, "nargs": "+" if ff.kind == "list" else None}
-        with_markdown_help(parser.add_argument, (ff.flag,), {"dest": ff.field, "default": None, "help": ff.help,
-                                                               **kwargs})
+        section = parser.add_argument_group(group, _group_description(group))
+        for ff in flags:
+            if ff.kind.startswith("switch"):
+                kwargs = {"action": "store_true" if ff.kind == "switch_on" else "store_false"}
+            else:
+                kwargs = {"metavar": ff.metavar, "nargs": "+" if ff.kind == "list" else None}
+            with_markdown_help(section.add_argument, (ff.flag,), {"dest": ff.key, "default": None, "help": ff.help,
+                                                                   **kwargs})
+
+
+def _group_description(group: str) -> str:
+    return _group_heading(group).replace("`", "").replace("%", "%%")
 
 
 def field_values(args: argparse.Namespace) -> dict[str, Any]:
-    """The fields whose flags were given, as {field: value}."""
-    return {ff.field: getattr(args, ff.field) for ff in field_flags()
-            if getattr(args, ff.field, None) is not None}
+    """The settings whose flags were given, as config changes (the shape `parse_sets` gives): each value read
+    as `--set` reads it (a string field's value as given) and put where `--set` puts it."""
+    out: dict[str, Any] = {}
+    for ff in field_flags():
+        raw = getattr(args, ff.key, None)
+        if raw is None:
+            continue
+        value = raw if ff.text or ff.kind != "value" else _set_value(ff.key, raw)
+        _put(out, ff.key, value, f"{ff.flag} {raw}")
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
 # --set KEY=VALUE
 # ----------------------------------------------------------------------------------------------
 
-SET_HELP = ("set any config field: a flat key (`lr=1e-3`, `reward_family=accuracy`, `max_train_batches=8`), "
-            "a PPO or reward key under its group (`ppo.gamma=0.9`), or a key of a nested section "
-            "(`oracle.slot=r0c1`, `heuristic.blend=linear`); VALUE is read as JSON, else as a string; repeatable")
+SET_HELP = ("set any config field: a field of the run (`max_train_batches=8`), a key of a nested config "
+            "(`ppo.gamma=0.9`, `reward.reward_family=accuracy`, `oracle.slot=r0c1`, `heuristic.blend=linear`); a "
+            "PPO or reward key may drop its group (`lr=1e-3`), as in a config file; VALUE is read as JSON, else "
+            "as a string; repeatable")
 
 
 def add_set_option(parser: argparse.ArgumentParser) -> None:
@@ -128,18 +173,24 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set expects KEY=VALUE (got {_shown(item)})")
-        value = _set_value(key, raw)
-        section, dot, name = key.partition(".")
-        if not dot:
-            _check_key(key, item)
-            out[key] = value
-        elif section in SECTIONS and name in field_names(SECTIONS[section]):
-            out.setdefault(section, {})[name] = value
-        elif section in FLAT_GROUPS and GROUP_OF_KEY.get(name) == section:
-            out[name] = value
-        else:
-            raise ConfigError(f"--set {item}: unknown config key {key!r}")
+        _put(out, key, _set_value(key, raw), f"--set {item}")
     return out
+
+
+def _put(out: dict[str, Any], key: str, value: Any, given: str) -> None:
+    """Put one setting into the config changes `out`, at the key the config takes: a section's key nested
+    ({section: {key: value}}), a PPO or reward key flat (the config's JSON key: `ppo.lr` and its alias `lr`
+    are one key, `lr`), any other field as itself. Raises ConfigError (naming `given`) for an unknown key."""
+    section, dot, name = key.partition(".")
+    if not dot:
+        _check_key(key, given)
+        out[key] = value
+    elif section in SECTIONS and name in field_names(SECTIONS[section]):
+        out.setdefault(section, {})[name] = value
+    elif section in FLAT_KEYS and GROUP_OF_KEY.get(name) == section:
+        out[name] = value
+    else:
+        raise ConfigError(f"{given}: unknown config key {key!r}")
 
 
 def _set_value(key: str, raw: str) -> Any:
@@ -161,11 +212,11 @@ def _shown(text: str, limit: int = 40) -> str:
     return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
 
 
-def _check_key(key: str, item: str) -> None:
-    if key in GROUP_OF_KEY or (key in field_names(TrainingConfig) and key not in FLAT_GROUPS):
+def _check_key(key: str, given: str) -> None:
+    if key in GROUP_OF_KEY or key in GROUP_FIELDS[RUN] or key in SECTIONS:
         return
-    raise ConfigError(f"--set {item}: unknown config key {key!r} (a field of TrainingConfig, a PPO or reward "
-                      f"key such as 'lr', or section.key for {', '.join(SECTIONS)})")
+    raise ConfigError(f"{given}: unknown config key {key!r} (a field of TrainingConfig, a PPO or reward "
+                      f"key such as 'ppo.lr', or section.key for {', '.join(SECTIONS)})")
 
 
 def with_sections(base: TrainingConfig, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -187,18 +238,26 @@ def with_sections(base: TrainingConfig, changes: Mapping[str, Any]) -> dict[str,
 
 
 def flag_table(parser: argparse.ArgumentParser) -> str:
-    """The parser's options as README's markdown table: flag, the config field it sets (— for options of the
-    command itself), whether it may change on `--resume`, and its help."""
-    by_field = {ff.field: ff for ff in field_flags()}
+    """The parser's options as README's markdown table, a row per option and a heading row per config group:
+    flag, the config key it sets (its `--set` key; — for options of the command itself), whether it may change
+    on `--resume`, and its help."""
+    by_key = {ff.key: ff for ff in field_flags()}
     rows = ["| flag | field | on `--resume` | meaning |", "|---|---|---|---|"]
-    for action in parser._actions:  # argparse keeps no public list of its actions
-        if isinstance(action, argparse._HelpAction) or not action.option_strings:
-            continue
-        ff = by_field.get(action.dest)
-        resume = "may change" if ff is not None and ff.resume else ""
-        meaning = getattr(action, "markdown_help", None) or action.help or ""
-        rows.append(f"| {_flag_cell(action)} | {ff.field if ff else '—'} | {resume} | {_escape(meaning)} |")
+    for group in parser._action_groups:  # argparse keeps no public list of its groups and actions
+        if group.title in GROUP_FIELDS:
+            rows.append(f"| **{group.title}** | | | {_escape(_group_heading(group.title))} |")
+        for action in group._group_actions:
+            if isinstance(action, argparse._HelpAction) or not action.option_strings:
+                continue
+            ff = by_key.get(action.dest)
+            resume = "may change" if ff is not None and ff.resume else ""
+            meaning = getattr(action, "markdown_help", None) or action.help or ""
+            rows.append(f"| {_flag_cell(action)} | {ff.key if ff else '—'} | {resume} | {_escape(meaning)} |")
     return "\n".join(rows)
+
+
+def _group_heading(group: str) -> str:
+    return GROUP_HELP[group] if group == RUN else f"{GROUP_HELP[group]}; also `--set {group}.KEY=VALUE`"
 
 
 def _flag_cell(action: argparse.Action) -> str:

@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from bridge.jax_env import ensure_jax_env
 from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
 from esper_fx.config import AUTO, PRESET_NAMES, SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, default_tuning_seeds
@@ -49,7 +50,7 @@ from esper_fx.errors import EXIT_OK, CommandParser, ConfigError
 from esper_fx.evaluation.seed_sets import MAX_EVAL_SEEDS
 from esper_fx.outputs.checkpoint import SHAPE_FIELDS, CheckpointError
 from esper_fx.outputs.provenance import collect, run_devices
-from esper_fx.training.stopping import deferred_stops, exit_code, sigterm_stops, stop_signal
+from esper_fx.stopping import deferred_stops, exit_code, sigterm_stops, stop_signal
 
 NAME = "esper_fx.prove"
 DEFAULT_ARMS = ("ppo", "wait", "random", "heuristic", "oracle", "static_final")
@@ -96,8 +97,7 @@ def build_parser() -> CommandParser:
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/prove-<preset>-<UTC time>)")
     p.add_argument("--json", metavar="PATH", help="JSON results (default <out>/prove.json)")
     p.add_argument("--quiet", action="store_true", help="only the final table")
-    add_field_flags(p.add_argument_group("configuration fields (any other: --set KEY=VALUE)"),
-                    ("n_episodes", "seed", "device", "env_workers", "ray_address", "data_root"))
+    add_field_flags(p, ("n_episodes", "seed", "device", "env_workers", "ray_address", "data_root"))
     return p
 
 
@@ -257,7 +257,7 @@ def check_outputs(out: Path, json_path: Path | None) -> None:
 def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict[str, Any]:
     """Arm name -> a `compare` arm. Learned arms share one trained policy (trained once). Every arm is
     checked against the configuration here (e.g. the oracle's schedule against the enabled slots)."""
-    from esper_fx.controllers.registry import REGISTRY
+    from esper_fx.controller_names import NAMES
     from esper_fx.evaluation.arms import STATIC_FINAL, Trained
     from esper_fx.evaluation.fair_controls import BEST_FIXED, STATIC_MATCHED
 
@@ -277,11 +277,11 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict
             arms[name] = name
         else:
             try:
-                REGISTRY.canonical(name)
+                NAMES.canonical(name)
             except ValueError:
                 raise ProveError(f"unknown arm {name!r}: use ppo, ppo_sampled, static_final, static_matched, "
                                  f"best_fixed or a controller name "
-                                 f"{REGISTRY.choices()}") from None
+                                 f"{NAMES.choices()}") from None
             try:
                 config.replace(controller=name)
             except (ValueError, TypeError) as exc:
@@ -318,6 +318,7 @@ def out_dir(args: argparse.Namespace) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     """The exit code of one command line: 0 done, 2 a bad input (one line, nothing written), 1 a run that
     cannot go on, 130 / 143 stopped by Ctrl-C / SIGTERM (prove.json of the finished episodes written)."""
+    ensure_jax_env(warn=False)
     with sigterm_stops():
         try:
             args = build_parser().parse_args(argv)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from bridge.jax_env import ensure_jax_env
 from esper_fx.training import compile_cache
 from esper_fx.outputs.run_names import default_run_dir
 from esper_fx.cli.run import config_summary, run_from_cli  # noqa: F401 (config_summary re-exported)
@@ -24,7 +25,7 @@ from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, p
 from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths
 from esper_fx.errors import CommandParser, ConfigError
 from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
-from esper_fx.training.stopping import exit_code, sigterm_stops, stop_signal
+from esper_fx.stopping import exit_code, sigterm_stops, stop_signal
 
 NAME = "esper_fx.train"
 DEFAULT_PRESET = "quickstart"
@@ -47,7 +48,7 @@ def build_parser() -> CommandParser:
                    help=f"where the compilation cache lives (also `{compile_cache.ENV_DIR}`; default "
                         f"`~/.cache/{cache_dir}`, or `$XDG_CACHE_HOME/{cache_dir}`)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
-    add_field_flags(p.add_argument_group("configuration fields (any other: --set KEY=VALUE)"))
+    add_field_flags(p)
     return p
 
 
@@ -139,6 +140,7 @@ def _resumed(path: str) -> tuple[TrainingConfig, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """The exit code of one command line (see `esper_fx.cli.run`). SIGTERM is taken like Ctrl-C from the
     start: a run stopped at any point ends with a message, never a traceback."""
+    ensure_jax_env(warn=False)
     with sigterm_stops():
         try:
             config, args = resolve_config(argv)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import ACTION_HEADS, BLEND_NAMES, DEFAULT_TEMPO, HEAD_SLOT, TEMPO_NAMES, LifecycleOp
+from esper_fx.contracts.stages import SeedStage
 from esper_fx.controllers.protocol import Controller, ControllerSpec
 from rl.config import MASKED_LOGIT
 
@@ -25,8 +26,8 @@ def wait_actions(signals) -> jax.Array:
     """Op WAIT on the first enabled slot; blueprint 1, blend 0 and the standard tempo (irrelevant for WAIT)."""
     slot = first_true(signals["mask_slot"])
     ones = jnp.ones_like(slot)
-    return jnp.stack([slot, ones, jnp.zeros_like(slot), jnp.full_like(slot, int(contracts.LifecycleOp.WAIT)),
-                      jnp.full_like(slot, contracts.DEFAULT_TEMPO)], -1)
+    return jnp.stack([slot, ones, jnp.zeros_like(slot), jnp.full_like(slot, int(LifecycleOp.WAIT)),
+                      jnp.full_like(slot, DEFAULT_TEMPO)], -1)
 
 
 def uniform_masked_sample(key: jax.Array, mask: jax.Array) -> jax.Array:
@@ -38,12 +39,12 @@ def uniform_masked_sample(key: jax.Array, mask: jax.Array) -> jax.Array:
 def random_actions(signals, key: jax.Array) -> jax.Array:
     """Uniform over the allowed entries of each head; the op first, then the slot among those the op can act
     on (`mask_slot_op`, when the signals carry it)."""
-    keys = jax.random.split(key, len(contracts.ACTION_HEADS))
-    heads = {h: uniform_masked_sample(k, signals[f"mask_{h}"]) for k, h in zip(keys, contracts.ACTION_HEADS)}
+    keys = jax.random.split(key, len(ACTION_HEADS))
+    heads = {h: uniform_masked_sample(k, signals[f"mask_{h}"]) for k, h in zip(keys, ACTION_HEADS)}
     if "mask_slot_op" in signals:
         by_op = jnp.take_along_axis(signals["mask_slot_op"], heads["op"][:, None, None], axis=1)[:, 0]
-        heads["slot"] = uniform_masked_sample(keys[contracts.HEAD_SLOT], by_op)
-    return jnp.stack([heads[h] for h in contracts.ACTION_HEADS], axis=-1)
+        heads["slot"] = uniform_masked_sample(keys[HEAD_SLOT], by_op)
+    return jnp.stack([heads[h] for h in ACTION_HEADS], axis=-1)
 
 
 def build_wait(spec: ControllerSpec) -> Controller:
@@ -62,16 +63,16 @@ def build_random(spec: ControllerSpec) -> Controller:
 
 
 def oracle_actions(signals, slot: int, blueprint: int, blend: int, germinate_epoch: int,
-                   tempo: int = contracts.DEFAULT_TEMPO) -> jax.Array:
+                   tempo: int = DEFAULT_TEMPO) -> jax.Array:
     """GERMINATE (slot, blueprint, blend, tempo) at `germinate_epoch` into an empty slot; FOSSILIZE that slot
     whenever it holds a PROBATIONARY seed; WAIT otherwise. Never CULL. Indices are head indices."""
     epoch = jnp.asarray(signals["epoch"])
     empty = ~jnp.asarray(signals["slot_occupied"])[:, slot]
     stage = jnp.asarray(signals["slot_stage"])[:, slot]
-    germinate = (epoch == germinate_epoch) & empty & signals["mask_op"][:, int(contracts.LifecycleOp.GERMINATE)]
-    fossilize = (stage == int(contracts.SeedStage.PROBATIONARY)) & signals["mask_op"][:, int(contracts.LifecycleOp.FOSSILIZE)]
-    op = jnp.where(germinate, int(contracts.LifecycleOp.GERMINATE),
-                   jnp.where(fossilize, int(contracts.LifecycleOp.FOSSILIZE), int(contracts.LifecycleOp.WAIT)))
+    germinate = (epoch == germinate_epoch) & empty & signals["mask_op"][:, int(LifecycleOp.GERMINATE)]
+    fossilize = (stage == int(SeedStage.PROBATIONARY)) & signals["mask_op"][:, int(LifecycleOp.FOSSILIZE)]
+    op = jnp.where(germinate, int(LifecycleOp.GERMINATE),
+                   jnp.where(fossilize, int(LifecycleOp.FOSSILIZE), int(LifecycleOp.WAIT)))
     column = lambda v: jnp.full_like(epoch, v)  # noqa: E731
     return jnp.stack([column(slot), column(blueprint), column(blend), op, column(tempo)], -1).astype(jnp.int32)
 
@@ -80,8 +81,8 @@ def build_oracle(spec: ControllerSpec) -> Controller:
     """`oracle`: the schedule of `config.oracle` (slot, blueprint, blend, germinate_epoch, tempo)."""
     cfg, config = spec.config.oracle, spec.config
     cfg.check_against(config.enabled_slots, spec.menu, spec.max_epochs)
-    indices = (config.slot_ids.index(cfg.slot), spec.menu.index(cfg.blueprint), contracts.BLEND_NAMES.index(cfg.blend),
-               cfg.germinate_epoch, contracts.TEMPO_NAMES.index(cfg.tempo))
+    indices = (config.slot_ids.index(cfg.slot), spec.menu.index(cfg.blueprint), BLEND_NAMES.index(cfg.blend),
+               cfg.germinate_epoch, TEMPO_NAMES.index(cfg.tempo))
     return Controller(name="oracle",
                       act=lambda state, carry, signals, key: (oracle_actions(signals, *indices), {}, carry))
 

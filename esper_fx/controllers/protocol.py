@@ -1,4 +1,4 @@
-"""Controllers as bundles of pure JAX functions, and the registry that names them (ARCHITECTURE §3).
+"""Controllers as bundles of pure JAX functions (ARCHITECTURE §3); `controllers/registry.py` names them.
 
 A controller bundle has five functions over pytrees:
 
@@ -8,13 +8,13 @@ A controller bundle has five functions over pytrees:
     value(state, carry, signals)         -> [E] float32  (bootstrap at truncation)
     update(state, rollout, key)          -> (new_state, metrics)
 
-`signals` is the host's signals pytree (esper_fx.contracts.SIGNAL_FIELDS) as jax arrays, plus
+`signals` is the host's signals pytree (esper_fx.contracts.signals.SIGNAL_FIELDS) as jax arrays, plus
 "obs_norm": the observation normalised with the run's frozen statistics. `aux` carries per-head
 log-probs [E, 5] ("log_probs") and values [E] ("value") for learning controllers.
 
-The registry (`esper_fx.controllers.registry`, jax-free so the configuration can check names) maps names
-to constructors `constructor(spec) -> Controller`; `get(name)` returns the constructor,
-`build(name_or_bundle, spec)` a ready bundle, `register(name, constructor)` adds one. The built-in
+The registry (`esper_fx.controllers.registry`; its names in `esper_fx/controller_names.py`, which the configuration
+reads without jax) maps names to constructors `constructor(spec) -> Controller`; `get(name)` returns the
+constructor, `build(name_or_bundle, spec)` a ready bundle, `register(name, constructor)` adds one. The built-in
 bundles: `wait` and `random` (baselines), `oracle` (a fixed growth schedule) and `static_final` (a static
 architecture) in `esper_fx.controllers.baselines`, `ppo_lstm` / `ppo_mlp` in `esper_fx.controllers.ppo`, `heuristic` in
 `esper_fx.controllers.heuristic`.
@@ -28,9 +28,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import head_sizes
 from esper_fx.config import TrainingConfig
-from esper_fx.controllers.registry import REGISTRY, Constructor
 
 
 class ControllerSpec(NamedTuple):
@@ -55,7 +54,7 @@ class ControllerSpec(NamedTuple):
 
     @property
     def head_sizes(self) -> tuple[int, int, int, int]:
-        return contracts.head_sizes(self.num_slots, self.num_blueprints)
+        return head_sizes(self.num_slots, self.num_blueprints)
 
 
 def _no_update(state, rollout, key):
@@ -102,38 +101,3 @@ def make_controller(act: Callable, init: Callable | None = None, name: str = "cu
 
     return Controller(name=name, act=full_act, init=init or _no_state)
 
-
-# ----------------------------------------------------------------------------------------------
-# The registry's public face
-# ----------------------------------------------------------------------------------------------
-
-
-def get(name: str) -> Constructor:
-    """The constructor registered under `name` (`ppo` is an alias of `ppo_lstm`)."""
-    return REGISTRY.get(name)
-
-
-def register(name: str, constructor: Constructor | Controller) -> None:
-    """Register a constructor `spec -> Controller` (or a ready Controller bundle) under `name`."""
-    if isinstance(constructor, Controller):
-        bundle = constructor
-        constructor = lambda spec, _b=bundle: _b  # noqa: E731 - a ready bundle ignores the spec
-    REGISTRY.register(name, constructor)
-
-
-def names() -> list[str]:
-    return REGISTRY.names()
-
-
-def build(controller: str | Controller | Constructor, spec: ControllerSpec) -> Controller:
-    """Resolve a name, a constructor or a bundle into a ready Controller for `spec`."""
-    if isinstance(controller, Controller):
-        return controller
-    if isinstance(controller, str):
-        return get(controller)(spec)
-    if callable(controller):
-        bundle = controller(spec)
-        if not isinstance(bundle, Controller):
-            raise TypeError(f"controller constructor returned {type(bundle).__name__}, expected Controller")
-        return bundle
-    raise TypeError(f"controller must be a name, a Controller or a constructor (got {controller!r})")

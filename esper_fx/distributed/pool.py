@@ -27,11 +27,11 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from esper_fx.contracts import NUM_HEADS
+from esper_fx.contracts.actions import NUM_HEADS
 from esper_fx.errors import DeviceUnavailableError, RunFailure, SetupError
 from esper_fx.distributed.runtime import RaySession, RayStartError, require_ray  # noqa: F401 (re-exported)
 from esper_fx.distributed.worker import EnvWorker, WorkerStep, worker_settings
-from esper_fx.training.stopping import deferred_stops, stops_kept
+from esper_fx.stopping import deferred_stops, stops_kept
 from hosts.env import ApplyResult
 from hosts.settings import PoolSettings
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from esper_fx.errors import SetupError
-from esper_fx.training.stopping import deferred_stops
+from esper_fx.stopping import deferred_stops
 from esper_fx.distributed import reaper
 from esper_fx.distributed.auto import usable_cores  # the cores `auto` counts: the process's affinity
 

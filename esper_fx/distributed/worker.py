@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from bridge.jax_env import ensure_jax_env
 from esper_fx.errors import DataError, SetupError
 from hosts.data.external import DatasetUnavailableError
 from hosts.env import EnvPool
@@ -85,6 +86,7 @@ class EnvWorker:
     """Built by Ray as an actor (`ray.remote(EnvWorker)`); every method is one round trip."""
 
     def __init__(self, settings: PoolSettings, env_ids: tuple[int, ...], torch_threads: int, nan_faults=()) -> None:
+        ensure_jax_env(warn=False)
         torch.set_num_threads(torch_threads)  # the driver's count: CPU kernels then sum in the same order
         self.setup_error: SetupError | None = None
         try:

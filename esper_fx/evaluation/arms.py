@@ -86,10 +86,11 @@ def _arm_spec(name: str, arm: Any) -> Mapping[str, Any]:
 def _bundle(spec: Mapping[str, Any], config: TrainingConfig) -> tuple[TrainingConfig, Any]:
     """(the arm's config, its controller bundle) of an arm that is not a `Trained`."""
     from esper_fx.controllers import protocol as ctl
+    from esper_fx.controllers import registry
 
     arm_config = config.replace(**dict(spec.get("config") or {}))
     controller = spec.get("controller", arm_config.controller_name)
-    return arm_config, ctl.build(controller, ctl.ControllerSpec.from_config(arm_config))
+    return arm_config, registry.build(controller, ctl.ControllerSpec.from_config(arm_config))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+from bridge.jax_env import ensure_jax_env
 from esper_fx.config import TrainingConfig
 from esper_fx.evaluation.arm_runner import episode_runner, evaluation_episodes, run_arms
 from esper_fx.evaluation.arms import is_control, per_seed_arms
@@ -73,6 +74,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     `fair_controls.default_tuning_seeds(config)`). `train_seeds`: one trained controller per seed
     (`per_seed_arms`), pairs within each seed and the aggregate across them (`table.aggregate`).
     """
+    ensure_jax_env(warn=False)
     if not arms:
         raise ValueError("compare needs at least one arm")
     seeds = check_seeds(seeds)

@@ -25,9 +25,12 @@ import numpy as np
 
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
+from esper_fx.controllers import registry
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import EventType, growth_name, signal_columns
+from esper_fx.contracts.actions import growth_name
+from esper_fx.contracts.events import EventType
+from esper_fx.contracts.signals import signal_columns
 from esper_fx.devices import RunDevices
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.training.epoch import BatchTally, Runner, resolve_reward_fn, run_epoch
@@ -80,7 +83,7 @@ class Episode:
 
 def germinations(events: Sequence[Any]) -> tuple[str, ...]:
     """The episode's growth decisions from its events, each named as a fixed schedule is
-    (`contracts.growth_name`: "slot=blueprint/blend@epoch", the tempo after the blend unless standard)."""
+    (`contracts.actions.growth_name`: "slot=blueprint/blend@epoch", the tempo after the blend unless standard)."""
     return tuple(growth_name(e.slot_id, e.data.get("blueprint"), e.data.get("blend"), e.epoch, e.data.get("tempo"))
                  for e in events if e.event_type == EventType.SEED_GERMINATED)
 
@@ -119,7 +122,7 @@ class Arm:
               **kwargs: Any) -> "Arm":
         """A registered (or given) non-learning controller under `config`."""
         spec = ctl.ControllerSpec.from_config(episode_config(config, config.seed))
-        bundle = ctl.build(controller if controller is not None else name, spec)
+        bundle = registry.build(controller if controller is not None else name, spec)
         if bundle.learns:
             raise ValueError(f"arm {name!r}: a learning controller is evaluated through Arm.trained")
         return cls(name, config, bundle, **kwargs)
@@ -127,7 +130,7 @@ class Arm:
     @classmethod
     def trained(cls, name: str, config: TrainingConfig, policy: Policy, *, greedy: bool = True) -> "Arm":
         """A trained PPO controller (built from `config`, the training configuration), frozen."""
-        bundle = ctl.build(config.controller_name, ctl.ControllerSpec.from_config(config))
+        bundle = registry.build(config.controller_name, ctl.ControllerSpec.from_config(config))
         return cls(name, config, frozen(bundle, greedy=greedy), policy=policy)
 
     def run(self, seed: int) -> Episode:
@@ -189,7 +192,7 @@ def load_policy(path: str | os.PathLike) -> tuple[TrainingConfig, Policy]:
     ckpt.check_heads(manifest)
     config = TrainingConfig.from_saved(manifest["config"])
     spec = ctl.ControllerSpec.from_config(config)
-    bundle = ctl.build(config.controller_name, spec)
+    bundle = registry.build(config.controller_name, spec)
     if not bundle.learns:
         raise ValueError(f"{path}: the run's controller {bundle.name!r} does not learn; there is no policy to load")
     template = fresh_learner(bundle, spec, config.seed)

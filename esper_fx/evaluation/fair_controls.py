@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import BLEND_NAMES, TEMPO_NAMES, growth_name
 from esper_fx.config import TrainingConfig
 from hosts.models.flops import BACKWARD_FACTOR
 
@@ -110,7 +110,7 @@ def schedule_grid(config: TrainingConfig) -> list[dict[str, Any] | None]:
 def schedule_name(schedule: dict[str, Any] | None) -> str:
     if schedule is None:
         return NO_GROWTH
-    return contracts.growth_name(schedule["slot"], schedule["blueprint"], schedule["blend"],
+    return growth_name(schedule["slot"], schedule["blueprint"], schedule["blend"],
                                  schedule["germinate_epoch"], schedule.get("tempo"))
 
 
@@ -128,13 +128,13 @@ def blend_round(table: Sequence[dict[str, Any]], config: TrainingConfig) -> list
     """The second round: each other blend on the BLEND_FINALISTS best growing schedules of `table` (stable
     order: the first of equals, as in the grid)."""
     return [{**config_, "blend": blend} for config_ in _finalists(table)
-            for blend in contracts.BLEND_NAMES if blend != config_["blend"]]
+            for blend in BLEND_NAMES if blend != config_["blend"]]
 
 
 def tempo_round(table: Sequence[dict[str, Any]], config: TrainingConfig) -> list[dict[str, Any]]:
     """The third round: each other tempo the lifecycle allows on the BLEND_FINALISTS best growing schedules
     of `table` (none under the reference's clock, which allows the standard tempo alone)."""
-    tempos = [contracts.TEMPO_NAMES[k] for k in config.lifecycle_timings.tempos]
+    tempos = [TEMPO_NAMES[k] for k in config.lifecycle_timings.tempos]
     if len(tempos) < 2:
         return []
     return [{**config_, "tempo": tempo} for config_ in _finalists(table)
@@ -223,6 +223,6 @@ def fixed_for(task: str) -> str:
 def search_episodes(config: TrainingConfig, tuning_seeds: Sequence[int]) -> int:
     """At most how many episodes the search runs (every round; the later ones may find fewer finalists)."""
     tempos = len(config.lifecycle_timings.tempos)
-    per_seed = (len(schedule_grid(config)) + BLEND_FINALISTS * (len(contracts.BLEND_NAMES) - 1)
+    per_seed = (len(schedule_grid(config)) + BLEND_FINALISTS * (len(BLEND_NAMES) - 1)
                 + BLEND_FINALISTS * (tempos - 1))
     return per_seed * len(tuning_seeds)

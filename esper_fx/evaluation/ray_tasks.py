@@ -20,7 +20,7 @@ from esper_fx.evaluation.episodes import Arm, Episode
 from esper_fx.distributed.pool import get_or_explain
 from esper_fx.distributed.runtime import require_ray
 from esper_fx.distributed.worker import one_gpu_config
-from esper_fx.training.stopping import stops_kept
+from esper_fx.stopping import stops_kept
 
 
 def run_episode(arm: Arm, seed: int, torch_threads: int, gpu: bool = False) -> Episode:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from esper_fx.contracts import ACTION_HEADS
+from esper_fx.contracts.actions import ACTION_HEADS
 from esper_fx.config import TrainingConfig
 from esper_fx.errors import OutputError, ResumeMismatchError, SetupError
 from esper_fx.outputs.durable import fsync_dir, fsync_tree, install_dir, replace_link, write_durably
@@ -496,7 +496,7 @@ def _restore_trees(path: Path, template: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_heads(manifest: Mapping[str, Any]) -> None:
-    """A checkpoint's controller must act with this version's action heads (`contracts.ACTION_HEADS`): one
+    """A checkpoint's controller must act with this version's action heads (`contracts.actions.ACTION_HEADS`): one
     written before the tempo head (BEHAVIOUR §2.14) is refused by name, whatever its controller."""
     saved = tuple(manifest.get("architecture", {}).get("action_heads", FOUR_HEADS))
     if saved != ACTION_HEADS:

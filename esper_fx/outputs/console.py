@@ -8,7 +8,8 @@ import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
 
-from esper_fx.contracts import ACTION_HEADS, EventType
+from esper_fx.contracts.actions import ACTION_HEADS
+from esper_fx.contracts.events import EventType
 from esper_fx.outputs.history import BatchSummary
 from esper_fx.outputs.notebook_bar import NotebookBar, format_duration, in_notebook
 

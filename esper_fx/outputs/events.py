@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from esper_fx.contracts import EventType
+from esper_fx.contracts.events import EventType
 
 EVENTS_NAME = "events.jsonl"  # the event log's name in a run directory (`run_directory`)
 

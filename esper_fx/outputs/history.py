@@ -16,7 +16,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from esper_fx.contracts import EventType, LifecycleOp
+from esper_fx.contracts.actions import LifecycleOp
+from esper_fx.contracts.events import EventType
 
 ROLLING_WINDOW = 10  # batches in the rolling accuracy
 OP_NAMES: tuple[str, ...] = tuple(op.name for op in LifecycleOp)

@@ -28,7 +28,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from esper_fx.contracts import ACTION_HEADS, BLEND_NAMES, TEMPO_NAMES, SeedStage, SlotIdError, sort_slot_ids
+from esper_fx.contracts.actions import ACTION_HEADS, BLEND_NAMES, TEMPO_NAMES
+from esper_fx.contracts.slots import SlotIdError, sort_slot_ids
+from esper_fx.contracts.stages import SeedStage
 from esper_fx.outputs.events import load_events
 from esper_fx.outputs.history import OP_NAMES, BatchSummary, as_summaries
 

@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from bridge.jax_env import ensure_jax_env
 from esper_fx.outputs import plots
 from esper_fx.outputs.checkpoint import CheckpointError, read_manifest
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import SlotIdError, sort_slot_ids
+from esper_fx.contracts.slots import SlotIdError, sort_slot_ids
 from esper_fx.errors import EXIT_OK, CommandParser, ConfigError, OutputError
 from esper_fx.outputs.events import load_events
 from esper_fx.outputs.metrics_csv import read_metrics, summary_from_csv
@@ -425,6 +426,7 @@ def write_report_or_warn(run_dir: str | Path, say: Callable[[str], None] = print
 def main(argv: Sequence[str] | None = None) -> int:
     """0 when every report was written; 2 for a bad command line, a path that holds no run, or a report that
     could not be written (one line each: README's exit-code table)."""
+    ensure_jax_env(warn=False)
     parser = CommandParser("esper_fx.report", description="Write plots/*.png and report.html for run directories "
                                                           "(finished, interrupted or still running).")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")

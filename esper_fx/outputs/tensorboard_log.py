@@ -43,7 +43,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from esper_fx.contracts import BLEND_NAMES, TEMPO_NAMES
+from esper_fx.contracts.actions import BLEND_NAMES, TEMPO_NAMES
 from esper_fx.outputs.history import BatchSummary
 
 TB_SUBDIR = "tb"

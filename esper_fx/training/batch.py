@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import EventType
+from esper_fx.contracts.events import EventType
 from esper_fx.outputs.console import nonfinite_warning, update_warning
 from esper_fx.outputs.events import Event
 from esper_fx.outputs.history import SKIPPED_UPDATE, BatchRecord, BatchSummary, metrics_to_python, summarize_batch

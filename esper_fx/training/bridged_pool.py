@@ -1,15 +1,15 @@
 """The env pool as the loop sees it: packed JAX signals out, actions in (ARCHITECTURE §2).
 
 `BridgedPool` wraps a `hosts.env.EnvPool` or an `esper_fx.distributed.pool.RayEnvPool` (a
-`contracts.EpisodePool`, as it is itself) and does every torch -> jax conversion of an epoch through the DLPack bridge, so the loop never holds
+`contracts.pool.EpisodePool`, as it is itself) and does every torch -> jax conversion of an epoch through the DLPack bridge, so the loop never holds
 a torch tensor:
 
     signals = pool.begin(b, n_active)           # fresh envs for batch b, epoch 1: packed jax signals
     result = pool.step(actions)                 # the epoch's actions [E, 5] (host rows) -> EpochResult
 
-The signals cross as three buffers, one per dtype (`esper_fx.contracts.signal_columns`,
+The signals cross as three buffers, one per dtype (`esper_fx.contracts.signals.signal_columns`,
 `hosts.signals.assembly.pack_signals`): three zero-copy conversions instead of one per field. The jitted
-controller step unpacks them (`contracts.unpack_signals`). The actions come back as host rows: the loop
+controller step unpacks them (`contracts.signals.unpack_signals`). The actions come back as host rows: the loop
 reads the step's one small result array back once and hands its rows on.
 
 The bridge's lifetime rule (keep the torch tensors alive until the JAX computation that reads them has
@@ -23,8 +23,9 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, NamedTuple
 
-from bridge import Handoff, to_jax
-from esper_fx.contracts import EpisodePool, SignalColumn
+from bridge.dlpack import Handoff, to_jax
+from esper_fx.contracts.pool import EpisodePool
+from esper_fx.contracts.signals import SignalColumn
 from hosts.signals.assembly import pack_signals
 
 

@@ -23,7 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import ACTION_HEADS, NUM_HEADS, EpisodePool, SignalColumn, signal_columns, unpack_signals
+from esper_fx.contracts.actions import ACTION_HEADS, NUM_HEADS
+from esper_fx.contracts.pool import EpisodePool
+from esper_fx.contracts.signals import SignalColumn, signal_columns, unpack_signals
 from esper_fx.controllers import protocol as ctl
 from esper_fx.devices import RunDevices
 from esper_fx.errors import ControllerError

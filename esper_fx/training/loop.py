@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import EventType
+from esper_fx.contracts.events import EventType
 from esper_fx.controllers import protocol as ctl
 from esper_fx.outputs.events import Event
 from esper_fx.outputs.history import BatchSummary
@@ -23,7 +23,7 @@ from esper_fx.training import preflight, step
 from esper_fx.training.batch import run_batch
 from esper_fx.training.epoch import Runner
 from esper_fx.training.run_state import LearnerState, Progress, RunState, interrupted, restore, save
-from esper_fx.training.stopping import deferred_stops, stop_signal
+from esper_fx.stopping import deferred_stops, stop_signal
 
 
 def start(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSpec, out: RunLog,

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any, Callable
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import EpisodePool
+from esper_fx.contracts.pool import EpisodePool
 from esper_fx.devices import env_devices, torch_device
 from esper_fx.distributed.auto import choose_workers, fallback_line
 from esper_fx.distributed.worker import data_errors

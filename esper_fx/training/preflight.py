@@ -13,7 +13,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from esper_fx import contracts
+from esper_fx.contracts.tasks import task_data_name
 from esper_fx.config import TrainingConfig
 from esper_fx.distributed.runtime import check_ray_address
 from esper_fx.errors import DataError, ResumeMismatchError, RunDirectoryError
@@ -198,7 +198,7 @@ def check_devices(config: TrainingConfig) -> None:
 
 def check_data_root(config: TrainingConfig) -> None:
     """A task that reads its data from disk needs data_root to be a directory (or not to exist yet)."""
-    if contracts.task_data_name(config.task) not in DISK_TASKS:
+    if task_data_name(config.task) not in DISK_TASKS:
         return
     root = Path(config.data_root)
     if root.exists() and not root.is_dir():

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from bridge.jax_env import ensure_jax_env
 from esper_fx.config import TrainingConfig, absolute_paths
-from esper_fx.contracts import EpisodePool
+from esper_fx.contracts.pool import EpisodePool
 from esper_fx.controllers import protocol as ctl
 from esper_fx.devices import RunDevices
+from esper_fx.controllers import registry
 from esper_fx.outputs import report
 from esper_fx.outputs.closing import closing_lines
 from esper_fx.outputs.console import Console
@@ -40,7 +42,7 @@ from esper_fx.training.epoch import Runner, resolve_reward_fn
 from esper_fx.training.loop import start, train
 from esper_fx.training.pools import pool_workers, run_pool, wait_ready, worker_time
 from esper_fx.training.run_state import LearnerState, Progress, RunState, fresh_learner
-from esper_fx.training.stopping import deferred_stops, sigterm_stops, stop_signal
+from esper_fx.stopping import deferred_stops, sigterm_stops, stop_signal
 from esper_fx.training.threads import limit_cpu_threads
 
 
@@ -81,13 +83,14 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     compilation cache is on unless the process chose otherwise (`compile_cache.enable_once`). SIGTERM is
     handled like Ctrl-C: the last finished batch is checkpointed and `run_state.Interrupted` raised.
     """
+    ensure_jax_env(warn=False)
     started = time.perf_counter()
     config = absolute_paths(with_run_dir(config, run_dir))
     preflight.check_before_writing(config)
     limit_cpu_threads(config, say=lambda line: None if quiet else print(line, flush=True))
     compile_cache.enable_once()
     spec = ctl.ControllerSpec.from_config(config)
-    bundle = ctl.build(controller if controller is not None else config.controller_name, spec)
+    bundle = registry.build(controller if controller is not None else config.controller_name, spec)
     reward = resolve_reward_fn(config, reward_fn)
     n_batches = math.ceil(config.n_episodes / config.n_envs)
     console = Console(n_batches, config.max_epochs, quiet=quiet, stream=console_stream, n_envs=config.n_envs,
@@ -173,7 +176,7 @@ def static_host_reference(config: TrainingConfig, spec: ctl.ControllerSpec, rewa
     paired comparison (that is `prove`). None for a task mix, whose episodes draw different hosts."""
     if config.task_mix:
         return None
-    wait = ctl.build("wait", spec)
+    wait = registry.build("wait", spec)
     runner = Runner.build(config, spec, wait, reward, pool, Console(1, config.max_epochs, quiet=True))
     learner = runner.to_device(fresh_learner(wait, spec, config.seed, runner.device))
     batch = math.ceil(config.n_episodes / config.n_envs)

@@ -5,7 +5,7 @@ normalisers, best controller state, root key; saved with orbax) and `Progress` (
 index, episodes, best-state tracking, history; saved in the manifest). Hosts are rebuilt every batch, so
 nothing else is needed to resume exactly.
 
-Stopping (`esper_fx.training.stopping`): SIGTERM takes Ctrl-C's path, and both wait while a batch is written or
+Stopping (`esper_fx.stopping`): SIGTERM takes Ctrl-C's path, and both wait while a batch is written or
 a checkpoint written; `interrupted` turns a stop into `Interrupted` once the last written batch is on
 disk.
 """
@@ -20,12 +20,12 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 
-from esper_fx.contracts import ACTION_HEADS
+from esper_fx.contracts.actions import ACTION_HEADS
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.config import TrainingConfig
 from esper_fx.outputs.history import ROLLING_WINDOW, BatchSummary, as_summaries
 from esper_fx.training.step import init_key
-from esper_fx.training.stopping import deferred_stops, exit_code
+from esper_fx.stopping import deferred_stops, exit_code
 from rl.normalize import OBS_NORM_MOMENTUM, RewardNormalizer, RunningMeanStd
 
 

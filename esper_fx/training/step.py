@@ -7,7 +7,7 @@ which envs the governor rolled back (their `panic` signal, the one field that ca
 
     episode, out = step(episode, controller_state, obs_rms, packed_signals, root_key, clock)
 
-unpack the signals (one [E, W] buffer per dtype, `contracts.unpack_signals`) -> derive the epoch's key
+unpack the signals (one [E, W] buffer per dtype, `contracts.signals.unpack_signals`) -> derive the epoch's key
 from (root key, controller name, b, t) -> normalise the observation with the frozen statistics -> act ->
 reward -> normalise the reward -> append to the rollout (learning controllers only). `clock` is the int32
 pair (b, t), t = 1..T, the step's only per-epoch input besides the signals; `out.decision` packs the
@@ -25,7 +25,8 @@ from typing import Any, Callable, Mapping, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from esper_fx.contracts import HEAD_OP, SignalColumn, unpack_signals
+from esper_fx.contracts.actions import HEAD_OP
+from esper_fx.contracts.signals import SignalColumn, unpack_signals
 from rl import rollout as rollout_lib
 from rl import distributions as dist
 from rl.distributions import Masks

@@ -17,7 +17,7 @@ the per-channel value `pad_value` (the normalised black, −mean_c/std_c), then 
 with p = 0.5. The padding p is an eighth of the image side: 4 on 32×32 images (BEHAVIOUR §6.4), 2 on the
 16×16 images of shapes16. The whole batch (sample choice, crop, flip and padding) is one row gather from
 a *pixel table*: the images' pixels in channels_last order followed by one padding pixel, so the batch
-comes out channels_last (`hosts.models.layout`) without a separate padding or layout pass.
+comes out channels_last (`hosts.layout`) without a separate padding or layout pass.
 
 Random streams (BEHAVIOUR §7.2 item 6): `mix_seed(a, b, ...)` folds a tuple of integers into one 63-bit
 seed with SplitMix64 steps, so a stream seeded from (seed, batch_idx, epoch[, env]) is reproducible from

@@ -32,7 +32,7 @@ from hosts.data import shapes10
 from hosts.data.batching import pad_for, plan_epoch, resolve_max_batches
 from hosts.data.task_data import TaskData, load_task_data, train_batch, val_batches
 from hosts.models.cnn import CNNHost
-from hosts.models.layout import to_layout
+from hosts.layout import to_layout
 from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, TaskSpec, get_task
 
 MEASURED_N_ENVS = 4  # the measurements model env 0 of a 4-env loop: its share of the shared split plan

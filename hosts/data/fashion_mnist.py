@@ -3,7 +3,7 @@
 The files are looked for in the data root itself, then in `<data_root>/fashion-mnist`, each plain or
 gzipped (`train-images-idx3-ubyte` or `train-images-idx3-ubyte.gz`, ...). The task's default data root
 is where Debian's and Ubuntu's `dataset-fashion-mnist` package installs them
-(`esper_fx.contracts.FASHION_MNIST_DATA_ROOT`): a data root of None, or the run's default `./data`
+(`esper_fx.contracts.tasks.FASHION_MNIST_DATA_ROOT`): a data root of None, or the run's default `./data`
 when it does not hold the files, means that folder. An explicit other root is the only place looked in. Reading is strict (`hosts.data.idx`): images must be
 uint8 [N, 28, 28], labels uint8 [N] in 0..9, and each pair must agree on N. A missing root or file
 raises `DatasetUnavailableError` naming the package and `--data-dir`; a malformed file raises it naming
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from esper_fx.contracts import DEFAULT_DATA_ROOT, FASHION_MNIST_DATA_ROOT, FASHION_MNIST_PACKAGE
+from esper_fx.contracts.tasks import DEFAULT_DATA_ROOT, FASHION_MNIST_DATA_ROOT, FASHION_MNIST_PACKAGE
 from hosts.data.external import DatasetUnavailableError
 from hosts.data.idx import IdxFormatError, read_idx
 

@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from hosts.data.batching import EpochPlan, augment_batch, pad_for, plan_epoch, resolve_max_batches, steps_per_epoch
 from hosts.data.task_data import TaskData, load_task_data, train_batch, val_batches, val_size
-from hosts.models.layout import image_layout
+from hosts.layout import image_layout
 from hosts.settings import PoolSettings
 from hosts.tasks import TaskSpec
 

@@ -22,8 +22,8 @@ import torch
 
 from hosts.data import external, fashion_mnist, pytext, shapes10
 from hosts.data.batching import EpochPlan, gather_augmented, pixel_table, table_images
-from hosts.models.layout import image_layout
-from esper_fx.contracts import task_data_name
+from hosts.layout import image_layout
+from esper_fx.contracts.tasks import task_data_name
 from hosts.tasks import TaskSpec
 
 SHAPES10_PAD = 0.0  # shapes10 is normalised to zero mean: its black padding is 0.0 (BEHAVIOUR §6.4)

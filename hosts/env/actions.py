@@ -9,16 +9,10 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-from esper_fx.contracts import (
-    ACTION_HEADS,
-    BLEND_NAMES,
-    MIN_FOSSILIZE_CONTRIBUTION,
-    NUM_TEMPOS,
-    TEMPO_NAMES,
-    EventType,
-    LifecycleOp,
-    SeedStage,
-)
+from esper_fx.contracts.actions import ACTION_HEADS, BLEND_NAMES, NUM_TEMPOS, TEMPO_NAMES, LifecycleOp
+from esper_fx.contracts.events import EventType
+from esper_fx.contracts.lifecycle import MIN_FOSSILIZE_CONTRIBUTION
+from esper_fx.contracts.stages import SeedStage
 
 from hosts.env.state import EnvState
 

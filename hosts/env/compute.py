@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from esper_fx.contracts import ACTIVE_STAGES, SeedStage
+from esper_fx.contracts.stages import ACTIVE_STAGES, SeedStage
 from hosts.models.flops import BACKWARD_FACTOR, META_BATCH, forward_flops, meta_input, traced_flops
 
 STAGE_BUCKETS = {SeedStage.TRAINING: "isolated", SeedStage.BLENDING: "blending",

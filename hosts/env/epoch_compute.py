@@ -44,7 +44,8 @@ from typing import Any, Iterable
 import torch
 import torch.nn.functional as F
 
-from esper_fx.contracts import EventType, SeedStage
+from esper_fx.contracts.events import EventType
+from esper_fx.contracts.stages import SeedStage
 from hosts.env.lr_schedule import apply_lr, rewarm_factor
 from hosts.seeds.gradient_ratio import gradient_ratio, gradient_stats, seed_gradient_norm
 

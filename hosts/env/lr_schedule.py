@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from esper_fx.contracts import LR_SCHEDULES
+from esper_fx.contracts.tasks import LR_SCHEDULES
 
 
 def lr_factor(schedule: str, step: int, total: int, warmup: float = 0.0, decay: float = 0.2) -> float:

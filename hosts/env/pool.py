@@ -40,7 +40,8 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from esper_fx.contracts import EventType, SeedStage
+from esper_fx.contracts.events import EventType
+from esper_fx.contracts.stages import SeedStage
 from hosts.data.feed import PoolData, build_pool_data
 from hosts.env.actions import decode_actions, execute_action, step_slots
 from hosts.env.compute import ComputeMeter, model_costs
@@ -84,7 +85,7 @@ _RESET, _TRAINED, _VALIDATED, _EXECUTED, _STEPPED = "built", "trained", "validat
 
 
 class EnvPool:
-    """E envs of one task: build once per run, `begin(b)` once per episode batch (`contracts.EpisodePool`).
+    """E envs of one task: build once per run, `begin(b)` once per episode batch (`contracts.pool.EpisodePool`).
 
     Every option comes from `settings`, the run's `hosts.settings.PoolSettings` (esper_fx builds it from
     the run's TrainingConfig, its devices resolved). `data` is the run's pre-built

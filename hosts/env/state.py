@@ -16,7 +16,9 @@ from typing import Any, Iterator
 
 import torch
 
-from esper_fx.contracts import NUM_OPS, EventType, SeedStage
+from esper_fx.contracts.actions import NUM_OPS
+from esper_fx.contracts.events import EventType
+from esper_fx.contracts.stages import SeedStage
 from hosts.signals.tracker import SignalTracker, TrackerSignals
 from hosts.tasks import SEED_MOMENTUM, SEED_WEIGHT_DECAY
 

@@ -7,8 +7,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from esper_fx.contracts import format_slot_id
-from hosts.models.layout import InjectionSpec, segment_index, spatial_mean
+from esper_fx.contracts.slots import format_slot_id
+from hosts.layout import InjectionSpec, segment_index, spatial_mean
 
 CIFAR_CLASSES = 10
 FASHION_WIDTHS = (4, 8, 16)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from esper_fx.contracts import DEFAULT_TEMPO, TOPOLOGIES, SeedStage, sort_slot_ids
-from hosts.models.layout import to_layout
+from esper_fx.contracts.actions import DEFAULT_TEMPO
+from esper_fx.contracts.blueprints import TOPOLOGIES
+from esper_fx.contracts.slots import sort_slot_ids
+from esper_fx.contracts.stages import SeedStage
+from hosts.layout import to_layout
 from hosts.seeds.blending import DEFAULT_BLEND
 from hosts.seeds.lifecycle import GateResult, SeedClock
 from hosts.seeds.slot_report import SlotReport
@@ -16,7 +19,7 @@ from hosts.seeds.slot import SeedSlot
 class MorphogeneticModel(nn.Module):
     """`host` must provide injection_specs(), forward_to_segment() and forward_from_segment().
     `slots` are the enabled slot ids; each gets a SeedSlot of that injection point's width. A CNN host is
-    put in the channels_last layout (`hosts.models.layout`), and its slots place their seeds the same way.
+    put in the channels_last layout (`hosts.layout`), and its slots place their seeds the same way.
     `clock`: the run's seed clock, shared by every slot (None: the reference's without a task)."""
 
     def __init__(self, host: nn.Module, slots, topology: str, *, clock: SeedClock | None = None) -> None:

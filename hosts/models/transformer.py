@@ -8,10 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from esper_fx.contracts import format_slot_id
-from hosts.models.layout import InjectionSpec, segment_index
+from esper_fx.contracts.slots import format_slot_id
+from hosts.layout import LN_EPS, InjectionSpec, segment_index
 
-LN_EPS = 1e-5  # every LayerNorm of the transformer hosts and their seeds
 DROPOUT = 0.1
 INIT_STD = 0.02
 

@@ -7,8 +7,8 @@ import math
 import torch
 from torch import nn
 
-from esper_fx.contracts import BLEND_NAMES
-from hosts.models.layout import spatial_mean
+from esper_fx.contracts.actions import BLEND_NAMES
+from hosts.layout import spatial_mean
 
 SIGMOID_STEEPNESS = 12.0
 DEFAULT_BLEND = "sigmoid"  # a seed germinated without a blend

@@ -15,9 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from esper_fx.contracts import TOPOLOGIES
-from hosts.models.layout import spatial_mean
-from hosts.models.transformer import LN_EPS
+from esper_fx.contracts.blueprints import TOPOLOGIES
+from hosts.layout import LN_EPS, spatial_mean
 
 _GROUP_CANDIDATES = (32, 16, 8, 4, 2, 1)
 _MIN_CHANNELS_PER_GROUP = 16

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from esper_fx.contracts import SeedStage
+from esper_fx.contracts.stages import SeedStage
 
 # BEHAVIOUR §1.6 governor constants
 GOVERNOR_SENSITIVITY = 6.0  # sigma

@@ -14,7 +14,7 @@ from typing import Iterable, NamedTuple
 import torch
 from torch import nn
 
-from esper_fx.contracts import SeedStage
+from esper_fx.contracts.stages import SeedStage
 
 GRADIENT_RATIO_EMA_DECAY = 0.9  # per epoch
 GRADIENT_NORM_EPS = 1e-8

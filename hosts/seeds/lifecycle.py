@@ -10,16 +10,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from esper_fx.contracts import (
-    DEFAULT_TEMPO,
-    MIN_FOSSILIZE_CONTRIBUTION,
-    REFERENCE_MIN_STAGE_EPOCHS,
-    LifecycleTimings,
-    SeedStage,
-    gate_for_target,
-    is_valid_transition,
-    lifecycle_timings,
+from esper_fx.contracts.actions import DEFAULT_TEMPO
+from esper_fx.contracts.lifecycle import (
+    MIN_FOSSILIZE_CONTRIBUTION, REFERENCE_MIN_STAGE_EPOCHS, LifecycleTimings, lifecycle_timings,
 )
+from esper_fx.contracts.stages import SeedStage, gate_for_target, is_valid_transition
 
 # Gates (BEHAVIOUR §1.6)
 G2_MIN_IMPROVEMENT = 0.5  # pp, improvement_since_stage_start
@@ -31,7 +26,7 @@ STAGE_HISTORY_LIMIT = 100  # entries
 
 @dataclass(frozen=True)
 class SeedClock:
-    """The run's stage durations as a slot reads them (BEHAVIOUR §2.14): `contracts.LifecycleTimings` and, for
+    """The run's stage durations as a slot reads them (BEHAVIOUR §2.14): `contracts.lifecycle.LifecycleTimings` and, for
     a ramp that ticks per training step, the episode's training steps. The default is the reference's clock
     without a task: dwell 1, G2 and G3 at 3 epochs, blends of 3, 5 or 8 epochs, probation timeout 5."""
 
@@ -145,7 +140,7 @@ class SeedState:
     alpha: float = 0.0
     blending_steps_done: int = 0
     blending_steps_total: int = 0
-    tempo: int = DEFAULT_TEMPO  # the blend's tempo (contracts.TEMPO_NAMES index)
+    tempo: int = DEFAULT_TEMPO  # the blend's tempo (contracts.actions.TEMPO_NAMES index)
     is_healthy: bool = True
     auto_culled: bool = False
     auto_cull_reason: str = ""

@@ -16,17 +16,10 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from esper_fx.contracts import (
-    ACTIVE_STAGES,
-    DEFAULT_TEMPO,
-    NUM_TEMPOS,
-    FAILURE_STAGES,
-    TOPOLOGIES,
-    SeedStage,
-    is_valid_transition,
-    next_stage,
-)
-from hosts.models.layout import memory_format
+from esper_fx.contracts.actions import DEFAULT_TEMPO, NUM_TEMPOS
+from esper_fx.contracts.blueprints import TOPOLOGIES
+from esper_fx.contracts.stages import ACTIVE_STAGES, FAILURE_STAGES, SeedStage, is_valid_transition, next_stage
+from hosts.layout import memory_format
 from hosts.seeds import blueprints
 from hosts.seeds.blending import (
     DEFAULT_BLEND,

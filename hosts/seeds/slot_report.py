@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from esper_fx.contracts import DEFAULT_TEMPO, SeedStage
+from esper_fx.contracts.actions import DEFAULT_TEMPO
+from esper_fx.contracts.stages import SeedStage
 
 
 @dataclass(frozen=True)
@@ -31,4 +32,4 @@ class SlotReport:
     gradient_ratio: float  # seed_gradient_norm_ratio (its EMA, BEHAVIOUR §2.13)
     auto_culled: bool = False
     auto_cull_reason: str = ""
-    tempo: int = DEFAULT_TEMPO  # the blend's tempo (contracts.TEMPO_NAMES index)
+    tempo: int = DEFAULT_TEMPO  # the blend's tempo (contracts.actions.TEMPO_NAMES index)

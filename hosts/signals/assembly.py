@@ -1,4 +1,4 @@
-"""Assembling the signals pytree of E envs (`esper_fx.contracts.SIGNAL_FIELDS`, BEHAVIOUR §7.3 step 8).
+"""Assembling the signals pytree of E envs (`esper_fx.contracts.signals.SIGNAL_FIELDS`, BEHAVIOUR §7.3 step 8).
 
 The pool gathers one `EnvView` per env (python values only: the tracker's signals, the slot
 reports and the env's counters) and `assemble_signals` turns them into the contract's dict of
@@ -6,7 +6,7 @@ fresh, contiguous float32 / int32 / bool tensors on one device. The modules besi
 env in python values: the raw observation (`observation.py`), the five masks (`masks.py`), the slots
 and their `slot_*` fields (`slots.py`). Here E envs of them are stacked and moved to the device, and the
 per-env scalars, the epoch's contributions and the germination accuracies are added. `pack_signals` lays
-that dict out as one [E, W] buffer per dtype (`esper_fx.contracts.signal_columns`) for the hand-off to the
+that dict out as one [E, W] buffer per dtype (`esper_fx.contracts.signals.signal_columns`) for the hand-off to the
 controller.
 
 The DLPack bridge wants every signal tensor contiguous and freshly allocated (ARCHITECTURE §2).
@@ -21,14 +21,9 @@ from typing import Mapping, Sequence
 
 import torch
 
-from esper_fx.contracts import (
-    PACKED_DTYPES,
-    SIGNAL_FIELDS,
-    LifecycleOp,
-    LifecycleTimings,
-    SignalColumn,
-    lifecycle_timings,
-)
+from esper_fx.contracts.actions import LifecycleOp
+from esper_fx.contracts.lifecycle import LifecycleTimings, lifecycle_timings
+from esper_fx.contracts.signals import PACKED_DTYPES, SIGNAL_FIELDS, SignalColumn
 from hosts.seeds.slot_report import SlotReport
 from hosts.signals.masks import MASK_FIELDS, ActionMasks, build_masks
 from hosts.signals.observation import build_observation

@@ -9,7 +9,7 @@ PROBATIONARY seed for FOSSILIZE. A controller that draws its op first can draw t
 mask, so no op is spent on a slot where it cannot act (LEARNING.md). With `one_seed_at_a_time`, GERMINATE
 waits until no seed is still developing (every seed present is a fossil), the reference's later rule; with
 a germination deadline it also closes once a new seed could no longer be fossilized before the episode
-ends (`contracts.LifecycleTimings.germinate_until`), and the tempo mask keeps only the tempos the lifecycle
+ends (`contracts.lifecycle.LifecycleTimings.germinate_until`), and the tempo mask keeps only the tempos the lifecycle
 allows whose seed could still be fossilized in time (`LifecycleTimings.tempo_mask`).
 """
 
@@ -18,14 +18,8 @@ from __future__ import annotations
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 
-from esper_fx.contracts import (
-    CULLABLE_STAGES,
-    FOSSILIZABLE_STAGES,
-    NUM_BLENDS,
-    NUM_TEMPOS,
-    LifecycleOp,
-    SeedStage,
-)
+from esper_fx.contracts.actions import NUM_BLENDS, NUM_TEMPOS, LifecycleOp
+from esper_fx.contracts.stages import CULLABLE_STAGES, FOSSILIZABLE_STAGES, SeedStage
 
 from hosts.seeds.slot_report import SlotReport
 from hosts.signals.slots import check_slot_ids, seeded_slots
@@ -131,7 +125,7 @@ def build_masks(
     tempo: Sequence[bool] = (True,) * NUM_TEMPOS,
 ) -> ActionMasks:
     """The five masks of one env from its current slot states (BEHAVIOUR §9.1); `tempo` is the lifecycle's
-    tempo mask for this epoch (`contracts.LifecycleTimings.tempo_mask`)."""
+    tempo mask for this epoch (`contracts.lifecycle.LifecycleTimings.tempo_mask`)."""
     enabled = tuple(enabled_slot_ids)
     check_slot_ids(slot_ids, enabled, reports)
     return ActionMasks(

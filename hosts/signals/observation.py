@@ -14,14 +14,9 @@ import math
 from typing import Iterable, Mapping, Sequence
 
 
-from esper_fx.contracts import (
-    NUM_BASE_FEATURES,
-    NUM_TEMPOS,
-    TELEMETRY_BLOCK,
-    SeedStage,
-    obs_dim,
-    slot_block_size,
-)
+from esper_fx.contracts.actions import NUM_TEMPOS
+from esper_fx.contracts.observation import NUM_BASE_FEATURES, TELEMETRY_BLOCK, obs_dim, slot_block_size
+from esper_fx.contracts.stages import SeedStage
 
 from hosts.seeds.slot_report import SlotReport
 from hosts.signals.slots import active_seed_params, check_slot_ids, count_seeds, seeded_slots

@@ -6,7 +6,7 @@ slot holds a seed iff it is enabled, it has a report, and the report's stage is 
 slot that is not enabled cannot occur in a real run (only enabled slots get a SeedSlot, BEHAVIOUR §3.3) and
 is ignored everywhere.
 
-`slot_planes` gives one env's `slot_*` fields (`esper_fx.contracts.SIGNAL_FIELDS`) as python lists;
+`slot_planes` gives one env's `slot_*` fields (`esper_fx.contracts.signals.SIGNAL_FIELDS`) as python lists;
 `hosts.signals.assembly.build_slot_fields` stacks E envs of them into [E, S] device tensors.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from esper_fx.contracts import SeedStage
+from esper_fx.contracts.stages import SeedStage
 from hosts.seeds.slot_report import SlotReport
 
 # ------------------------------------------------------------------------------------------

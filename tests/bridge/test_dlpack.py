@@ -19,8 +19,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import bridge
-from bridge.dlpack import PREALLOCATE_VAR
+from bridge import dlpack, jax_env
+from bridge.jax_env import PREALLOCATE_VAR
 
 ROOT = Path(__file__).resolve().parents[2]
 DTYPES = {"float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
@@ -59,7 +59,7 @@ class Signals(NamedTuple):
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 def test_torch_to_jax_is_zero_copy(dtype):
     tensor = _sample(DTYPES[dtype])
-    array = bridge.to_jax(tensor).tree
+    array = dlpack.to_jax(tensor).tree
     assert array.unsafe_buffer_pointer() == tensor.data_ptr()
     assert array.dtype == jnp.dtype(dtype)
     assert _bytes(array) == _bytes(tensor)
@@ -68,7 +68,7 @@ def test_torch_to_jax_is_zero_copy(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 def test_jax_to_torch_is_zero_copy(dtype):
     array = _jax_sample(dtype)
-    tensor = bridge.to_torch(array)
+    tensor = dlpack.to_torch(array)
     assert tensor.data_ptr() == array.unsafe_buffer_pointer()
     assert tensor.dtype == DTYPES[dtype]
     assert _bytes(tensor) == _bytes(array)
@@ -76,13 +76,13 @@ def test_jax_to_torch_is_zero_copy(dtype):
 
 def test_bool_crosses_zero_copy_in_both_directions():
     tensor = _sample(torch.bool)
-    array = bridge.to_jax(tensor).tree
+    array = dlpack.to_jax(tensor).tree
     assert array.dtype == jnp.bool_
     assert array.unsafe_buffer_pointer() == tensor.data_ptr()
     assert np.array_equal(np.asarray(array), tensor.numpy())
 
     jax_made = _jax_sample("bool")
-    back = bridge.to_torch(jax_made)
+    back = dlpack.to_torch(jax_made)
     assert back.dtype == torch.bool
     assert back.data_ptr() == jax_made.unsafe_buffer_pointer()
     assert np.array_equal(back.numpy(), np.asarray(jax_made))
@@ -91,8 +91,8 @@ def test_bool_crosses_zero_copy_in_both_directions():
 @pytest.mark.parametrize("dtype", ["float32", "int32", "bool"])
 def test_zero_dim_leaves_cross_zero_copy_and_round_trip_exactly(dtype):
     scalar = torch.tensor(-2.5 if dtype == "float32" else 1).to(DTYPES[dtype])
-    array = bridge.to_jax(scalar).tree
-    back = bridge.to_torch(array)
+    array = dlpack.to_jax(scalar).tree
+    back = dlpack.to_torch(array)
     assert array.shape == () and back.shape == ()
     assert array.unsafe_buffer_pointer() == scalar.data_ptr() == back.data_ptr()
     assert back.dtype == scalar.dtype and back.item() == scalar.item()
@@ -106,7 +106,7 @@ def test_zero_dim_leaves_cross_zero_copy_and_round_trip_exactly(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "int32", "bool"])
 def test_torch_writes_are_visible_from_jax(dtype):
     tensor = torch.zeros(4, 3, dtype=DTYPES[dtype])
-    array = bridge.to_jax(tensor).tree
+    array = dlpack.to_jax(tensor).tree
     tensor[2, 1] = 1
     assert np.asarray(array)[2, 1] == 1
     assert int(np.asarray(array).sum()) == 1
@@ -115,7 +115,7 @@ def test_torch_writes_are_visible_from_jax(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "int32", "bool"])
 def test_writes_through_torch_view_are_visible_in_jax_array(dtype):
     array = jnp.zeros((4, 3), dtype=dtype)
-    tensor = bridge.to_torch(array)
+    tensor = dlpack.to_torch(array)
     tensor[1, 2] = 1
     assert np.asarray(array)[1, 2] == 1
     assert int(np.asarray(array).sum()) == 1
@@ -133,7 +133,7 @@ def test_torch_leaf_with_disallowed_dtype_is_rejected_by_path(dtype):
     name = str(dtype).removeprefix("torch.")
     signals = {"obs": torch.zeros(2, 3), "slot_stage": torch.zeros(2, 3, dtype=dtype)}
     with pytest.raises(TypeError, match=rf"signals\['slot_stage'\]: {name} is not allowed"):
-        bridge.to_jax(signals, name="signals")
+        dlpack.to_jax(signals, name="signals")
 
 
 def test_every_offending_leaf_is_named_in_nested_trees():
@@ -142,7 +142,7 @@ def test_every_offending_leaf_is_named_in_nested_trees():
         "deep": Signals(obs=torch.ones(2, dtype=torch.float64), masks=[torch.ones(1), torch.arange(2)]),
     }
     with pytest.raises(TypeError) as err:
-        bridge.to_jax(tree, name="signals")
+        dlpack.to_jax(tree, name="signals")
     message = str(err.value)
     assert "signals['deep'].obs: float64 is not allowed" in message
     assert "signals['deep'].masks[1]: int64 is not allowed" in message
@@ -153,19 +153,19 @@ def test_every_offending_leaf_is_named_in_nested_trees():
 def test_jax_leaf_with_disallowed_dtype_is_rejected_by_path(dtype):
     actions = {"ops": jnp.zeros((2, 4), jnp.int32), "logits": [jnp.zeros(3, dtype=dtype)]}
     with pytest.raises(TypeError, match=rf"actions\['logits'\]\[0\]: {dtype} is not allowed"):
-        bridge.to_torch(actions, name="actions")
+        dlpack.to_torch(actions, name="actions")
 
 
 def test_non_array_leaves_are_rejected_by_path():
     with pytest.raises(TypeError, match=r"tree\['n'\]: is of type int, expected a torch.Tensor"):
-        bridge.to_jax({"n": 3, "x": torch.ones(1)})
+        dlpack.to_jax({"n": 3, "x": torch.ones(1)})
     with pytest.raises(TypeError, match=r"tree\['t'\]: is of type Tensor, expected a jax.Array"):
-        bridge.to_torch({"t": torch.ones(1)})
+        dlpack.to_torch({"t": torch.ones(1)})
 
 
 def test_to_torch_refuses_tracers_inside_jit():
     with pytest.raises(TypeError, match="JAX tracer"):
-        jax.jit(bridge.to_torch)(jnp.ones(2))
+        jax.jit(dlpack.to_torch)(jnp.ones(2))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -186,8 +186,8 @@ _nested = st.fixed_dictionaries(
 @given(_nested)
 def test_torch_jax_torch_round_trip_is_exact_and_zero_copy(tree):
     source = jax.tree_util.tree_map(torch.tensor, tree)  # torch-allocated, hence aligned
-    handoff = bridge.to_jax(source)
-    back = bridge.to_torch(handoff.tree)
+    handoff = dlpack.to_jax(source)
+    back = dlpack.to_torch(handoff.tree)
     assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(source)
     for original, array, returned in zip(
         jax.tree_util.tree_leaves(source), jax.tree_util.tree_leaves(handoff.tree), jax.tree_util.tree_leaves(back)
@@ -202,7 +202,7 @@ def test_torch_jax_torch_round_trip_is_exact_and_zero_copy(tree):
 @given(_nested)
 def test_jax_torch_jax_round_trip_is_exact(tree):
     source = jax.tree_util.tree_map(jnp.asarray, tree)
-    back = bridge.to_jax(bridge.to_torch(source)).tree
+    back = dlpack.to_jax(dlpack.to_torch(source)).tree
     assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(source)
     for original, returned in zip(jax.tree_util.tree_leaves(source), jax.tree_util.tree_leaves(back)):
         assert returned.shape == original.shape and returned.dtype == original.dtype
@@ -211,7 +211,7 @@ def test_jax_torch_jax_round_trip_is_exact(tree):
 
 def test_namedtuples_lists_and_tuples_keep_their_types():
     tree = {"s": Signals(obs=torch.ones(2, 3), masks=[torch.ones(2, dtype=torch.bool)]), "t": (torch.zeros(1),)}
-    out = bridge.to_torch(bridge.to_jax(tree).tree)
+    out = dlpack.to_torch(dlpack.to_jax(tree).tree)
     assert isinstance(out["s"], Signals) and isinstance(out["s"].masks, list) and isinstance(out["t"], tuple)
 
 
@@ -219,7 +219,7 @@ def test_jitted_jax_code_reads_the_torch_values():
     gen = torch.Generator().manual_seed(0)
     obs = torch.randn(8, 5, generator=gen)
     mask = torch.rand(8, 5, generator=gen) > 0.5
-    arrays = bridge.to_jax({"obs": obs, "mask": mask}).tree
+    arrays = dlpack.to_jax({"obs": obs, "mask": mask}).tree
     total = jax.jit(lambda t: jnp.where(t["mask"], t["obs"], 0.0).sum())(arrays)
     # summed in another order: an absolute tolerance too, for a sum that cancels to near zero
     assert float(total) == pytest.approx(float(torch.where(mask, obs, 0.0).sum()), rel=1e-5, abs=1e-5)
@@ -237,7 +237,7 @@ def test_jitted_jax_code_reads_the_torch_values():
 )
 def test_non_contiguous_or_unaligned_input_is_copied_explicitly_with_same_values(make):
     view = make(torch.arange(48, dtype=torch.float32).reshape(6, 8))
-    handoff = bridge.to_jax({"x": view})
+    handoff = dlpack.to_jax({"x": view})
     (copy,) = handoff.keepalive
     array = handoff.tree["x"]
     assert copy.is_contiguous() and copy.data_ptr() != view.data_ptr()
@@ -247,7 +247,7 @@ def test_non_contiguous_or_unaligned_input_is_copied_explicitly_with_same_values
 
 def test_contiguous_aligned_input_is_kept_as_is_in_keepalive():
     tensors = {"a": torch.ones(3), "b": torch.zeros(2, 2, dtype=torch.int32)}
-    handoff = bridge.to_jax(tensors)
+    handoff = dlpack.to_jax(tensors)
     assert [t.data_ptr() for t in handoff.keepalive] == [tensors["a"].data_ptr(), tensors["b"].data_ptr()]
     jax_tree, keepalive = handoff  # unpacks like a pair
     assert keepalive is handoff.keepalive and jax_tree is handoff.tree
@@ -255,7 +255,7 @@ def test_contiguous_aligned_input_is_kept_as_is_in_keepalive():
 
 def test_tensor_requiring_grad_is_detached_without_copy():
     weight = torch.randn(4, 3, requires_grad=True)
-    array = bridge.to_jax(weight).tree
+    array = dlpack.to_jax(weight).tree
     assert array.unsafe_buffer_pointer() == weight.data_ptr()
     assert np.array_equal(np.asarray(array), weight.detach().numpy())
     assert weight.requires_grad  # the caller's tensor is untouched
@@ -263,7 +263,7 @@ def test_tensor_requiring_grad_is_detached_without_copy():
 
 def test_jax_arrays_outlive_the_dropped_torch_tensors():
     tensor = torch.full((1024,), 7.0)
-    array = bridge.to_jax(tensor).tree
+    array = dlpack.to_jax(tensor).tree
     del tensor
     reuse = [torch.full((1024,), -1.0) for _ in range(64)]  # would recycle freed memory
     assert float(array.sum()) == 7.0 * 1024 and len(reuse) == 64
@@ -271,7 +271,7 @@ def test_jax_arrays_outlive_the_dropped_torch_tensors():
 
 def test_torch_tensors_outlive_the_dropped_jax_arrays():
     array = jnp.full((1024,), 3, jnp.int32)
-    tensor = bridge.to_torch(array)
+    tensor = dlpack.to_torch(array)
     del array
     reuse = [jnp.full((1024,), -1, jnp.int32) for _ in range(64)]
     assert int(tensor.sum()) == 3 * 1024 and len(reuse) == 64
@@ -287,13 +287,13 @@ def test_ensure_jax_env_sets_preallocate_false_when_unset(monkeypatch):
     monkeypatch.delitem(sys.modules, "jax")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        bridge.ensure_jax_env()
+        jax_env.ensure_jax_env()
     assert os.environ[PREALLOCATE_VAR] == "false"
 
 
 def test_ensure_jax_env_keeps_an_explicit_setting(monkeypatch):
     monkeypatch.setenv(PREALLOCATE_VAR, "true")
-    bridge.ensure_jax_env()
+    jax_env.ensure_jax_env()
     assert os.environ[PREALLOCATE_VAR] == "true"
 
 
@@ -301,11 +301,11 @@ def test_ensure_jax_env_warns_when_jax_is_already_imported(monkeypatch):
     monkeypatch.delenv(PREALLOCATE_VAR, raising=False)
     assert "jax" in sys.modules
     with pytest.warns(RuntimeWarning, match="jax was imported before"):
-        bridge.ensure_jax_env()
+        jax_env.ensure_jax_env()
     assert os.environ[PREALLOCATE_VAR] == "false"
 
 
-def test_importing_bridge_sets_the_variable_before_jax_is_imported():
+def test_importing_the_bridge_sets_the_variable_before_jax_is_imported_and_esper_fx_sets_nothing():
     """In a fresh interpreter, record the variable at the moment `import jax` is first attempted."""
     child = textwrap.dedent(
         f"""
@@ -319,7 +319,9 @@ def test_importing_bridge_sets_the_variable_before_jax_is_imported():
                 return None
         sys.meta_path.insert(0, Spy())
         warnings.simplefilter("error")
-        import bridge
+        import esper_fx, esper_fx.contracts.signals
+        assert {PREALLOCATE_VAR!r} not in os.environ, "importing esper_fx sets nothing"
+        import bridge.dlpack
         print(seen)
         """
     )
@@ -356,12 +358,12 @@ def _slow_fill_(out: torch.Tensor, value: int) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", ["float32", "int32", "bool"])
 def test_cuda_zero_copy_both_directions(cuda_jax, dtype):
     tensor = _sample(DTYPES[dtype], device=cuda_jax)
-    array = bridge.to_jax(tensor).tree
+    array = dlpack.to_jax(tensor).tree
     assert array.unsafe_buffer_pointer() == tensor.data_ptr()
-    back = bridge.to_torch(array)
+    back = dlpack.to_torch(array)
     assert back.data_ptr() == tensor.data_ptr()
     jax_made = _jax_sample(dtype)
-    assert bridge.to_torch(jax_made).data_ptr() == jax_made.unsafe_buffer_pointer()
+    assert dlpack.to_torch(jax_made).data_ptr() == jax_made.unsafe_buffer_pointer()
 
 
 @pytest.mark.gpu
@@ -371,7 +373,7 @@ def test_cuda_jax_reads_data_written_on_a_side_stream(cuda_jax, dtype):
     with torch.cuda.stream(side):
         data = torch.zeros(1 << 20, dtype=DTYPES[dtype], device=cuda_jax)
         _slow_fill_(data, 1)
-    handoff = bridge.to_jax({"data": data}, stream=side)  # called from the default stream
+    handoff = dlpack.to_jax({"data": data}, stream=side)  # called from the default stream
     total = jax.jit(lambda t: t["data"].astype(jnp.int32).sum())(handoff.tree)
     assert int(total) == 1 << 20
     assert handoff.tree["data"].unsafe_buffer_pointer() == data.data_ptr()
@@ -384,7 +386,7 @@ def test_cuda_side_stream_reads_what_jax_wrote(cuda_jax):
     for _ in range(16):
         matrix = matrix @ matrix / 4096.0
     actions = (matrix[:4, :] * 3).astype(jnp.int32)  # dispatched asynchronously
-    tensor = bridge.to_torch({"actions": actions}, stream=side)["actions"]
+    tensor = dlpack.to_torch({"actions": actions}, stream=side)["actions"]
     with torch.cuda.stream(side):
         total = tensor.sum()
     side.synchronize()
@@ -401,7 +403,7 @@ def test_cuda_nested_round_trip_in_a_side_stream_is_exact(cuda_jax):
             "epoch": torch.arange(16, dtype=torch.int32, device=cuda_jax),
             "scalar": torch.tensor(1.5, device=cuda_jax),
         }
-        back = bridge.to_torch(bridge.to_jax(tree, stream=side).tree, stream=side)
+        back = dlpack.to_torch(dlpack.to_jax(tree, stream=side).tree, stream=side)
     side.synchronize()
     for original, returned in zip(jax.tree_util.tree_leaves(tree), jax.tree_util.tree_leaves(back)):
         assert returned.data_ptr() == original.data_ptr()
@@ -455,9 +457,9 @@ def test_cuda_hand_off_from_a_device_that_is_not_current(cuda_jax):
         pytest.skip("needs two GPUs")
     assert torch.cuda.current_device() == 0
     tensor = _sample(torch.float32, device="cuda:1")
-    array = bridge.to_jax({"x": tensor}).tree["x"]
+    array = dlpack.to_jax({"x": tensor}).tree["x"]
     assert array.unsafe_buffer_pointer() == tensor.data_ptr()
     assert {d.local_hardware_id for d in array.devices()} == {1}
-    back = bridge.to_torch(array)
+    back = dlpack.to_torch(array)
     assert back.device == torch.device("cuda:1") and back.data_ptr() == tensor.data_ptr()
     assert torch.cuda.current_device() == 0

@@ -189,7 +189,7 @@ CONFIG_FILE_CASES = [
 
 FLAG_CASES = [
     _flag_case("seed 2^63", "--seed", str(2**63)), _flag_case("seed below -2^63", "--seed", str(-(2**63) - 1)),
-    _flag_case("seed float", "--seed", "1e3"), _flag_case("episodes zero", "--episodes", "0"),
+    _flag_case("seed fractional", "--seed", "1.5"), _flag_case("episodes zero", "--episodes", "0"),
     _flag_case("n-envs huge", "--n-envs", "1000000", heavy=True), _flag_case("max-epochs zero", "--max-epochs", "0"),
     _flag_case("slots without value", "--slots"), _flag_case("slots unknown", "--slots", "r0c9"),
     _flag_case("slots duplicate", "--slots", "r0c1", "r0c1"), _flag_case("device cuda:0", "--device", "cuda:0"),

@@ -9,7 +9,7 @@ directory holds a run, or the original command again if the stop came before any
 passes when SIGINT / SIGTERM exit with 130 / 143 and no traceback, and the finished run's history (every
 BatchSummary of the final manifest), metrics.csv (without wall times), events (without timestamps, wall
 times and checkpoint/start bookkeeping) and final controller state (every array) equal the reference's.
-`tests/esper_fx/test_signals.py` runs a few trials of the matrix.
+`tests/esper_fx/training/test_failures.py` runs a few trials of the matrix.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tests.esper_fx.stops import VOLATILE_KEYS, without_keys
 REPO = Path(__file__).resolve().parents[2]
 
 BASE: dict[str, Any] = dict(
-    task="shapes10", controller="ppo_lstm", n_envs=2, max_epochs=3, n_episodes=12, seed=11, device="cpu",
+    task="shapes10", controller="ppo_lstm", n_envs=2, max_epochs=3, n_episodes=8, seed=11, device="cpu",
     synthetic_train_samples=256, synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2,
     checkpoint_every=2, slots=["r0c0", "r0c1"],
 )
@@ -42,7 +42,7 @@ POINTS: dict[str, tuple[str, float]] = {
     "batch 0 committed": ("BATCH 0 |", 0.0),
     "inside batch 1": ("BATCH 0 |", 0.3),
     "after a checkpoint": ("Checkpoint saved", 0.0),
-    "last batch committed": ("BATCH 5 |", 0.0),
+    "last batch committed": ("BATCH 3 |", 0.0),
 }
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 EXPECTED_CODE = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -signal.SIGKILL}
@@ -143,12 +143,13 @@ def final_state(checkpoint: Path) -> list:
 
     from esper_fx.outputs import checkpoint as ckpt
     from esper_fx.controllers import protocol as ctl
+    from esper_fx.controllers import registry
     from esper_fx.config import TrainingConfig
     from esper_fx.training.run_state import fresh_learner
 
     config = TrainingConfig(**BASE)
     spec = ctl.ControllerSpec.from_config(config)
-    template = fresh_learner(ctl.build(config.controller_name, spec), spec, config.seed)._asdict()
+    template = fresh_learner(registry.build(config.controller_name, spec), spec, config.seed)._asdict()
     trees = ckpt.load_trees(ckpt.read_manifest(checkpoint), template)
     return [np.asarray(leaf).tobytes() for leaf in jax.tree_util.tree_leaves(trees)]
 

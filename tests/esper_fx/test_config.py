@@ -227,8 +227,8 @@ def test_whole_number_floats_become_ints():
     c = TrainingConfig.from_dict({"n_envs": 2.0, "max_epochs": 6.0, "seed": 7.0, "lstm_hidden_dim": 64.0,
                                   "batch_size_per_env": 32.0, "entropy_anneal_episodes": 4.0,
                                   "heuristic": {"plateau_epochs_to_germinate": 2.0}})
-    for value in (c.n_envs, c.max_epochs, c.seed, c.lstm_hidden_dim, c.batch_size_per_env,
-                  c.entropy_anneal_episodes, c.heuristic.plateau_epochs_to_germinate):
+    for value in (c.n_envs, c.max_epochs, c.seed, c.ppo.lstm_hidden_dim, c.batch_size_per_env,
+                  c.ppo.entropy_anneal_episodes, c.heuristic.plateau_epochs_to_germinate):
         assert type(value) is int
     assert '"n_envs": 2,' in json.dumps(c.to_dict()) and '"seed": 7,' in json.dumps(c.to_dict())
 
@@ -249,9 +249,25 @@ def test_a_field_declares_its_command_line_facts_once():
     meta = {f.name: dict(f.metadata) for f in fields(TrainingConfig)}
     assert meta["n_episodes"]["flag"] == "--episodes" and meta["n_episodes"]["resume"] is True
     assert "flag" not in meta["n_envs"] and "resume" not in meta["n_envs"] and meta["n_envs"]["help"]
-    assert meta["max_seeds"] == {}  # no help: no flag (set it with --set or JSON)
+    assert meta["max_seeds"] == {"help": meta["max_seeds"]["help"]}  # help alone: the flag is --max-seeds
     assert RESUME_OVERRIDABLE == tuple(name for name, m in meta.items() if m.get("resume"))
     assert TrainingConfig().n_episodes == 100  # the declaration still carries the default
+
+
+def test_every_field_of_every_config_declares_its_help():
+    from dataclasses import fields
+
+    from esper_fx.config import HeuristicConfig, OracleConfig, PPOConfig, RewardConfig
+
+    for cls in (TrainingConfig, PPOConfig, RewardConfig, HeuristicConfig, OracleConfig):
+        for f in fields(cls):
+            assert isinstance(f.metadata.get("help"), str) and f.metadata["help"].strip(), (cls.__name__, f.name)
+
+
+def test_a_nested_setting_is_read_at_its_one_home():
+    config = TrainingConfig(lr=1e-4, reward_mode="sparse")  # flat keys are the config's JSON keys
+    assert config.ppo.lr == 1e-4 and config.reward.reward_mode == "sparse"
+    assert not hasattr(config, "lr") and not hasattr(config, "reward_mode")
 
 
 def test_the_cull_age_follows_the_lifecycle_unless_it_is_set():

@@ -1,6 +1,6 @@
 """Drive a SeedSlot through its lifecycle with the public API, as the loop would (BEHAVIOUR §7.3)."""
 
-from esper_fx.contracts import SeedStage
+from esper_fx.contracts.stages import SeedStage
 from hosts.seeds.lifecycle import SeedClock
 
 # the reference's clock of a 25-epoch task: dwell 2, G2 and G3 at 3 epochs, blend 5 epochs, probation timeout 5

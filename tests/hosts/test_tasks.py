@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from esper_fx import contracts
+from esper_fx.contracts.tasks import TASKS, TASK_NAMES
 from hosts.models.cnn import CNNHost
 from hosts.seeds.lifecycle import SeedClock
 from hosts.tasks import TaskSpec, get_task
@@ -20,7 +20,7 @@ def _params(model: torch.nn.Module) -> int:
 
 
 def test_every_contract_task_has_a_host():
-    assert [get_task(name).name for name in contracts.TASK_NAMES] == list(contracts.TASKS)
+    assert [get_task(name).name for name in TASK_NAMES] == list(TASKS)
 
 
 @pytest.mark.parametrize("name", ["cifar10", "CIFAR10", "Shapes10", "PYTEXT", "tinyStories", "cifar10_DEEP"])
@@ -37,15 +37,15 @@ def test_get_task_accepts_the_config_enum():
 def test_unknown_task_raises_value_error_listing_the_tasks():
     with pytest.raises(ValueError) as info:
         get_task("imagenet")
-    for name in contracts.TASK_NAMES:
+    for name in TASK_NAMES:
         assert name in str(info.value)
 
 
-@pytest.mark.parametrize("name", contracts.TASK_NAMES)
+@pytest.mark.parametrize("name", TASK_NAMES)
 def test_task_agrees_with_contracts(name):
     task = get_task(name)
-    assert task.facts is contracts.TASKS[name] and (task.topology, task.num_slots) == (contracts.TASKS[name].topology,
-                                                                              contracts.TASKS[name].num_slots)
+    assert task.facts is TASKS[name] and (task.topology, task.num_slots) == (TASKS[name].topology,
+                                                                              TASKS[name].num_slots)
     assert task.kind == ("classification" if task.topology == "cnn" else "lm")
 
 

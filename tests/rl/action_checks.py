@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from esper_fx.contracts import ACTION_HEADS
+from esper_fx.contracts.actions import ACTION_HEADS
 
 
 def assert_actions_allowed(actions, masks) -> None:

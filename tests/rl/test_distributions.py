@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esper_fx.contracts import ACTION_HEADS, HEAD_OP, HEAD_TEMPO, LifecycleOp, head_sizes
+from esper_fx.contracts.actions import HEAD_OP, HEAD_TEMPO, LifecycleOp, head_sizes
 from rl import distributions as dist
 from tests.rl.action_checks import assert_actions_allowed
 
@@ -23,10 +23,6 @@ def _probs(logits, mask):
 
 def _log_prob(logits, mask, action):
     return dist.masked_log_prob(logits, mask, action)
-
-
-def _causal_adv(adv, op):
-    return dist.causal_advantages(adv, op)
 
 
 ROWS, WIDTH = 8, 7  # fixed shapes: hypothesis varies the masks and values, not the compiled shapes
@@ -87,18 +83,6 @@ class MaskedCategoricalTest(chex.TestCase):
         ref0 = 1.2 - np.log(np.exp(0.3) + np.exp(1.2))
         ref1 = 1.0 - np.log(np.exp(2.0) + 1.0 + np.exp(1.0))
         np.testing.assert_allclose(lp, [ref0, ref1], rtol=1e-5)
-
-    @chex.variants(with_jit=True, without_jit=True)
-    def test_causal_advantages_follow_the_worked_example_for_1d_and_2d_inputs(self):
-        ops = jnp.array([0, 1, 3, 2])  # WAIT, GERMINATE, FOSSILIZE, CULL
-        adv = jnp.array([1.0, 2.0, 3.0, 4.0])
-        expected = {"slot": [0, 2, 3, 4], "blueprint": [0, 2, 0, 0], "blend": [0, 2, 0, 0], "op": [1, 2, 3, 4],
-                    "tempo": [0, 2, 0, 0]}
-        for a, o in ((adv, ops), (jnp.stack([adv, adv]), jnp.stack([ops, ops]))):
-            out = np.asarray(self.variant(_causal_adv)(a, o))
-            assert out.shape[-1] == len(ACTION_HEADS)
-            for h, name in enumerate(ACTION_HEADS):
-                np.testing.assert_array_equal(out[..., h], np.broadcast_to(expected[name], out.shape[:-1]))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, jnp.float32])
@@ -189,6 +173,8 @@ def test_causal_masks_are_op_always_slot_unless_wait_blueprint_blend_and_tempo_o
             [True, False, False, True, False]]
     )
     np.testing.assert_array_equal(m[:, HEAD_TEMPO], np.arange(4) == LifecycleOp.GERMINATE)
+    batched = np.asarray(jax.jit(dist.causal_masks)(jnp.stack([jnp.arange(4), jnp.arange(4)[::-1]])))  # [E, T]
+    np.testing.assert_array_equal(batched, np.stack([m, m[::-1]]))
 
 
 def test_op_first_sampling_draws_the_slot_under_the_op_mask_and_scores_it_there():

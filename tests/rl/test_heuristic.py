@@ -13,18 +13,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import (
+    BLEND_NAMES, DEFAULT_TEMPO, HEAD_TEMPO, NUM_HEADS, TEMPO_NAMES, LifecycleOp, head_sizes,
+)
+from esper_fx.contracts.blueprints import BLUEPRINT_MENUS
+from esper_fx.contracts.stages import SeedStage
 from esper_fx.config import HeuristicConfig, TrainingConfig
 from rl import heuristic
 from tests.rl.test_rewards import E_RAND, S_RAND, B_RAND, make_signals, random_signals, with_seed
 
-W, G, CU, FO = (int(contracts.LifecycleOp.WAIT), int(contracts.LifecycleOp.GERMINATE), int(contracts.LifecycleOp.CULL),
-                int(contracts.LifecycleOp.FOSSILIZE))
-TRAINING, BLENDING = int(contracts.SeedStage.TRAINING), int(contracts.SeedStage.BLENDING)
-PROBATIONARY, FOSSILIZED = int(contracts.SeedStage.PROBATIONARY), int(contracts.SeedStage.FOSSILIZED)
-GERMINATED = int(contracts.SeedStage.GERMINATED)
-SIGMOID = contracts.BLEND_NAMES.index("sigmoid")
-STANDARD = contracts.DEFAULT_TEMPO  # the heuristic's default tempo column
+W, G, CU, FO = (int(LifecycleOp.WAIT), int(LifecycleOp.GERMINATE), int(LifecycleOp.CULL),
+                int(LifecycleOp.FOSSILIZE))
+TRAINING, BLENDING = int(SeedStage.TRAINING), int(SeedStage.BLENDING)
+PROBATIONARY, FOSSILIZED = int(SeedStage.PROBATIONARY), int(SeedStage.FOSSILIZED)
+GERMINATED = int(SeedStage.GERMINATED)
+SIGMOID = BLEND_NAMES.index("sigmoid")
+STANDARD = DEFAULT_TEMPO  # the heuristic's default tempo column
 
 ALL_SLOTS = ("r0c0", "r0c1", "r0c2")
 CNN = TrainingConfig(task="cifar10", controller="heuristic", slots=ALL_SLOTS)
@@ -230,19 +234,19 @@ def test_params_resolve_rotation_and_blend_against_the_menu():
     assert CNN_PARAMS.blend_index == SIGMOID and CNN_PARAMS.num_blueprints == 5
     custom = heuristic.HeuristicParams.from_config(HeuristicConfig(blueprint_rotation=("norm", "attention"), blend="gated"),
                                            CNN.menu, "cnn")
-    assert custom.rotation == (3, 2) and custom.blend_index == contracts.BLEND_NAMES.index("gated")
-    assert CNN_PARAMS.tempo_index == custom.tempo_index == contracts.TEMPO_NAMES.index("standard")
+    assert custom.rotation == (3, 2) and custom.blend_index == BLEND_NAMES.index("gated")
+    assert CNN_PARAMS.tempo_index == custom.tempo_index == TEMPO_NAMES.index("standard")
 
 
-@pytest.mark.parametrize("tempo", contracts.TEMPO_NAMES)
+@pytest.mark.parametrize("tempo", TEMPO_NAMES)
 def test_the_heuristic_emits_its_configured_tempo_with_every_op(tempo):
     config = TrainingConfig(task="cifar10", controller="heuristic", slots=ALL_SLOTS,
                             heuristic=HeuristicConfig(tempo=tempo))
     params = heuristic.HeuristicParams.from_training_config(config)
-    assert params.tempo_index == contracts.TEMPO_NAMES.index(tempo)
+    assert params.tempo_index == TEMPO_NAMES.index(tempo)
     for signals in (make_signals(**READY), make_signals(**QUIET), probation(c=2.0, I=1.5)):  # G, W, FO
         actions, _ = decide(fresh(params), signals, params)
-        assert actions[0, contracts.HEAD_TEMPO] == params.tempo_index
+        assert actions[0, HEAD_TEMPO] == params.tempo_index
     germinate, _ = decide(fresh(params), make_signals(**READY), params)
     np.testing.assert_array_equal(germinate, [[0, 1, SIGMOID, G, params.tempo_index]])
 
@@ -253,8 +257,8 @@ def test_an_unknown_tempo_is_rejected():
 
 
 @pytest.mark.parametrize("rotation, menu", [
-    (("noop", "norm"), contracts.BLUEPRINT_MENUS["cnn"]),
-    (("conv_heavy",), contracts.BLUEPRINT_MENUS["cnn"]),
+    (("noop", "norm"), BLUEPRINT_MENUS["cnn"]),
+    (("conv_heavy",), BLUEPRINT_MENUS["cnn"]),
     (None, ("noop", "norm", "attention")),  # the default rotation is not inside this menu
 ])
 def test_rotation_outside_the_menu_or_with_noop_is_rejected(rotation, menu):
@@ -281,11 +285,11 @@ def random_states(draw, E=E_RAND, B=B_RAND):
 @given(signals=random_signals(), state=random_states())
 def test_actions_are_in_range_and_germinate_only_targets_an_empty_enabled_slot(signals, state):
     actions, new_state = decide(state, signals)
-    assert actions.shape == (E_RAND, contracts.NUM_HEADS) and actions.dtype == np.int32
-    for head, size in enumerate(contracts.head_sizes(S_RAND, B_RAND)):
+    assert actions.shape == (E_RAND, NUM_HEADS) and actions.dtype == np.int32
+    for head, size in enumerate(head_sizes(S_RAND, B_RAND)):
         assert ((actions[:, head] >= 0) & (actions[:, head] < size)).all()
     assert (actions[:, 1] >= 1).all() and (actions[:, 2] == SIGMOID).all()
-    assert (actions[:, contracts.HEAD_TEMPO] == STANDARD).all()
+    assert (actions[:, HEAD_TEMPO] == STANDARD).all()
     env = np.arange(E_RAND)
     target_enabled = signals["slot_enabled"][env, actions[:, 0]]
     target_empty = ~signals["slot_occupied"][env, actions[:, 0]]

@@ -8,11 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import HEAD_TEMPO, NUM_HEADS, NUM_TEMPOS, head_sizes
+from esper_fx.contracts.observation import obs_dim
 from rl import distributions as dist
 from rl.network import ActorCritic, init_params, param_count
 
-D, S, B, E = 89, 3, 5, 4  # D = contracts.obs_dim(3): 23 + (4 + 5 + 3)·3 + 10·3
+D, S, B, E = 89, 3, 5, 4  # D = contracts.observation.obs_dim(3): 23 + (4 + 5 + 3)·3 + 10·3
 
 
 @partial(jax.jit, static_argnums=0)
@@ -33,14 +34,14 @@ def mlp():
 
 
 @pytest.mark.parametrize(
-    "obs_dim, slots, recurrent, expected",
+    "dim, slots, recurrent, expected",
     # D = obs_dim(S) with telemetry (89, 133) and without it (59); five policy heads and the value head
     [(89, 3, True, 194_387), (59, 3, True, 190_547), (133, 5, True, 200_149), (89, 3, False, 79_315)],
 )
-def test_parameter_counts_match_the_spec(obs_dim, slots, recurrent, expected):
-    assert obs_dim in (contracts.obs_dim(slots), contracts.obs_dim(slots, telemetry=False))
+def test_parameter_counts_match_the_spec(dim, slots, recurrent, expected):
+    assert dim in (obs_dim(slots), obs_dim(slots, telemetry=False))
     net = ActorCritic(slots, 5, recurrent=recurrent)
-    shapes = jax.eval_shape(lambda k: init_params(net, k, obs_dim), jax.random.PRNGKey(0))
+    shapes = jax.eval_shape(lambda k: init_params(net, k, dim), jax.random.PRNGKey(0))
     assert param_count(shapes) == expected
 
 
@@ -48,8 +49,8 @@ def test_the_heads_are_slot_blueprint_blend_op_tempo_with_the_contract_sizes(lst
     net, p = lstm
     assert net.initial_carry(E)[0].shape == (E, 128)
     out, _ = apply(net, p, jnp.zeros((E, 2, D), jnp.float32), net.initial_carry(E))
-    assert [lg.shape for lg in out.logits] == [(E, 2, n) for n in contracts.head_sizes(S, B)]
-    assert out.logits[contracts.HEAD_TEMPO].shape[-1] == contracts.NUM_TEMPOS == 3
+    assert [lg.shape for lg in out.logits] == [(E, 2, n) for n in head_sizes(S, B)]
+    assert out.logits[HEAD_TEMPO].shape[-1] == NUM_TEMPOS == 3
     assert p["tempo_head"]["out"]["kernel"].shape == (64, 3)
 
 
@@ -147,7 +148,7 @@ def test_forward_matches_a_numpy_transcription_of_the_spec(lstm):
     obs = np.random.default_rng(0).normal(size=(E, 6, D))
     out, _ = apply(net, p, jnp.asarray(obs, jnp.float32), net.initial_carry(E))
     ref_logits, ref_value = numpy_forward(p, obs)
-    assert len(out.logits) == len(ref_logits) == contracts.NUM_HEADS
+    assert len(out.logits) == len(ref_logits) == NUM_HEADS
     for got, ref in zip(out.logits, ref_logits):
         np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(out.value, ref_value, atol=1e-4, rtol=1e-4)
@@ -155,7 +156,7 @@ def test_forward_matches_a_numpy_transcription_of_the_spec(lstm):
 
 def _random_masks(rng, shape):
     masks = []
-    for n in contracts.head_sizes(S, B):
+    for n in head_sizes(S, B):
         m = rng.random(shape + (n,)) < 0.5
         m[..., 0] = True
         masks.append(jnp.asarray(m))

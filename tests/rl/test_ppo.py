@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import ACTION_HEADS, HEAD_OP, HEAD_TEMPO, NUM_HEADS, head_sizes, obs_dim
+from esper_fx.contracts.actions import ACTION_HEADS, HEAD_OP, HEAD_TEMPO, NUM_HEADS, head_sizes
+from esper_fx.contracts.observation import obs_dim
 from esper_fx.outputs.history import SKIPPED_UPDATE, metrics_to_python
 from rl import distributions as dist
 from tests.rl.action_checks import assert_actions_allowed

@@ -15,16 +15,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from esper_fx import contracts
+from esper_fx.contracts.actions import DEFAULT_TEMPO, NUM_HEADS, NUM_OPS, NUM_TEMPOS, LifecycleOp, head_sizes
+from esper_fx.contracts.lifecycle import MIN_PROBATION_EPOCHS
+from esper_fx.contracts.observation import obs_dim
+from esper_fx.contracts.signals import SIGNAL_FIELDS
+from esper_fx.contracts.stages import SeedStage
 from esper_fx.config import TrainingConfig
 from rl import rewards
 from rl.config import REFERENCE_PPO
 
-W, G, CU, FO = (int(contracts.LifecycleOp.WAIT), int(contracts.LifecycleOp.GERMINATE), int(contracts.LifecycleOp.CULL),
-                int(contracts.LifecycleOp.FOSSILIZE))
-TRAINING, BLENDING = int(contracts.SeedStage.TRAINING), int(contracts.SeedStage.BLENDING)
-PROBATIONARY, FOSSILIZED = int(contracts.SeedStage.PROBATIONARY), int(contracts.SeedStage.FOSSILIZED)
-GERMINATED = int(contracts.SeedStage.GERMINATED)
+W, G, CU, FO = (int(LifecycleOp.WAIT), int(LifecycleOp.GERMINATE), int(LifecycleOp.CULL),
+                int(LifecycleOp.FOSSILIZE))
+TRAINING, BLENDING = int(SeedStage.TRAINING), int(SeedStage.BLENDING)
+PROBATIONARY, FOSSILIZED = int(SeedStage.PROBATIONARY), int(SeedStage.FOSSILIZED)
+GERMINATED = int(SeedStage.GERMINATED)
 LIVE_STAGES = (GERMINATED, TRAINING, BLENDING, PROBATIONARY, FOSSILIZED)
 
 HOST_PARAMS = 6418.0  # cifar10 host
@@ -63,10 +67,10 @@ def _defaults(E: int, S: int) -> dict:
 
 def make_signals(E: int = 1, S: int = 3, B: int = 5, **overrides) -> dict:
     """A signals dict filled with neutral values; any field can be overridden (broadcast to shape)."""
-    D = contracts.obs_dim(S, True, B)
+    D = obs_dim(S, True, B)
     values = {**_defaults(E, S), **overrides}
     out = {}
-    for name, (spec, dtype) in contracts.SIGNAL_FIELDS.items():
+    for name, (spec, dtype) in SIGNAL_FIELDS.items():
         shape = _shape(spec, E, S, B, D)
         out[name] = np.array(np.broadcast_to(np.asarray(values.get(name, 0), dtype), shape))
     return out
@@ -89,7 +93,7 @@ def with_seed(signals: dict, slot: int = SLOT, env: int | slice = slice(None), *
 
 
 def act(op: int, slot: int = SLOT, E: int = 1, blueprint: int = 1, blend: int = 1,
-        tempo: int = contracts.DEFAULT_TEMPO) -> np.ndarray:
+        tempo: int = DEFAULT_TEMPO) -> np.ndarray:
     """Actions `[E, 5]` in head order (slot, blueprint, blend, op, tempo)."""
     return np.tile(np.array([[slot, blueprint, blend, op, tempo]], np.int32), (E, 1))
 
@@ -573,7 +577,7 @@ def test_a_runs_reward_takes_its_legitimacy_epochs_from_its_lifecycle():
     assert rewards.RewardConfig().for_run("cifar10", 0.99, 1, legitimacy_epochs=2).legitimacy_epochs == 2.0
     proportional = TrainingConfig(lifecycle="proportional", max_epochs=30)
     assert proportional.reward.legitimacy_epochs == float(proportional.lifecycle_timings.legitimacy) == 1.0
-    assert TrainingConfig().reward.legitimacy_epochs == float(contracts.MIN_PROBATION_EPOCHS)
+    assert TrainingConfig().reward.legitimacy_epochs == float(MIN_PROBATION_EPOCHS)
 
 
 def test_the_young_cull_penalty_uses_the_cull_age_it_is_given():
@@ -635,7 +639,7 @@ def random_signals(draw, E=E_RAND, S=S_RAND, B=B_RAND):
 @st.composite
 def random_actions(draw, E=E_RAND, S=S_RAND, B=B_RAND):
     columns = [draw(hnp.arrays(np.int32, (E,), elements=st.integers(0, n - 1)))
-               for n in contracts.head_sizes(S, B)]
+               for n in head_sizes(S, B)]
     return np.stack(columns, axis=1).astype(np.int32)
 
 
@@ -677,13 +681,13 @@ def test_batched_rewards_equal_per_env_rewards(name, signals, actions, phi):
 
 def test_make_signals_fills_every_contract_field():
     signals = make_signals(E=2, S=5, B=6)
-    assert set(signals) == set(contracts.SIGNAL_FIELDS)
-    for name, (_, dtype) in contracts.SIGNAL_FIELDS.items():
+    assert set(signals) == set(SIGNAL_FIELDS)
+    for name, (_, dtype) in SIGNAL_FIELDS.items():
         assert signals[name].dtype == np.dtype(dtype), name
-    assert signals["obs"].shape == (2, contracts.obs_dim(5, True, 6)) and signals["mask_blueprint"].shape == (2, 6)
-    assert signals["mask_tempo"].shape == (2, contracts.NUM_TEMPOS) and signals["mask_tempo"].all()
-    assert signals["mask_slot_op"].shape == (2, contracts.NUM_OPS, 5)
-    assert act(W, E=2).shape == (2, contracts.NUM_HEADS)
+    assert signals["obs"].shape == (2, obs_dim(5, True, 6)) and signals["mask_blueprint"].shape == (2, 6)
+    assert signals["mask_tempo"].shape == (2, NUM_TEMPOS) and signals["mask_tempo"].all()
+    assert signals["mask_slot_op"].shape == (2, NUM_OPS, 5)
+    assert act(W, E=2).shape == (2, NUM_HEADS)
 
 
 # ------------------------------------------------------------------------------------------

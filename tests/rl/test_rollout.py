@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from esper_fx.contracts import NUM_HEADS, head_sizes
+from esper_fx.contracts.actions import NUM_HEADS, head_sizes
 from rl import rollout
 from rl.distributions import Masks
 

@@ -49,7 +49,7 @@ def test_help_exits_0(tmp_path):
     "args, needle",
     [
         (["--n-envs", "0"], "n_envs"),
-        (["--n-envs", "two"], "--n-envs"),
+        (["--n-envs", "two"], "n_envs"),
         (["--slots", "mid"], "no longer supported"),
         (["--task", "imagenet"], "task"),
         (["--controller", "dqn"], "controller"),
@@ -75,7 +75,7 @@ def test_bad_configuration_exits_2_in_process(tmp_path, monkeypatch, capsys, arg
         (["--episode", "8"], "unrecognized arguments: --episode 8 (did you mean --episodes?)"),
         (["--n-env=2"], "(did you mean --n-envs?)"),
         (["--total-timesteps", "5"], "(use --episodes N: esper_fx counts episodes of max_epochs epochs)"),
-        (["--learning-rate", "3e-4"], "(use --set lr=VALUE for the controller's rate)"),
+        (["--learning-rate", "3e-4"], "(use --set ppo.lr=VALUE for the controller's rate)"),
         (["--zzz"], "unrecognized arguments: --zzz (see --help)"),
     ],
     ids=["preset-typo", "abbreviation", "flag-typo", "cleanrl-timesteps", "cleanrl-learning-rate", "nothing-close"],
@@ -127,7 +127,7 @@ def test_flags_override_preset_and_config(tmp_path):
     cfg.write_text(json.dumps({"task": "pytext", "n_envs": 3}))
     config, _ = resolve_config(["--config", str(cfg), "--seed", "7", "--run-dir", str(tmp_path / "q")])
     assert config.task == "pytext" and config.n_envs == 3 and config.seed == 7
-    assert config.entropy_coef == PPOConfig().entropy_coef  # --config replaces the preset entirely
+    assert config.ppo.entropy_coef == PPOConfig().entropy_coef  # --config replaces the preset entirely
 
 
 def test_default_run_dir_is_under_runs_with_preset_name():
@@ -161,7 +161,17 @@ SAMPLES = {
     "seed": (["5"], 5),
     "slots": (["r0c2", "r0c0"], ["r0c2", "r0c0"]),
     "lifecycle": (["reference"], "reference"),
+    "max_seeds": (["2"], 2),
+    "min_cull_age": (["4"], 4),
+    "one_seed_at_a_time": ([], False),
+    "germination_deadline": ([], False),
+    "static_seeds": (["r0c2=norm"], ["r0c2=norm"]),
     "lr_schedule": (["cosine"], "cosine"),
+    "lr_schedule_steps": (["50"], 50),
+    "lr_warmup_fraction": (["0.1"], 0.1),
+    "lr_decay_fraction": (["0.3"], 0.3),
+    "seed_lr_rewarm_steps": (["2"], 2),
+    "train_steps_budget": (["9"], 9),
     "device": (["cpu"], "cpu"),
     "env_devices": (["cpu"], ["cpu"]),
     "data_path": (["loader"], "loader"),
@@ -170,9 +180,19 @@ SAMPLES = {
     "ray_address": (["auto"], "auto"),
     "data_root": (["elsewhere"], "elsewhere"),
     "data_split": (["shared"], "shared"),
+    "batch_size_per_env": (["16"], 16),
+    "max_train_batches": (["3"], 3),
     "val_samples": (["100"], 100),
+    "val_batch_size": (["17"], 17),
+    "data_seed": (["3"], 3),
+    "synthetic_train_samples": (["1234"], 1234),
+    "synthetic_test_samples": (["567"], 567),
     "amp": ([], True),
     "amp_dtype": (["bfloat16"], "bfloat16"),
+    "blueprint_menu": (["noop", "norm", "conv_light"], ["noop", "norm", "conv_light"]),
+    "discard_rolled_back_envs": ([], True),
+    "use_telemetry": ([], False),
+    "observe_log_params": ([], True),
     "telemetry_level": (["debug"], "debug"),
     "run_dir": (["RUN"], "RUN"),
     "checkpoint_every": (["3"], 3),
@@ -181,7 +201,8 @@ SAMPLES = {
     "wandb": (["offline"], "offline"),
     "wandb_project": (["mine"], "mine"),
 }
-FLAGS = {ff.field: ff for ff in cli_parser.field_flags()}
+FLAGS = {ff.key: ff for ff in cli_parser.field_flags(cli_parser.RUN)}
+ALL_FLAGS = {ff.key: ff for ff in cli_parser.field_flags()}
 
 
 def _expected(tmp_path):
@@ -213,9 +234,10 @@ def test_todays_flag_spellings_keep_working():
     renamed = {"--episodes": "n_episodes", "--data-dir": "data_root", "--devices": "env_devices",
                "--resume": "resume_path", "--no-tensorboard": "tensorboard", "--no-report": "report"}
     assert {flag: FLAGS[name].flag for flag, name in renamed.items()} == {flag: flag for flag in renamed}
-    for ff in FLAGS.values():  # every other flag is the field's name
+    for ff in ALL_FLAGS.values():  # every other flag is the set key's, `--no-` before a switch that is on
         if ff.flag not in renamed:
-            assert ff.flag == "--" + ff.field.replace("_", "-")
+            switch_off = "no-" if ff.kind == "switch_off" else ""
+            assert ff.flag == "--" + switch_off + ff.key.replace("_", "-")
 
 
 def test_set_reaches_the_ppo_lr_nested_sections_and_flags_win(tmp_path, monkeypatch):
@@ -227,6 +249,56 @@ def test_set_reaches_the_ppo_lr_nested_sections_and_flags_win(tmp_path, monkeypa
     assert config.oracle.slot == "r0c1" and config.oracle.blueprint == TrainingConfig().oracle.blueprint
     assert config.heuristic.blend == "linear"
     assert config.seed == 2  # the field flag is applied after --set
+
+
+def test_every_settable_field_of_every_config_has_a_flag():
+    from dataclasses import fields
+
+    from esper_fx.config import FLAT_KEYS, HeuristicConfig, OracleConfig
+
+    nested = {"ppo": FLAT_KEYS["ppo"], "reward": FLAT_KEYS["reward"],
+              "heuristic": tuple(f.name for f in fields(HeuristicConfig)),
+              "oracle": tuple(f.name for f in fields(OracleConfig))}
+    run = {f.name for f in fields(TrainingConfig)} - set(nested)
+    assert set(ALL_FLAGS) == run | {f"{group}.{name}" for group, names in nested.items() for name in names}
+    assert [ff.group for ff in ALL_FLAGS.values()] == sorted((ff.group for ff in ALL_FLAGS.values()),
+                                                             key=["run", *nested].index)
+
+
+# A nested setting's flag, its words, and the `--set` item that must give the same config.
+NESTED_SAMPLES = [
+    ("--ppo.lr", ["1e-3"], "ppo.lr=1e-3"),
+    ("--ppo.target-kl", ["null"], "ppo.target_kl=null"),
+    ("--ppo.horizon-bootstrap", ["true"], "ppo.horizon_bootstrap=true"),
+    ("--reward.reward-family", ["loss"], "reward.reward_family=loss"),
+    ("--heuristic.blend", ["linear"], "heuristic.blend=linear"),
+    ("--heuristic.blueprint-rotation", ["norm", "conv_light"], 'heuristic.blueprint_rotation=["norm","conv_light"]'),
+    ("--oracle.slot", ["r0c1"], "oracle.slot=r0c1"),
+    ("--oracle.germinate-epoch", ["3"], "oracle.germinate_epoch=3"),
+]
+
+
+@pytest.mark.parametrize("flag, words, item", NESTED_SAMPLES)
+def test_a_nested_flag_sets_the_same_value_as_set(tmp_path, monkeypatch, flag, words, item):
+    monkeypatch.chdir(tmp_path)
+    by_flag, _ = resolve_config([flag, *words, "--run-dir", "r"])
+    by_set, _ = resolve_config(["--set", item, "--run-dir", "r"])
+    assert by_flag.to_dict() == by_set.to_dict() != resolve_config(["--run-dir", "r"])[0].to_dict()
+
+
+@pytest.mark.parametrize("flag, item, needle", [
+    ("--ppo.lr", "ppo.lr", "lr must be"),
+    ("--n-envs", "n_envs", "n_envs must be"),
+    ("--heuristic.embargo-epochs-after-cull", "heuristic.embargo_epochs_after_cull", "heuristic.embargo"),
+])
+def test_a_bad_value_gives_the_same_line_by_flag_and_by_set(tmp_path, monkeypatch, capsys, flag, item, needle):
+    monkeypatch.chdir(tmp_path)
+    assert main([flag, "-2.5"]) == EXIT_SETUP_ERROR
+    by_flag = capsys.readouterr().err.strip().splitlines()
+    assert main(["--set", f"{item}=-2.5"]) == EXIT_SETUP_ERROR
+    by_set = capsys.readouterr().err.strip().splitlines()
+    assert len(by_flag) == 1 and by_flag == by_set and needle in by_flag[0]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_train_set_lr_runs_as_a_module(tmp_path):
@@ -280,7 +352,7 @@ def test_on_resume_exactly_the_declared_fields_may_change(tmp_path, monkeypatch)
         else:
             assert name in RESUME_OVERRIDABLE, name
             assert config.resume_path == os.path.abspath("run")
-    same, _ = resolve_config(["--resume", "run", "--seed", str(saved.seed), "--set", f"lr={saved.lr}"])
+    same, _ = resolve_config(["--resume", "run", "--seed", str(saved.seed), "--set", f"lr={saved.ppo.lr}"])
     assert same.seed == saved.seed
     with pytest.raises(ValueError, match="lr cannot change on resume"):
         resolve_config(["--resume", "run", "--set", "lr=0.5"])
@@ -308,9 +380,11 @@ def test_readme_flag_table_is_the_generated_one():
 
 def test_readme_flag_table_lists_every_field_flag_with_its_declared_help():
     rows = {row.split(" | ")[1]: row for row in _readme_table().splitlines()[2:]}
-    for ff in FLAGS.values():
-        assert ff.help.replace("|", "\\|") in rows[ff.field]
-        assert ("may change" in rows[ff.field]) == ff.resume
+    for ff in ALL_FLAGS.values():
+        assert ff.help.replace("|", "\\|") in rows[ff.key]
+        assert ("may change" in rows[ff.key]) == ff.resume
+    groups = [row.split(" | ")[0] for row in _readme_table().splitlines() if row.startswith("| **")]
+    assert groups == ["| **run**", "| **ppo**", "| **reward**", "| **heuristic**", "| **oracle**"]
 
 
 def test_the_flag_table_prints_as_a_module(tmp_path):
@@ -324,11 +398,16 @@ def test_help_names_the_shapes16_quickstart_every_field_flag_and_its_help(capsys
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
     assert exit_.value.code == 0
-    text = " ".join(capsys.readouterr().out.split())
+    text = _squashed(capsys.readouterr().out)
     assert "quickstart preset, the shapes16 task" in text and "--set KEY=VALUE" in text
-    for ff in FLAGS.values():
+    for ff in ALL_FLAGS.values():
         assert ff.flag in text
-        assert " ".join(ff.help.replace("`", "").split()) in text
+        assert _squashed(ff.help.replace("`", "")) in text
+
+
+def _squashed(text: str) -> str:
+    """`text` in one line as `--help` wraps it (a line may end after a hyphen)."""
+    return " ".join(text.split()).replace("- ", "-")
 
 
 @pytest.mark.parametrize("command", ["train", "prove", "report", "bench"])
@@ -347,7 +426,7 @@ def test_every_command_rejects_a_bad_flag_with_one_line_and_exit_2(command, tmp_
 def test_the_exit_code_table_matches_the_signal_convention():
     import signal
 
-    from esper_fx.training.stopping import exit_code
+    from esper_fx.stopping import exit_code
 
     assert (exit_code(signal.SIGINT), exit_code(signal.SIGTERM)) == (EXIT_INTERRUPTED, EXIT_TERMINATED)
 

@@ -7,9 +7,9 @@ import pytest
 
 import esper_fx
 from esper_fx.controllers import protocol as ctl
+from esper_fx.controllers import registry
 from esper_fx.training import step
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import EventType
 from esper_fx.evaluation.episodes import Arm, Policy, run_arm
 
 # shapes16 at a tiny size; 12 epochs let a seed germinated at epoch 1 reach PROBATIONARY and be fossilized
@@ -80,16 +80,22 @@ def test_two_controllers_under_one_run_seed_draw_different_action_noise():
     assert not np.array_equal(np.asarray(a), np.asarray(b))
     config = tiny16(max_epochs=6)
     first = esper_fx.run(config, controller="random", run_dir=False, quiet=True)
-    renamed = ctl.Controller(name="random_twin", act=ctl.build("random", ctl.ControllerSpec.from_config(config)).act)
+    renamed = ctl.Controller(name="random_twin", act=registry.build("random", ctl.ControllerSpec.from_config(config)).act)
     second = esper_fx.run(config, controller=renamed, run_dir=False, quiet=True)
     assert first.history[0].head_counts != second.history[0].head_counts
     again = esper_fx.run(config, controller="random", run_dir=False, quiet=True)
     assert again.history[0].head_counts == first.history[0].head_counts  # each stream is reproducible
 
 
-def test_greedy_evaluation_of_a_trained_policy_is_deterministic_and_learns_nothing():
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny ppo_lstm run with its run directory: (config, result)."""
     config = tiny16(controller="ppo_lstm", n_envs=2, n_episodes=2, max_epochs=4)
-    trained = esper_fx.run(config, run_dir=False, quiet=True)
+    return config, esper_fx.run(config, run_dir=tmp_path_factory.mktemp("trained") / "run", quiet=True)
+
+
+def test_greedy_evaluation_of_a_trained_policy_is_deterministic_and_learns_nothing(trained):
+    config, trained = trained
     arm = Arm.trained("ppo", config, Policy(trained.controller_state, trained.obs_rms))
     assert not arm.controller.learns and arm.controller.name == "ppo_lstm_greedy"
     first, second = run_arm(arm, [101, 101])
@@ -105,13 +111,12 @@ def test_an_episode_records_every_epoch_and_its_metric():
     assert episode.params_added == 0 and episode.fossils == ()
 
 
-def test_a_policy_loaded_from_the_run_directory_acts_like_the_trained_one(tmp_path):
+def test_a_policy_loaded_from_the_run_directory_acts_like_the_trained_one(trained):
     from esper_fx.evaluation.episodes import load_policy
 
-    config = tiny16(controller="ppo_lstm", n_envs=2, n_episodes=2, max_epochs=4)
-    trained = esper_fx.run(config, run_dir=tmp_path / "run")
-    loaded_config, policy = load_policy(tmp_path / "run")
-    assert loaded_config.to_dict() == {**config.to_dict(), "run_dir": str(tmp_path / "run")}
+    config, trained = trained
+    loaded_config, policy = load_policy(trained.run_dir)
+    assert loaded_config.to_dict() == {**config.to_dict(), "run_dir": str(trained.run_dir)}
     direct = Arm.trained("ppo", config, Policy(trained.controller_state, trained.obs_rms)).run(202)
     from_disk = Arm.trained("ppo", loaded_config, policy).run(202)
     assert direct.val_accs == from_disk.val_accs and direct.fossils == from_disk.fossils
@@ -120,7 +125,7 @@ def test_a_policy_loaded_from_the_run_directory_acts_like_the_trained_one(tmp_pa
 def test_the_reference_horizon_bootstraps_the_last_epoch():
     config = tiny16(controller="ppo_lstm", n_envs=2, n_episodes=2, max_epochs=3, horizon_bootstrap=True)
     spec = ctl.ControllerSpec.from_config(config)
-    bundle = ctl.build("ppo_lstm", spec)
+    bundle = registry.build("ppo_lstm", spec)
     captured = {}
 
     def spying_update(state, rollout, key):

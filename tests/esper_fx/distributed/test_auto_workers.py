@@ -1,7 +1,7 @@
-"""`--env-workers auto`, the default (issue 28): the rule, its fallback when Ray cannot start, and the same
-numbers as the in-process pool."""
+"""`--env-workers auto`, the default (issue 28): the rule, its fallback when Ray cannot start, and `compare`'s
+numbers as in process, its training, evaluation and search spread over Ray. (A training run under `auto` on
+two cores: test_ray_pool.py.)"""
 
-import csv
 import json
 
 import pytest
@@ -14,14 +14,7 @@ from esper_fx.distributed import auto
 from esper_fx.distributed.auto import RAY_MIN_ENV_EPOCHS, auto_workers, choose_eval_workers, choose_workers
 from esper_fx.distributed.runtime import RayStartError
 from esper_fx.training import pools
-
-SMALL = dict(task="shapes10", n_envs=3, max_epochs=3, n_episodes=5, synthetic_train_samples=256,
-             synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=5, device="cpu",
-             checkpoint_every=1, num_minibatches=1, tensorboard=False, report=False)
-
-
-def small(**overrides) -> TrainingConfig:
-    return TrainingConfig(**{**SMALL, **overrides})
+from tests.esper_fx.distributed.ray_runs import small
 
 
 @given(n_units=st.integers(1, 64), env_epochs=st.integers(1, 10_000), cores=st.integers(1, 128),
@@ -92,7 +85,8 @@ def test_the_banner_and_the_summary_say_which_pool_ran(monkeypatch, tmp_path, ca
     from esper_fx.cli.train import main
 
     _failing_ray(monkeypatch, RayStartError("Ray could not start: simulated"))
-    code = main(["--config", _write(tmp_path, small()), "--run-dir", str(tmp_path / "r"), "--quiet"])
+    config = small(n_episodes=3, max_epochs=2)  # one batch of the 3 envs
+    code = main(["--config", _write(tmp_path, config), "--run-dir", str(tmp_path / "r"), "--quiet"])
     out, err = capsys.readouterr()
     assert code == 0
     assert "Env workers: 2 Ray workers (auto: 2 usable cores, 3 envs)" in out
@@ -106,27 +100,6 @@ def _write(tmp_path, config) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**config.to_dict(), "run_dir": None}))
     return str(path)
-
-
-def _metrics(run_dir):
-    """metrics.csv without its clock readings."""
-    with open(run_dir / "metrics.csv") as fh:
-        return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in csv.DictReader(fh)]
-
-
-@pytest.mark.slow
-def test_auto_with_ray_gives_the_in_process_run_bit_for_bit(monkeypatch, tmp_path):
-    pytest.importorskip("ray")
-    monkeypatch.setattr(auto, "usable_cores", lambda: 2)
-    monkeypatch.setattr(auto, "RAY_MIN_ENV_EPOCHS", 1)  # the tiny run pays Ray's start-up here
-    serial = esper_fx.run(small(env_workers=0), run_dir=tmp_path / "serial")
-    default = esper_fx.run(small(), run_dir=tmp_path / "auto")
-    assert (serial.summary["timing"]["env_workers"], default.summary["timing"]["env_workers"]) == (0, 2)
-    untimed = lambda s: {k: v for k, v in s.items() if k not in ("timing", "wall_time_s", "checkpoint")}  # noqa: E731
-    assert untimed(default.summary) == untimed(serial.summary)
-    assert _metrics(tmp_path / "auto") == _metrics(tmp_path / "serial")
-    drop = lambda h: {k: v for k, v in h.to_dict().items() if k not in ("wall_time_s", "timing")}  # noqa: E731
-    assert [drop(h) for h in default.history] == [drop(h) for h in serial.history]
 
 
 def _numbers(table):
@@ -147,18 +120,23 @@ def test_compare_under_auto_falls_back_with_one_line_and_trains_without_trying_r
 
 @pytest.mark.slow
 def test_compare_by_default_spreads_training_evaluation_and_the_search_with_the_same_table(monkeypatch):
+    """On two usable cores `auto` trains the learning arm on two Ray workers and plays the evaluation episodes
+    (every schedule of the search at once) as Ray tasks: the in-process table, the progress in seed order."""
     ray = pytest.importorskip("ray")
     monkeypatch.setattr(auto, "usable_cores", lambda: 2)
     monkeypatch.setattr(auto, "RAY_MIN_ENV_EPOCHS", 1)
-    arms = {"ppo": "ppo_lstm", "wait": "wait", "best_fixed": "best_fixed"}
+    arms = {"ppo": "ppo_lstm", "wait": "wait", "static_final": "static_final", "best_fixed": "best_fixed"}
     config = small(n_envs=2, n_episodes=2, max_epochs=2, slots=["r0c1"])
-    seeds = [900_000, 900_001]
+    seeds = [900_000, 900_001, 900_002]
     serial = esper_fx.compare(arms, config.replace(env_workers=0), seeds, progress=None)
-    default = esper_fx.compare(arms, config, seeds, progress=None)
+    lines = []
+    default = esper_fx.compare(arms, config, seeds, progress=lines.append)
     assert not ray.is_initialized()
     assert default.trained["ppo"].summary["timing"]["env_workers"] == 2
     assert len(default.controls["best_fixed"]["search"]) > 2  # the search ran its schedules as tasks
     assert _numbers(default) == _numbers(serial)
+    assert [line.split(":")[1] for line in lines if "seed" in line] == [
+        f" {arm} seed {s}" for arm in arms for s in seeds]  # progress in seed order
 
 
 def test_prove_says_what_training_and_the_evaluation_use_before_they_run(monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from esper_fx.contracts import EventType
+from esper_fx.contracts.events import EventType
 from esper_fx.evaluation.comparison_table import by_task, choices, table_of
 from esper_fx.evaluation.episodes import Episode, germinations
 from esper_fx.outputs.events import Event

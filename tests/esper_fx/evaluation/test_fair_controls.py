@@ -4,7 +4,7 @@ import pytest
 
 from esper_fx.evaluation.comparison import compare
 from esper_fx.config import TrainingConfig
-from esper_fx import contracts
+from esper_fx.contracts.actions import BLEND_NAMES
 from esper_fx.evaluation.fair_controls import (BLEND_FINALISTS, NO_GROWTH, blend_round, matched_steps, schedule_grid,
                                                schedule_name)
 
@@ -72,10 +72,10 @@ def test_the_blend_round_tries_every_other_blend_on_the_best_growing_schedules()
     table = [{"config": s, "accuracy_mean": 99.0 if s is None else float(i)} for i, s in enumerate(grid)]
     second = blend_round(table, config)
     finalists = [s for s in grid if s is not None][::-1][:BLEND_FINALISTS]  # the highest accuracies last
-    assert len(second) == BLEND_FINALISTS * (len(contracts.BLEND_NAMES) - 1)
+    assert len(second) == BLEND_FINALISTS * (len(BLEND_NAMES) - 1)
     for k, schedule in enumerate(finalists):
         tried = second[k * 2:(k + 1) * 2]
-        assert {s["blend"] for s in tried} == set(contracts.BLEND_NAMES) - {schedule["blend"]}
+        assert {s["blend"] for s in tried} == set(BLEND_NAMES) - {schedule["blend"]}
         assert all({**s, "blend": schedule["blend"]} == schedule for s in tried)  # only the blend changed
     assert all(s is not None for s in second)  # no growth has no blend to vary, however well it did
 

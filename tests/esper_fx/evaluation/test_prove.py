@@ -1,5 +1,7 @@
 """`python -m esper_fx.prove` end to end at a tiny size; its flags; the seed bookkeeping."""
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -18,13 +20,23 @@ REPO = Path(__file__).resolve().parents[3]
 TINY_SETS = ["--set", "n_envs=2", "--set", "synthetic_train_samples=256", "--set", "synthetic_test_samples=64",
              "--set", "batch_size_per_env=32", "--set", "max_train_batches=2", "--set", "max_epochs=4",
              "--set", "num_minibatches=1"]
+TINY_PROVE = ["--episodes", "2", "--n-eval-seeds", "2", "--quiet", *TINY_SETS]
 
 
-def test_a_tiny_prove_trains_evaluates_every_arm_and_writes_json_and_plot(tmp_path, capsys):
-    out = tmp_path / "p"
-    code = prove.main(["--episodes", "2", "--n-eval-seeds", "2", "--out", str(out), "--quiet", *TINY_SETS])
+@pytest.fixture(scope="module")
+def tiny_prove(tmp_path_factory):
+    """One tiny prove of every default arm, trained on seed 5: (exit code, what it printed, its directory).
+    Its trained run is the checkpoint the --checkpoint tests evaluate."""
+    out = tmp_path_factory.mktemp("prove") / "p"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = prove.main(["--seed", "5", "--out", str(out), *TINY_PROVE])
+    return code, printed.getvalue(), out
+
+
+def test_a_tiny_prove_trains_evaluates_every_arm_and_writes_json_and_plot(tiny_prove):
+    code, text, out = tiny_prove
     assert code == 0
-    text = capsys.readouterr().out
     for arm in prove.DEFAULT_ARMS:
         assert arm in text
     report = json.loads((out / "prove.json").read_text())
@@ -195,26 +207,15 @@ def test_the_seed_overlap_check_agrees_with_enumerating_every_training_seed():
     check()
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """A finished tiny ppo_lstm run to evaluate with --checkpoint."""
-    import esper_fx
-
-    config = TrainingConfig(task="shapes10", n_envs=2, max_epochs=4, n_episodes=2, synthetic_train_samples=256,
-                            synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2, seed=3,
-                            num_minibatches=1, lstm_hidden_dim=32, tensorboard=False, report=False)
-    return esper_fx.run(config, run_dir=tmp_path_factory.mktemp("trained") / "run").run_dir
-
-
-@pytest.mark.parametrize("sets, field", [
-    (["task=shapes16"], "task"), (["slots=[\"r0c0\"]"], "slots"), (["lstm_hidden_dim=64"], "lstm_hidden_dim"),
+@pytest.mark.parametrize("sets, field", [  # (the tiny prove trained ppo_lstm on shapes16, 4 epochs, 3 slots)
+    (["task=shapes10"], "task"), (["slots=[\"r0c0\"]"], "slots"), (["lstm_hidden_dim=64"], "lstm_hidden_dim"),
     (["controller=ppo_mlp"], "controller"), (["max_epochs=5"], "max_epochs"),
     (["use_telemetry=false"], "use_telemetry"), (["observe_log_params=true"], "observe_log_params"),
 ])
-def test_a_checkpoint_is_not_evaluated_with_other_shape_fields(trained_run, sets, field, tmp_path, capsys,
+def test_a_checkpoint_is_not_evaluated_with_other_shape_fields(tiny_prove, sets, field, tmp_path, capsys,
                                                                 monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = ["--checkpoint", trained_run, "--arms", "ppo", "wait", "--n-eval-seeds", "1"]
+    args = ["--checkpoint", str(tiny_prove[2] / "train" / "ppo"), "--arms", "ppo", "wait", "--n-eval-seeds", "1"]
     for item in sets:
         args += ["--set", item]
     assert prove.main(args) == 2
@@ -366,11 +367,10 @@ def _same_episode(a: dict, b: dict) -> bool:
 
 
 @pytest.mark.slow
-def test_each_training_seeds_rows_equal_a_single_seed_prove(tmp_path, capsys):
-    tiny = ["--episodes", "2", "--n-eval-seeds", "2", "--quiet", *TINY_SETS]
+def test_each_training_seeds_rows_equal_a_single_seed_prove(tiny_prove, tmp_path, capsys):
     out = tmp_path / "many"
     assert prove.main(["--train-seeds", "5", "9", "--arms", "ppo", "wait", "static_final", "--out", str(out),
-                       *tiny]) == 0
+                       *TINY_PROVE]) == 0
     text = capsys.readouterr().out
     assert "ppo[seed=5]" in text and "across training seeds 5 9" in text and "ppo vs static_final:" in text
     report = json.loads((out / "prove.json").read_text())
@@ -380,13 +380,13 @@ def test_each_training_seeds_rows_equal_a_single_seed_prove(tmp_path, capsys):
     assert [g["b"] for g in report["aggregate"]] == ["wait", "static_final"]
     assert report["training"]["ppo[seed=9]"]["run_dir"] == str(out / "train" / "ppo-seed9")
     assert (out / "prove.png").stat().st_size > 0
+    assert prove.main(["--seed", "9", "--arms", "ppo", "--out", str(tmp_path / "one-9"), *TINY_PROVE]) == 0
+    single_seed = {5: tiny_prove[2], 9: tmp_path / "one-9"}  # seed 5's single-seed prove: the tiny prove
     for seed in (5, 9):
         mine = report["episodes"][f"ppo[seed={seed}]"]
         static = report["episodes"][f"static_final[seed={seed}]"]
         assert [e["fossils"] for e in static] == [e["fossils"] for e in mine]  # its own seed's network
-        one = tmp_path / f"one-{seed}"
-        assert prove.main(["--seed", str(seed), "--arms", "ppo", "--out", str(one), *tiny]) == 0
-        single = json.loads((one / "prove.json").read_text())["episodes"]["ppo"]
+        single = json.loads((single_seed[seed] / "prove.json").read_text())["episodes"]["ppo"]
         assert len(single) == len(mine) == 2 and all(_same_episode(a, b) for a, b in zip(mine, single)), (mine, single)
         trained = json.loads((out / "train" / f"ppo-seed{seed}" / "config.json").read_text())
         assert trained["seed"] == seed

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from esper_fx.contracts import ACTION_HEADS
+from esper_fx.contracts.actions import ACTION_HEADS
 
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.outputs import durable

@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from esper_fx.outputs import plots  # noqa: E402
 from esper_fx.outputs.history import BatchSummary  # noqa: E402
 from esper_fx.outputs.plots import StageInterval, events_to_intervals  # noqa: E402
-from esper_fx.contracts import EventType  # noqa: E402
+from esper_fx.contracts.events import EventType  # noqa: E402
 from esper_fx.outputs.events import Event  # noqa: E402
 from esper_fx.outputs.run_directory import RunDirectory  # noqa: E402
 

@@ -166,12 +166,21 @@ def _interrupt_once_at(monkeypatch, target, name, after_calls: int):
     monkeypatch.setattr(target, name, interrupting)
 
 
+COMMITTED = dict(n_episodes=6, checkpoint_every=1)  # three batches, each checkpointed
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    """The uninterrupted run of COMMITTED."""
+    return esper_fx.run(tiny(**COMMITTED), run_dir=tmp_path_factory.mktemp("full") / "run")
+
+
 @pytest.mark.parametrize("where", ["append_events", "append_metrics"])
-def test_an_interrupt_inside_a_batch_commit_keeps_checkpoint_row_and_events_together(tmp_path, monkeypatch, where):
+def test_an_interrupt_inside_a_batch_commit_keeps_checkpoint_row_and_events_together(full, tmp_path, monkeypatch,
+                                                                                       where):
     """Issue 12, defect 6: Ctrl-C after a batch finished but before its row and events were written lost them
     for good while the checkpoint included the batch."""
-    config = tiny(n_episodes=6, checkpoint_every=1)
-    full = esper_fx.run(config, run_dir=tmp_path / "full")
+    config = tiny(**COMMITTED)
     _interrupt_once_at(monkeypatch, RunDirectory, where, after_calls=2 if where == "append_metrics" else 3)
     with pytest.raises(run_state.Interrupted) as info:
         esper_fx.run(config, run_dir=tmp_path / "cut")
@@ -201,7 +210,7 @@ def test_resume_truncates_metrics_and_events_by_batch_number(tmp_path):
     run_dir = RunDirectory(tmp_path / "r", metric_columns(2, None))
     for b in (0, 2, 1, 1, 3):  # rows out of order and twice (segments cut at different points)
         run_dir.append_metrics(_row(b))
-    from esper_fx.contracts import EventType
+    from esper_fx.contracts.events import EventType
     from esper_fx.outputs.events import Event
 
     run_dir.append_events([Event(EventType.BATCH_COMPLETED, batch=b) for b in (0, 2, 1, 3)])

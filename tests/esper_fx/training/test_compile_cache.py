@@ -114,6 +114,8 @@ def entry_count(directory: Path) -> int:
 
 
 def test_a_second_identical_run_loads_every_program_from_the_cache(tmp_path):
+    """Two command lines in fresh interpreters: the first compiles every program, the second loads them all
+    (and, like any run of the command line, says what it runs and keeps its summary and final checkpoint)."""
     cache = tmp_path / "cache"
     first = _cli(tmp_path, "--compile-cache-dir", str(cache), "--run-dir", str(tmp_path / "r1"))
     hits, requests = _hits(first.stdout)
@@ -124,6 +126,8 @@ def test_a_second_identical_run_loads_every_program_from_the_cache(tmp_path):
     assert _hits(second.stdout) == (requests, requests)
     assert entry_count(cache) == entries  # nothing new compiled
     assert "warm start" in second.stdout and "First action after" in second.stdout
+    assert "LSTM: hidden=128, chunk=3" in second.stdout and "Run directory:" in second.stdout
+    assert (tmp_path / "r2" / "summary.json").exists() and (tmp_path / "r2" / "checkpoints" / "final").exists()
 
 
 

@@ -1,5 +1,6 @@
-"""Failures are loud and precise: NaN data, a broken controller, a stop by signal at any moment, setup problems
-found before anything is written (issue 12)."""
+"""Failures are loud and precise: NaN data, a broken controller, a stop by signal at any moment (and a command
+line stopped and resumed ends as the uninterrupted run), setup problems found before anything is written
+(issue 12)."""
 
 import json
 import math
@@ -16,13 +17,15 @@ from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.cli import run as cli_run
 from esper_fx.training import epoch, pools, run_state
 from esper_fx.controllers import protocol as ctl
+from esper_fx.controllers import registry
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import SignalColumn
+from esper_fx.contracts.signals import SignalColumn
 from esper_fx.errors import ControllerError, DataError, DeviceUnavailableError
 from esper_fx.training.run_state import fresh_learner
 from esper_fx.cli.train import main
 from rl import rewards
 from tests.esper_fx.stops import signal_at_apply
+from tests.esper_fx import signal_experiment as X
 from tests.esper_fx import tiny
 
 TINY = dict(tiny.TINY, device="cpu")
@@ -50,7 +53,7 @@ def test_nan_rewards_never_poison_the_normaliser_and_are_reported_loudly(tmp_pat
     assert "WARNING: batch 0: 1 NaN/inf rewards were left out of the reward normaliser" in err
     assert "WARNING: batch 1: the PPO update stopped at a step" in err
     spec = ctl.ControllerSpec.from_config(config)
-    template = fresh_learner(ctl.build("ppo_lstm", spec), spec, config.seed)._asdict()
+    template = fresh_learner(registry.build("ppo_lstm", spec), spec, config.seed)._asdict()
     saved = ckpt.load_trees(ckpt.read_manifest(tmp_path / "r"), template)
     assert all(math.isfinite(v) for v in saved["reward_norm"].stats())
     assert float(saved["reward_norm"].count) == 2 * (2 * 3 - 1)  # every finite reward of both batches
@@ -135,7 +138,7 @@ def _as_ray_does(signum: int) -> None:
 def test_a_stop_a_library_turned_into_a_plain_keyboard_interrupt_keeps_its_signal(signum):
     """Issue 39, item 3: a SIGTERM that met Ray's wait came out as a plain KeyboardInterrupt and was recorded
     as SIGINT (exit 130); `stops_kept` gives it back its signal."""
-    from esper_fx.training.stopping import sigterm_stops, stop_signal, stops_kept
+    from esper_fx.stopping import sigterm_stops, stop_signal, stops_kept
 
     with sigterm_stops(), pytest.raises(KeyboardInterrupt) as info:
         with stops_kept():
@@ -157,6 +160,28 @@ def test_a_stop_during_start_up_prints_no_traceback(tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err
     assert "Traceback" not in err and "nothing to resume" in err
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The command line's run the stopped ones are compared with (tests/esper_fx/signal_experiment.py), its
+    programs warm in the suite's compilation cache (tests/conftest.py): (work dir, cache, what it observed)."""
+    work = tmp_path_factory.mktemp("signals")
+    cache = Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
+    return work, cache, X.observe(X.reference_run(work, cache))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, point", [(signal.SIGTERM, "batch 0 committed"), (signal.SIGKILL, "batch 0 committed"),
+                                           (signal.SIGINT, "after a checkpoint")])
+def test_a_stopped_and_resumed_run_equals_the_uninterrupted_one(uninterrupted, signum, point):
+    """Issue 12: a CLI run stopped by SIGINT, SIGTERM or SIGKILL and then resumed equals an uninterrupted run,
+    bit for bit. A few trials of the matrix `python -m tests.esper_fx.signal_experiment` runs whole (SIGINT,
+    SIGTERM and SIGKILL at five points)."""
+    work, cache, expected = uninterrupted
+    trial = X.trial(work, cache, expected, point, signum)
+    assert trial.ok, trial.line()
+    assert trial.code == X.EXPECTED_CODE[signum] and trial.resumes >= 1
 
 
 def test_setup_problems_found_by_loading_the_data_are_reported_before_anything_is_written(tmp_path):

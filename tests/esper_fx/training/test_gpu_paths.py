@@ -17,6 +17,7 @@ import esper_fx
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
 from esper_fx import devices
+from esper_fx.controllers import registry
 from esper_fx.training import preflight
 from esper_fx.config import TrainingConfig
 from esper_fx.errors import DeviceUnavailableError
@@ -62,7 +63,7 @@ def test_auto_policy_device_follows_torch(monkeypatch):
 def test_the_learner_is_built_on_the_device_asked_for():
     config = tiny()
     spec = ctl.ControllerSpec.from_config(config)
-    bundle = ctl.build("ppo_lstm", spec)
+    bundle = registry.build("ppo_lstm", spec)
     cpu = jax.devices("cpu")[0]
     placed = fresh_learner(bundle, spec, 3, cpu)
     assert _learner_devices(placed) == {cpu}
@@ -132,7 +133,7 @@ def test_a_gpu_checkpoint_restores_on_the_cpu(tmp_path):
     config = result.config
     spec = ctl.ControllerSpec.from_config(config)
     cpu = jax.devices("cpu")[0]
-    template = fresh_learner(ctl.build(config.controller_name, spec), spec, config.seed, cpu)._asdict()
+    template = fresh_learner(registry.build(config.controller_name, spec), spec, config.seed, cpu)._asdict()
     trees = ckpt.load_trees(ckpt.read_manifest(tmp_path / "r"), template)
     assert _learner_devices(trees) == {cpu}
     for a, b in zip(jax.tree_util.tree_leaves(trees["controller"]), jax.tree_util.tree_leaves(result.controller_state)):
@@ -173,7 +174,7 @@ def test_policy_on_cuda_1_with_envs_on_cuda_0(tmp_path):
 @pytest.mark.gpu
 def test_cuda_devices_agree_between_torch_and_jax():
     """A tensor on torch's cuda:N is, through DLPack, an array on JAX's GPU N: the same physical card."""
-    from bridge import to_jax
+    from bridge.dlpack import to_jax
 
     for index in range(min(torch.cuda.device_count(), len(jax.devices("gpu")))):
         tensor = torch.arange(8, dtype=torch.float32, device=f"cuda:{index}")

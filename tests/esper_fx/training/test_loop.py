@@ -4,8 +4,6 @@ import csv
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -17,13 +15,12 @@ import pytest
 import esper_fx
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
+from esper_fx.controllers import registry
 from esper_fx.controllers import baselines
 from esper_fx.training import pools, run_state
 from esper_fx.config import TrainingConfig
 from tests.esper_fx.stops import signal_at_apply
 from tests.esper_fx import tiny
-
-REPO = Path(__file__).resolve().parents[3]
 
 TINY = dict(tiny.TINY)
 
@@ -70,7 +67,7 @@ def test_every_registered_controller_runs_end_to_end(controller, tmp_path):
 def test_rollout_holds_exactly_E_times_T_valid_steps():
     config = tiny(n_episodes=2)
     spec = ctl.ControllerSpec.from_config(config)
-    bundle = ctl.build("ppo_lstm", spec)
+    bundle = registry.build("ppo_lstm", spec)
     captured = {}
     original_update = bundle.update
 
@@ -94,7 +91,7 @@ def test_forced_nan_loss_triggers_rollback_and_the_run_continues():
     pool = pools.build_pool(config)
     pool.inject_nan(env=1, epoch=2)
     captured = {}
-    bundle = ctl.build("ppo_lstm", ctl.ControllerSpec.from_config(config))
+    bundle = registry.build("ppo_lstm", ctl.ControllerSpec.from_config(config))
 
     def spying_update(state, rollout, key):
         captured["rollout"] = rollout
@@ -179,14 +176,14 @@ def test_custom_two_function_controller_registers_and_runs():
     def act(state, carry, signals, key):
         return baselines.wait_actions(signals)
 
-    ctl.register("always_wait_custom", ctl.make_controller(act, init=init, name="always_wait_custom"))
-    assert "always_wait_custom" in ctl.names()
+    registry.register("always_wait_custom", ctl.make_controller(act, init=init, name="always_wait_custom"))
+    assert "always_wait_custom" in registry.names()
     result = esper_fx.run(tiny(n_episodes=2), controller="always_wait_custom", run_dir=False, quiet=True)
     assert result.history[0].action_counts["WAIT"] == 6
 
 
 def test_history_records_the_seed_params_held_at_the_last_epoch():
-    from esper_fx.contracts import LifecycleOp
+    from esper_fx.contracts.actions import LifecycleOp
 
     def act(state, carry, signals, key):
         wait = baselines.wait_actions(signals)
@@ -212,23 +209,9 @@ def test_reward_fn_is_swappable_by_name_and_function():
     assert sparse.history[0].avg_reward == pytest.approx(expected, abs=1e-5)
 
 
-def test_cli_tiny_run_in_a_subprocess(tmp_path):
-    cfg = tmp_path / "tiny.json"
-    cfg.write_text(json.dumps({**TINY, "n_episodes": 2}))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "esper_fx.train", "--config", str(cfg), "--run-dir",
-                           str(tmp_path / "run"), "--quiet"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "LSTM: hidden=128, chunk=3" in proc.stdout
-    assert "Run directory:" in proc.stdout
-    assert (tmp_path / "run" / "summary.json").exists()
-    assert (tmp_path / "run" / "checkpoints" / "final").exists()
-
-
 def test_cli_relative_run_dir_and_relative_resume(tmp_path, monkeypatch):
     """README's main command uses a relative run directory; orbax needs absolute paths (issue 12, defect 1).
-    The command line runs in this process (the test above runs one in a fresh interpreter)."""
+    The command line runs in this process (test_compile_cache.py runs it in fresh interpreters)."""
     from esper_fx.cli.train import main
 
     (tmp_path / "tiny.json").write_text(json.dumps({**TINY, "n_episodes": 4, "checkpoint_every": 1}))

@@ -1,4 +1,4 @@
-"""The three env pools the loop can drive are one `contracts.EpisodePool`: the same members, the same
+"""The three env pools the loop can drive are one `contracts.pool.EpisodePool`: the same members, the same
 verb (`begin`) to start a batch of episodes, the same parameter names."""
 
 import inspect
@@ -6,7 +6,8 @@ import inspect
 import pytest
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import EpisodePool, signal_columns
+from esper_fx.contracts.pool import EpisodePool
+from esper_fx.contracts.signals import signal_columns
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.distributed.pool import RayEnvPool
 from esper_fx.training.pools import pool_settings

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import PACKED_DTYPES, SignalColumn, signal_columns
+from esper_fx.contracts.signals import PACKED_DTYPES, SignalColumn, signal_columns
 from esper_fx.controllers import protocol as ctl
+from esper_fx.controllers import registry
 from esper_fx.training import step
 from esper_fx.training.batch import end_of_batch
 from esper_fx.training.epoch import Runner
@@ -53,7 +54,7 @@ def test_a_rollback_reaches_the_end_of_batch_through_the_panic_signal(discard):
         captured["rollout"] = rollout
         return state, {}
 
-    controller = dataclasses.replace(ctl.build("ppo_lstm", spec), update=update)
+    controller = dataclasses.replace(registry.build("ppo_lstm", spec), update=update)
     columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
     step_fn = step.make_step(controller, rewards.dispatch(config), config.reward, columns, spec.max_epochs)
     learner = fresh_learner(controller, spec, config.seed)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from esper_fx.contracts import FASHION_MNIST_DATA_ROOT
+from esper_fx.contracts.tasks import FASHION_MNIST_DATA_ROOT
 from hosts.data import fashion_mnist as F
 from hosts.data.external import DatasetUnavailableError
 from hosts.data.idx import idx_bytes

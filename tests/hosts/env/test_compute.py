@@ -1,6 +1,6 @@
 """The per-episode FLOP meter: host and seed shares per stage, validation and counterfactuals apart."""
 
-from esper_fx.contracts import SeedStage
+from esper_fx.contracts.stages import SeedStage
 from hosts.env.compute import ComputeMeter, ModelCosts
 from hosts.models import flops as F
 from hosts.models.cnn import CNNHost

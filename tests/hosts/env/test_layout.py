@@ -15,11 +15,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import BLUEPRINT_NAMES, LifecycleOp, SeedStage
+from esper_fx.contracts.actions import LifecycleOp
+from esper_fx.contracts.blueprints import BLUEPRINT_NAMES
+from esper_fx.contracts.stages import SeedStage
 from esper_fx.training.pools import pool_settings
 from hosts.data.task_data import load_task_data
 from hosts.env import EnvPool
-from hosts.models.layout import CNN_LAYOUT
+from hosts.layout import CNN_LAYOUT
 from hosts.tasks import get_task
 
 

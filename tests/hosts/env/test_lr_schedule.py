@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import LifecycleOp
+from esper_fx.contracts.actions import LifecycleOp
 from esper_fx.training.pools import pool_settings
 from hosts.env.lr_schedule import apply_lr, lr_factor, rewarm_factor
 from hosts.env.pool import EnvPool

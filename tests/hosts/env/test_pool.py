@@ -12,7 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import DEFAULT_TEMPO, SIGNAL_FIELDS, EventType, LifecycleOp, SeedStage, obs_dim, telemetry_block_start
+from esper_fx.contracts.actions import DEFAULT_TEMPO, LifecycleOp
+from esper_fx.contracts.events import EventType
+from esper_fx.contracts.observation import obs_dim
+from esper_fx.contracts.signals import SIGNAL_FIELDS
+from esper_fx.contracts.stages import SeedStage
 from esper_fx.training.pools import pool_settings
 from hosts.data.task_data import TaskData, load_task_data, val_batches
 from hosts.env import EnvPool
@@ -249,7 +253,8 @@ def test_telemetry_block_is_zero_for_disabled_and_empty_slots(shapes10_data):
     pool.train_and_validate()
     pool.apply(germinate_all(pool))
     obs = pool.train_and_validate()["obs"][0]
-    blocks = [obs[telemetry_block_start(i, 3) : telemetry_block_start(i, 3) + 10] for i in range(3)]
+    telemetry = obs[obs_dim(3, telemetry=False):]  # the three telemetry blocks follow the slot blocks
+    blocks = [telemetry[10 * i : 10 * i + 10] for i in range(3)]
     assert not blocks[0].any() and not blocks[2].any()  # disabled slots
     assert blocks[1][1].item() == 1.0  # gradient health of the seed in r0c1
     assert blocks[1][0].item() > 0.0  # its gradient norm was measured in TRAINING
@@ -764,7 +769,7 @@ def test_amp_on_cpu_is_disabled_with_a_warning(shapes10_data):
 
 
 def test_packed_signals_unpack_to_the_same_fields(shapes10_data):
-    from esper_fx.contracts import PACKED_DTYPES, signal_columns, unpack_signals
+    from esper_fx.contracts.signals import PACKED_DTYPES, signal_columns, unpack_signals
     from hosts.signals.assembly import pack_signals
 
     pool = make_pool(shapes10_data, slots=("r0c0", "r0c1", "r0c2"))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from esper_fx.config import TrainingConfig
-from esper_fx.contracts import LifecycleOp
+from esper_fx.contracts.actions import LifecycleOp
 from esper_fx.training.pools import pool_settings
 from hosts.data.task_data import load_task_data
 from hosts.env import EnvPool

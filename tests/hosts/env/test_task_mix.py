@@ -82,7 +82,7 @@ def test_the_observation_carries_each_hosts_size_raw_or_on_a_log_scale(log_param
     """observe_log_params: feature 21 is ln(1 + params), so the mix's hosts lie far apart on it."""
     import math
 
-    from esper_fx.contracts import OBS_TOTAL_PARAMS
+    from esper_fx.contracts.observation import OBS_TOTAL_PARAMS
     config = TrainingConfig(task="shapes16", task_mix=MIX, n_envs=4, max_epochs=1, device="cpu",
                             slots=("r0c0", "r0c1", "r0c2"), synthetic_train_samples=256, synthetic_test_samples=64,
                             batch_size_per_env=32, max_train_batches=1, data_split="full",

@@ -5,7 +5,7 @@ import torch
 
 from tests.hosts.param_count import count_parameters
 from hosts.models.cnn import CNNHost
-from hosts.models.layout import InjectionSpec
+from hosts.layout import InjectionSpec
 
 
 def test_cifar10_host_has_6418_params_with_the_documented_breakdown():

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from esper_fx.contracts import SeedStage
+from esper_fx.contracts.stages import SeedStage
 from hosts import CNNHost, MorphogeneticModel, TransformerHost
 from tests.hosts.lifecycle_helpers import CIFAR_CLOCK, drive_to, epoch
 

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esper_fx.contracts import BLUEPRINT_NAMES
+from esper_fx.contracts.blueprints import BLUEPRINT_NAMES
 from hosts.seeds import blueprints as bp
 from tests.hosts.param_count import count_parameters
 

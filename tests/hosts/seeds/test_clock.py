@@ -6,13 +6,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esper_fx.contracts import (
-    NUM_TEMPOS,
-    PROPORTIONAL_EPISODE,
-    TEMPO_BLEND_EPOCHS,
-    SeedStage,
-    lifecycle_timings,
-)
+from esper_fx.contracts.actions import NUM_TEMPOS
+from esper_fx.contracts.lifecycle import PROPORTIONAL_EPISODE, TEMPO_BLEND_EPOCHS, lifecycle_timings
+from esper_fx.contracts.stages import SeedStage
 from hosts.seeds.lifecycle import SeedClock
 from hosts.seeds.slot import SeedSlot
 from tests.hosts.lifecycle_helpers import epoch

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from esper_fx.contracts import SeedStage
+from esper_fx.contracts.stages import SeedStage
 from hosts import CNNHost, Governor, MorphogeneticModel
 from tests.hosts.lifecycle_helpers import CIFAR_CLOCK, drive_to
 

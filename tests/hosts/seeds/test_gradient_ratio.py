@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esper_fx.contracts import SeedStage
+from esper_fx.contracts.stages import SeedStage
 from hosts import CNNHost, MorphogeneticModel
 from hosts.seeds.gradient_ratio import (
     SquaredNorm,

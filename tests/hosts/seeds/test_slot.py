@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esper_fx.contracts import VALID_TRANSITIONS, SeedStage
+from esper_fx.contracts.stages import VALID_TRANSITIONS, SeedStage
 from hosts.seeds.blending import GatedBlend, LinearBlend, SigmoidBlend
 from hosts.seeds.lifecycle import SeedClock, SeedState, evaluate_gate
 from hosts.seeds.slot import SeedSlot

@@ -7,7 +7,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esper_fx.contracts import SIGNAL_FIELDS, LifecycleOp, SeedStage
+from esper_fx.contracts.actions import LifecycleOp
+from esper_fx.contracts.signals import SIGNAL_FIELDS
+from esper_fx.contracts.stages import SeedStage
 from hosts.seeds.slot_report import SlotReport
 from hosts.signals.assembly import stack_masks
 from hosts.signals.masks import MASK_FIELDS, ActionMasks, build_masks

@@ -9,42 +9,17 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esper_fx.contracts import (
-    BLUEPRINT_MENUS,
-    OBS_ACC_DELTA,
-    OBS_ACC_HISTORY,
-    OBS_BEST_VAL_LOSS,
-    OBS_LOSS_DELTA,
-    OBS_LOSS_HISTORY,
-    OBS_SEED_UTILIZATION,
-    OBS_TOTAL_PARAMS,
-    OBS_TRAIN_LOSS,
-    OBS_VAL_ACC,
-    OBS_VAL_LOSS,
-    SIGNAL_FIELDS,
-    SLOT_ALPHA,
-    SLOT_BLUEPRINT_ONEHOT,
-    SLOT_IMPROVEMENT,
-    SLOT_IS_ACTIVE,
-    SLOT_STAGE,
-    TEL_ACCURACY,
-    TEL_ACCURACY_DELTA,
-    TEL_ALPHA,
-    TEL_EPOCHS_IN_STAGE,
-    TEL_EXPLODING,
-    TEL_GRAD_HEALTH,
-    TEL_GRAD_NORM,
-    TEL_STAGE,
-    TEL_TEMPORAL,
-    TEL_VANISHING,
-    TELEMETRY_BLOCK,
-    SeedStage,
-    format_slot_id,
-    obs_dim,
-    slot_block_size,
-    slot_block_start,
-    telemetry_block_start,
+from esper_fx.contracts.blueprints import BLUEPRINT_MENUS
+from esper_fx.contracts.observation import (
+    NUM_BASE_FEATURES, OBS_ACC_DELTA, OBS_ACC_HISTORY, OBS_BEST_VAL_LOSS, OBS_LOSS_DELTA, OBS_LOSS_HISTORY,
+    OBS_SEED_UTILIZATION, OBS_TOTAL_PARAMS, OBS_TRAIN_LOSS, OBS_VAL_ACC, OBS_VAL_LOSS, SLOT_ALPHA,
+    SLOT_BLUEPRINT_ONEHOT, SLOT_IMPROVEMENT, SLOT_IS_ACTIVE, SLOT_STAGE, TELEMETRY_BLOCK, TEL_ACCURACY,
+    TEL_ACCURACY_DELTA, TEL_ALPHA, TEL_EPOCHS_IN_STAGE, TEL_EXPLODING, TEL_GRAD_HEALTH, TEL_GRAD_NORM, TEL_STAGE,
+    TEL_TEMPORAL, TEL_VANISHING, obs_dim, slot_block_size,
 )
+from esper_fx.contracts.signals import SIGNAL_FIELDS
+from esper_fx.contracts.slots import format_slot_id
+from esper_fx.contracts.stages import SeedStage
 from hosts.seeds.slot_report import SlotReport
 from hosts.signals.assembly import build_slot_fields, stack_observations
 from hosts.signals.observation import build_observation, safe
@@ -81,12 +56,12 @@ def observe(signals=None, reports=None, enabled=("r0c1",), slot_ids=SLOTS, menu=
 
 
 def slot_part(obs, index):
-    start = slot_block_start(index)
+    start = NUM_BASE_FEATURES + index * slot_block_size()
     return obs[start : start + slot_block_size()]
 
 
 def telemetry_part(obs, index, num_slots=3):
-    start = telemetry_block_start(index, num_slots)
+    start = NUM_BASE_FEATURES + num_slots * slot_block_size() + index * TELEMETRY_BLOCK
     return obs[start : start + TELEMETRY_BLOCK]
 
 

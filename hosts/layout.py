@@ -1,5 +1,5 @@
-"""How a host is laid out, as the rest of `hosts/` sees it: where its injection points sit, and the
-memory layout of its activations.
+"""How a host is laid out, as the rest of `hosts/` sees it: where its injection points sit, the memory layout
+of its activations, and the LayerNorm epsilon its transformer layers and their seeds share.
 
 Injection points (BEHAVIOUR §1.4). A host names each point between two of its blocks (or layers) with a
 slot id and describes it with an `InjectionSpec` (channel width, relative position, layer range);
@@ -23,7 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from esper_fx.contracts import parse_slot_id
+from esper_fx.contracts.slots import parse_slot_id
+
+LN_EPS = 1e-5  # every LayerNorm of the transformer hosts and their seeds
 
 
 @dataclass(frozen=True)

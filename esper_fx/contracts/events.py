@@ -1,0 +1,22 @@
+"""The event types: the host's lifecycle and governor events and the loop's own, one vocabulary (BEHAVIOUR §7.7)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventType(StrEnum):
+    SEED_GERMINATED = "SEED_GERMINATED"
+    SEED_STAGE_CHANGED = "SEED_STAGE_CHANGED"
+    SEED_FOSSILIZED = "SEED_FOSSILIZED"
+    SEED_CULLED = "SEED_CULLED"
+    GOVERNOR_PANIC = "GOVERNOR_PANIC"
+    GOVERNOR_SNAPSHOT = "GOVERNOR_SNAPSHOT"
+    GOVERNOR_ROLLBACK = "GOVERNOR_ROLLBACK"
+    TRAINING_STARTED = "TRAINING_STARTED"
+    BATCH_COMPLETED = "BATCH_COMPLETED"
+    PPO_UPDATE_COMPLETED = "PPO_UPDATE_COMPLETED"
+    CHECKPOINT_SAVED = "CHECKPOINT_SAVED"
+    CHECKPOINT_LOADED = "CHECKPOINT_LOADED"
+    REWARD_COMPUTED = "REWARD_COMPUTED"
+    NONFINITE_SKIPPED = "NONFINITE_SKIPPED"  # NaN/inf observation rows or rewards left out of the normalisers
