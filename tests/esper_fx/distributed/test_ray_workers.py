@@ -47,7 +47,7 @@ def local_ray():
 def test_a_worker_exception_reaches_the_driver_with_its_traceback(local_ray):
     from esper_fx.distributed.pool import EnvWorkerError, RayEnvPool
 
-    with RayEnvPool(small(n_envs=2, env_workers=2, max_epochs=2)) as pool:
+    with RayEnvPool(pools.pool_settings(small(n_envs=2, max_epochs=2)), 2) as pool:
         signals = pool.begin(0, 2)
         assert signals["obs"].shape[0] == 2
         with pytest.raises(EnvWorkerError) as info:
@@ -74,7 +74,7 @@ def test_a_data_problem_in_a_worker_or_task_is_the_in_process_line(local_ray):
         pools.build_pool(config.replace(env_workers=0))
     assert "fewer than one step" in str(in_process.value)
     with pytest.raises(DataError) as worker:
-        RayEnvPool(config.replace(env_workers=2)).wait_ready()
+        RayEnvPool(pools.pool_settings(config), 2).wait_ready()
     assert str(worker.value) == str(in_process.value)
     arm = Arm.build("wait", config)
     with pytest.raises(DataError) as serial:
@@ -98,8 +98,8 @@ def test_a_begin_sent_ahead_is_the_begin_asked_for_and_keeps_the_running_results
     from hosts.env import EnvPool
 
     config = small(env_workers=2, max_epochs=2)
-    plain = EnvPool(config.replace(env_workers=0))  # (bit for bit the Ray pool without a begin sent ahead)
-    with RayEnvPool(config) as ahead:
+    plain = EnvPool(pools.pool_settings(config))  # (bit for bit the Ray pool without a begin sent ahead)
+    with RayEnvPool(pools.pool_settings(config), config.env_workers) as ahead:
         for pool in (ahead, plain):
             pool.begin(0, 3)
             _wait_episode(pool, 3)
