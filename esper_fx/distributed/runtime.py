@@ -116,8 +116,9 @@ def require_ray():
 
 
 def project_root() -> str:
-    """The directory holding the esper_fx package the driver runs: the workers import the same code."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """The directory holding the esper_fx package the driver runs (this file is esper_fx/distributed/runtime.py):
+    the workers import the same code."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclass
