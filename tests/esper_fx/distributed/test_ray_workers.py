@@ -114,3 +114,13 @@ def test_a_begin_sent_ahead_is_the_begin_asked_for_and_keeps_the_running_results
         assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
         assert got["obs"].shape[0] == 2
         assert ahead.episode_results() == plain.episode_results()  # batch 2's, not batch 1's unread ones
+
+
+def test_the_workers_import_path_is_the_directory_holding_the_driver_s_packages():
+    from pathlib import Path
+
+    from esper_fx.distributed.runtime import project_root
+
+    root = Path(project_root())
+    assert (root / "esper_fx" / "__init__.py").is_file() and (root / "hosts").is_dir()
+    assert root == Path(__file__).resolve().parents[3]
