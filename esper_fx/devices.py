@@ -1,6 +1,6 @@
 """The run's devices, resolved and checked here and nowhere else (BEHAVIOUR §7.1).
 
-    devices = RunDevices.of(config)        # torch's policy device, the same device as JAX names it, env i's
+    policy_devices(config.device)          # torch's policy device and the same device as JAX names it
     torch_device("auto")                   # cuda:0 when torch sees CUDA, else the CPU: the one `auto` rule
 
 A device name is `auto`, `cpu` or `cuda:N`. `auto` is cuda:0 when torch sees CUDA, else the CPU; JAX must
@@ -15,7 +15,6 @@ so the env pools' devices (`esper_fx.training.pools.pool_settings`) are resolved
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
@@ -27,18 +26,9 @@ from esper_fx.errors import ConfigError, DeviceUnavailableError
 JAX_CUDA_HINT = "install JAX's CUDA plugin: pip install -e '.[cuda12]' or '.[cuda13]'"
 
 
-@dataclass(frozen=True)
-class RunDevices:
-    """A run's devices, resolved from its `device` and `env_devices`."""
-
-    torch: torch.device  # the policy device as torch names it: the signals are assembled there
-    jax: Any  # the same device as JAX names it (a jax.Device): the controller runs there
-    env: tuple[torch.device, ...]  # env i's device, one per env
-
-    @classmethod
-    def of(cls, config: TrainingConfig) -> "RunDevices":
-        """The devices of a TrainingConfig; every one checked (`DeviceUnavailableError` names the one missing)."""
-        return cls(*policy_devices(config.device), env_devices(config))
+def policy_jax_device(config: TrainingConfig) -> Any:
+    """The JAX device a run's controller runs on (`policy_devices` of its `device`)."""
+    return policy_devices(config.device)[1]
 
 
 def torch_device(name: str) -> torch.device:

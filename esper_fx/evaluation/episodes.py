@@ -31,7 +31,7 @@ from esper_fx.config import TrainingConfig
 from esper_fx.contracts.actions import growth_name
 from esper_fx.contracts.events import EventType
 from esper_fx.contracts.signals import signal_columns
-from esper_fx.devices import RunDevices
+from esper_fx.devices import policy_jax_device
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.training.epoch import BatchTally, Runner, resolve_reward_fn, run_epoch
 from esper_fx.training.pools import build_pool
@@ -164,7 +164,7 @@ class Arm:
                           learner_builder(self.controller, spec))
         step_fn, new_episode, columns, _ = self._step
         return Runner(config, spec, self.controller, BridgedPool(build_pool(config), columns),
-                      Console(1, config.max_epochs, quiet=True), RunDevices.of(config).jax, step_fn, None,
+                      Console(1, config.max_epochs, quiet=True), policy_jax_device(config), step_fn, None,
                       new_episode, columns)
 
     def _learner(self, config: TrainingConfig, spec: ctl.ControllerSpec) -> LearnerState:

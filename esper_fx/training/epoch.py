@@ -27,7 +27,7 @@ from esper_fx.contracts.actions import ACTION_HEADS, NUM_HEADS
 from esper_fx.contracts.pool import EpisodePool
 from esper_fx.contracts.signals import SignalColumn, signal_columns, unpack_signals
 from esper_fx.controllers import protocol as ctl
-from esper_fx.devices import RunDevices
+from esper_fx.devices import policy_jax_device
 from esper_fx.errors import ControllerError
 from esper_fx.outputs.console import Console
 from esper_fx.outputs.events import Event, lifecycle_event, reward_events
@@ -60,7 +60,7 @@ class Runner:
         columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
         bootstraps = controller.learns and config.ppo.horizon_bootstrap
         return cls(config, spec, controller, pool if isinstance(pool, BridgedPool) else BridgedPool(pool, columns),
-                   console, RunDevices.of(config).jax,
+                   console, policy_jax_device(config),
                    step.make_step(controller, reward_fn, reward_config, columns, spec.max_epochs,
                                config.ppo.horizon_bootstrap),
                    step.make_bootstrap(controller, columns) if bootstraps else None,

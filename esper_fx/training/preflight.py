@@ -191,9 +191,10 @@ def check_devices(config: TrainingConfig) -> None:
     """Every device the config names exists (`esper_fx.devices`: the envs' for torch, the policy's for torch
     and JAX); an "auto" policy device resolves to the same device for both (torch's cuda:0 needs a JAX GPU).
     (torch and jax load here, not when this module is imported: a resumed command line reads it first.)"""
-    from esper_fx.devices import RunDevices
+    from esper_fx.devices import env_devices, policy_devices
 
-    RunDevices.of(config)
+    policy_devices(config.device)
+    env_devices(config)
 
 
 def check_data_root(config: TrainingConfig) -> None:

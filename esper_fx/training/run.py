@@ -25,7 +25,7 @@ from bridge.jax_env import ensure_jax_env
 from esper_fx.config import TrainingConfig, absolute_paths
 from esper_fx.contracts.pool import EpisodePool
 from esper_fx.controllers import protocol as ctl
-from esper_fx.devices import RunDevices
+from esper_fx.devices import policy_jax_device
 from esper_fx.controllers import registry
 from esper_fx.outputs import report
 from esper_fx.outputs.closing import closing_lines
@@ -98,7 +98,7 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     with run_pool(config, pool, console.warning) as pool, sigterm_stops():
         # built while Ray workers start; they must be up before anything is written (a failed worker
         # leaves the run directory untouched)
-        learner = fresh_learner(bundle, spec, config.seed, RunDevices.of(config).jax)
+        learner = fresh_learner(bundle, spec, config.seed, policy_jax_device(config))
         wait_ready(pool)
         with open_run_log(config, console) as out:
             result = train_and_summarize(config, bundle, spec, reward, pool, out, n_batches, learner)

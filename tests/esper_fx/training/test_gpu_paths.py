@@ -57,7 +57,7 @@ def test_auto_is_refused_when_torch_has_a_gpu_and_jax_has_none(monkeypatch):
 
 def test_auto_policy_device_follows_torch(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert devices.RunDevices.of(tiny(device="auto")).jax == jax.devices("cpu")[0]
+    assert devices.policy_jax_device(tiny(device="auto")) == jax.devices("cpu")[0]
 
 
 def test_the_learner_is_built_on_the_device_asked_for():
