@@ -5,9 +5,11 @@ side's settings live with the controller code and are nested: `config.ppo` (`rl.
 `config.reward` (`rl.config.RewardConfig`) and `config.heuristic` (`rl.config.HeuristicConfig`), each
 default written once, there, with its help (`rl.config.option`: the command line is built from it). The PPO
 fields and the reward's settings keep their flat names as keys: `TrainingConfig(lr=1e-4)`,
-`config.replace(gamma=0.99)` and the JSON of `to_dict` / `from_dict`; they are read at their home,
-`config.ppo.lr`. `config.reward` also carries the values a run gives the
-reward (its gamma, its min_cull_age, its task's loss scale), filled in here so each keeps one home.
+`config.replace(gamma=0.99)` and the JSON of `to_dict` / `from_dict`; the reward's constants are the keys
+`reward.NAME` (`TrainingConfig(**{"reward.probation_base": 4})`, or `reward=RewardConfig(probation_base=4)`),
+saved only when changed from their defaults. Each is read at its home, `config.ppo.lr`. `config.reward` also
+carries the values a run gives the reward (its gamma, its min_cull_age, its lifecycle's legitimacy, its task's
+loss scale), filled in here so each keeps one home: a key `reward.gamma` is refused, naming the run's setting.
 Fields of earlier versions that changed nothing are refused in a config file (`RETIRED_FIELDS`) and
 dropped from a saved one (`from_saved`), so every earlier checkpoint manifest still loads.
 
@@ -23,7 +25,7 @@ import re
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from esper_fx.contracts.blueprints import BLUEPRINT_MENUS, BLUEPRINT_NAMES
 from esper_fx.contracts.lifecycle import LIFECYCLES, LifecycleTimings, lifecycle_timings
@@ -41,6 +43,8 @@ from rl.config import (
     OracleConfig,
     PPOConfig,
     RewardFamily,
+    REWARD_CONSTANTS,
+    REWARD_FROM_RUN,
     REWARD_SETTINGS,
     RewardConfig,
     RewardMode,
@@ -116,11 +120,17 @@ DATA_SIZE_LIMITS = {"synthetic_train_samples": 1_000_000, "synthetic_test_sample
 POLICY_DEVICE = re.compile(r"auto|cpu|cuda:\d+")
 ENV_DEVICE = re.compile(r"cpu|cuda:\d+")
 
-# The nested groups whose fields are flat keys of the run: group field -> its dataclass, and the keys (every
-# PPO field; of the reward's, the settings: its other fields are constants or taken from the run).
+# The nested groups whose fields are keys of the run (its JSON, `TrainingConfig(...)`, `replace`): group field ->
+# its dataclass, and each key of a group -> the field it sets: every PPO field and the reward's settings by their
+# own names (flat keys), the reward's constants as `reward.NAME` (saved only when changed from their defaults, so
+# a default config's JSON is the one of before they were keys). The fields the run gives the reward
+# (`rl.config.REWARD_FROM_RUN`) have no key: each is decided by a setting of the run.
 FLAT_GROUPS: Mapping[str, type] = {"ppo": PPOConfig, "reward": RewardConfig}
-FLAT_KEYS: Mapping[str, tuple[str, ...]] = {"ppo": field_names(PPOConfig), "reward": REWARD_SETTINGS}
-GROUP_OF_KEY: Mapping[str, str] = {key: group for group, keys in FLAT_KEYS.items() for key in keys}
+GROUP_KEYS: Mapping[str, Mapping[str, str]] = {
+    "ppo": {name: name for name in field_names(PPOConfig)},
+    "reward": {**{name: name for name in REWARD_SETTINGS}, **{f"reward.{name}": name for name in REWARD_CONSTANTS}},
+}
+GROUP_OF_KEY: Mapping[str, str] = {key: group for group, keys in GROUP_KEYS.items() for key in keys}
 
 
 def _codes(names: Any) -> str:
@@ -200,8 +210,9 @@ class TrainingConfig:
                                                     "topology's)", metavar="NAME")
     # the controller side
     ppo: PPOConfig = option(factory=PPOConfig, help="the PPO/LSTM controller's hyperparameters (BEHAVIOUR §11.1)")
-    reward: RewardConfig = option(factory=RewardConfig, help="the reward (BEHAVIOUR §12): its settings are set "
-                                  "here; gamma, min_cull_age and the task's scale come from the run")
+    reward: RewardConfig = option(factory=RewardConfig, help="the reward (BEHAVIOUR §12): its settings and "
+                                  "constants are set here; gamma, min_cull_age, the fossilize legitimacy and the "
+                                  "task's scale come from the run")
     discard_rolled_back_envs: bool = option(False, "drop the envs a governor rolled back from the PPO batch")
     # telemetry
     use_telemetry: bool = option(True, "the gradient features of each slot in the observation: off drops them and "
@@ -235,7 +246,8 @@ class TrainingConfig:
 
     # ---------------------------------------------------------------- construction
     def __init__(self, **values: Any) -> None:
-        """Keyword arguments only: any field, or a flat key of a nested group (`lr=...`, `reward_mode=...`)."""
+        """Keyword arguments only: any field, or a key of a nested group (`lr=...`, `reward_mode=...`,
+        `**{"reward.probation_base": 4}`)."""
         for name, value in _nest(values).items():
             object.__setattr__(self, name, value)
         self.__post_init__()
@@ -467,17 +479,20 @@ class TrainingConfig:
         return entropy_coefficient(self.ppo, self.n_envs, train_steps)
 
     def replace(self, **changes: Any) -> "TrainingConfig":
-        """A validated copy with some fields (or flat keys) changed."""
+        """A validated copy with some fields (or group keys) changed."""
         return TrainingConfig(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
 
     # ---------------------------------------------------------------- (de)serialisation
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values with flat keys: the nested PPO and reward groups are spliced in."""
+    def to_dict(self, every_constant: bool = False) -> dict[str, Any]:
+        """Plain JSON values: the nested PPO and reward groups spliced in as their keys (`GROUP_KEYS`), a reward
+        constant only when changed from its default (`every_constant`: each one, as a resume compares them)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in FLAT_GROUPS:
-                out.update({k: _plain(getattr(value, k)) for k in FLAT_KEYS[f.name]})
+                default = type(value)()
+                out.update({key: _plain(getattr(value, name)) for key, name in GROUP_KEYS[f.name].items()
+                            if key == name or every_constant or getattr(value, name) != getattr(default, name)})
             elif isinstance(value, (HeuristicConfig, OracleConfig)):
                 out[f.name] = value.to_dict()
             else:
@@ -488,9 +503,7 @@ class TrainingConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainingConfig":
         if not isinstance(d, Mapping):
             raise ValueError(f"a config must be a JSON object (got {type(d).__name__})")
-        retired = sorted(k for k in d if k in RETIRED_FIELDS)
-        if retired:
-            raise ValueError(f"config key {retired[0]!r} was removed ({RETIRED_FIELDS[retired[0]]}): delete it")
+        refuse_unsettable(d)
         known = set(field_names(cls)) - set(FLAT_GROUPS) | set(GROUP_OF_KEY)
         unknown = sorted(k for k in d if k not in known)
         for name, section in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
@@ -561,12 +574,11 @@ def upgrade_saved(d: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _nest(values: dict[str, Any]) -> dict[str, Any]:
-    """Every field's value: given, or its default; flat group keys applied on top of their group."""
+    """Every field's value: given, or its default; group keys (`lr`, `reward.probation_base`) applied on top of
+    their group."""
     known = set(field_names(TrainingConfig))
     unknown = sorted(k for k in values if k not in known and k not in GROUP_OF_KEY)
-    retired = [k for k in unknown if k in RETIRED_FIELDS]
-    if retired:
-        raise ValueError(f"config key {retired[0]!r} was removed ({RETIRED_FIELDS[retired[0]]}): delete it")
+    refuse_unsettable(unknown)
     if unknown:
         raise TypeError(f"TrainingConfig got unexpected keyword argument(s) {unknown}")
     out: dict[str, Any] = {}
@@ -576,13 +588,24 @@ def _nest(values: dict[str, Any]) -> dict[str, Any]:
         else:
             out[f.name] = f.default_factory() if f.default is dataclasses.MISSING else f.default
     for group, cls in FLAT_GROUPS.items():
-        flat = {k: v for k, v in values.items() if GROUP_OF_KEY.get(k) == group}
+        given = {name: values[key] for key, name in GROUP_KEYS[group].items() if key in values}
         base = out[group]
         if not isinstance(base, cls):
             raise ValueError(f"{group} must be a {cls.__name__} (got {base!r})")
-        if flat:
-            out[group] = dataclasses.replace(base, **flat)
+        if given:
+            out[group] = dataclasses.replace(base, **given)
     return out
+
+
+def refuse_unsettable(keys: Iterable[str]) -> None:
+    """Refuse, in one line saying what to do instead, the first of `keys` (sorted) that is a retired field or
+    `reward.NAME` of a field the run gives the reward (`rl.config.REWARD_FROM_RUN`); any other key passes."""
+    for key in sorted(keys):
+        if key in RETIRED_FIELDS:
+            raise ValueError(f"config key {key!r} was removed ({RETIRED_FIELDS[key]}): delete it")
+        group, _, name = key.partition(".")
+        if group == "reward" and name in REWARD_FROM_RUN:
+            raise ValueError(f"{key} is taken from the run: set {REWARD_FROM_RUN[name]} instead")
 
 
 def _plain(value: Any) -> Any:

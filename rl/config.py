@@ -6,13 +6,14 @@ Frozen dataclasses with no jax in sight, so a configuration is checked before ja
   entropy schedule (BEHAVIOUR §11.8) that both the jitted update and the run's history use; with them the
   network's fixed sizes (BEHAVIOUR §10.1);
 - `RewardConfig` (BEHAVIOUR §12): which reward family and mode, and every constant of the rewards (the one
-  reward settings class; `REWARD_SETTINGS` names the fields a run sets); `reward_fn_name` is the one place
-  that maps a family and a mode to a reward function;
+  reward settings class; `REWARD_SETTINGS` names its settings, `REWARD_FROM_RUN` the fields a run gives it,
+  `REWARD_CONSTANTS` the rest); `reward_fn_name` is the one place that maps a family and a mode to a reward
+  function;
 - `HeuristicConfig` (BEHAVIOUR §13.1): the rule-based controller's thresholds, and the blueprint rotation check.
 - `OracleConfig`: the fixed growth schedule of the `oracle` control.
 
 `esper_fx.config.TrainingConfig` nests them as `config.ppo`, `config.reward` and `config.heuristic`; the
-PPO fields and the reward's settings are the run's flat JSON keys and command-line fields.
+PPO fields and the reward's settings are the run's flat JSON keys, the reward's constants its keys `reward.NAME`.
 """
 
 from __future__ import annotations
@@ -204,10 +205,15 @@ STAGE_POTENTIALS: tuple[float, ...] = tuple(_STAGE_POTENTIAL_BY_STAGE.get(v, 0.0
                                             for v in range(max(int(s) for s in SeedStage) + 1))
 _DEFAULT_TASK = TASKS["cifar10"]
 
-# The reward fields a run sets (its flat keys: JSON, command line); every other field is a constant, or is
-# taken from the run (`RewardConfig.for_run`).
+# The reward fields a run sets as its own flat keys (JSON, command line: `reward_mode`).
 REWARD_SETTINGS: tuple[str, ...] = ("reward_family", "reward_mode", "param_budget", "param_penalty_weight",
                                     "sparse_reward_scale", "flop_rent_weight")
+# The reward fields a run gives it (`RewardConfig.for_run`), each with the run's setting that decides it: never
+# set as the reward's own, so each keeps one home. Every other field is a constant (`REWARD_CONSTANTS`).
+REWARD_FROM_RUN: Mapping[str, str] = {
+    "gamma": "ppo.gamma", "min_cull_age": "min_cull_age", "legitimacy_epochs": "lifecycle and max_epochs",
+    "typical_loss_delta_std": "task", "compute_rent_weight": "task", "baseline_loss": "task", "target_loss": "task",
+}
 
 
 @dataclass(frozen=True)
@@ -216,10 +222,12 @@ class RewardConfig:
     reference's cull age of 1 epoch).
 
     Three kinds of field: the settings of `REWARD_SETTINGS` (which family and mode, the sparse reward's
-    constants), set by a run; `gamma`, `min_cull_age`, `legitimacy_epochs` and the task's loss scale, taken
-    from the run (`for_run`: the run's `TrainingConfig` fills them in, so they have one home each: its
-    `gamma`, its `cull_age`, its lifecycle, the task table); and the reward's fixed constants. Frozen and hashable; importing
-    `rl.rewards` makes it a jax pytree (family and mode static, every number a leaf).
+    constants), a run's flat keys; those of `REWARD_FROM_RUN` (`gamma`, `min_cull_age`, `legitimacy_epochs` and
+    the task's loss scale), taken from the run (`for_run`: the run's `TrainingConfig` fills them in, so they have
+    one home each: its `gamma`, its `cull_age`, its lifecycle, the task table); and the reward's constants
+    (`REWARD_CONSTANTS`), a run's keys `reward.NAME` for ablations. The fields of the last two kinds are stored
+    as finite floats. Frozen and hashable; importing `rl.rewards` makes it a jax pytree (family and mode static,
+    every number a leaf).
     """
 
     # the settings a run sets (REWARD_SETTINGS)
@@ -333,6 +341,10 @@ class RewardConfig:
         check.non_negative("param_penalty_weight", self.param_penalty_weight)
         check.non_negative("flop_rent_weight", self.flop_rent_weight)
         reward_fn_name(self.reward_family, self.reward_mode)
+        for f in fields(self):
+            if f.name not in REWARD_SETTINGS and f.name != "stage_potentials":
+                _store(self, f.name, check.number(f"reward.{f.name}", getattr(self, f.name)))
+        _store(self, "stage_potentials", _stage_potentials(self.stage_potentials))
 
     @property
     def reward_fn_name(self) -> str:
@@ -347,6 +359,19 @@ class RewardConfig:
             self, gamma=float(gamma), min_cull_age=float(min_cull_age), legitimacy_epochs=float(legitimacy_epochs),
             typical_loss_delta_std=facts.typical_loss_delta_std, compute_rent_weight=facts.compute_rent_weight,
             baseline_loss=facts.baseline_loss, target_loss=facts.target_loss)
+
+
+# The reward's constants: every field neither a setting nor given by the run.
+REWARD_CONSTANTS: tuple[str, ...] = tuple(f.name for f in fields(RewardConfig)
+                                          if f.name not in REWARD_SETTINGS and f.name not in REWARD_FROM_RUN)
+
+
+def _stage_potentials(value: Any) -> tuple[float, ...]:
+    """Φ_stage as a tuple of finite floats, one per SeedStage value."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != len(STAGE_POTENTIALS):
+        raise ValueError(f"reward.stage_potentials must be a list of {len(STAGE_POTENTIALS)} numbers, one per "
+                         f"SeedStage value (got {value!r})")
+    return tuple(check.number("reward.stage_potentials", v) for v in value)
 
 
 # ------------------------------------------------------------------------------------------

@@ -27,7 +27,9 @@ from dataclasses import MISSING, dataclass, fields
 from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
-from esper_fx.config import FLAT_KEYS, GROUP_OF_KEY, HeuristicConfig, OracleConfig, TrainingConfig
+from esper_fx.config import (
+    GROUP_KEYS, GROUP_OF_KEY, HeuristicConfig, OracleConfig, TrainingConfig, refuse_unsettable,
+)
 from esper_fx.errors import ConfigError, with_markdown_help
 from rl.config import field_names
 
@@ -35,13 +37,14 @@ from rl.config import field_names
 SECTIONS: Mapping[str, type] = {"heuristic": HeuristicConfig, "oracle": OracleConfig}
 # The config's groups as the command line shows them, in order: the run's own fields ("run"), then each nested
 # config (a field of TrainingConfig), each with the dataclass that declares its fields and the fields settable
-# from the command line (the reward's: its settings; its other fields are constants or taken from the run).
+# from the command line (the reward's: its settings and constants, those the run gives it left out).
 RUN = "run"
 NESTED: Mapping[str, type] = {f.name: f.default_factory for f in fields(TrainingConfig)
                               if f.default_factory is not MISSING}
 GROUP_FIELDS: Mapping[str, tuple[str, ...]] = {
     RUN: tuple(name for name in field_names(TrainingConfig) if name not in NESTED),
-    **{name: FLAT_KEYS.get(name, field_names(cls)) for name, cls in NESTED.items()},
+    **{name: tuple(GROUP_KEYS[name].values()) if name in GROUP_KEYS else field_names(cls)
+       for name, cls in NESTED.items()},
 }
 GROUP_HELP: Mapping[str, str] = {
     RUN: "the run's own fields",
@@ -65,7 +68,7 @@ class FieldFlag:
     help: str
     metavar: str | None
     kind: str  # "value" (one value), "list" (one or more), "switch_on" / "switch_off" (no value)
-    text: bool  # the value is a string, taken as given; any other value is read as JSON, as `--set` reads it
+    text: bool  # the values are strings, taken as given; any other value is read as JSON, as `--set` reads it
     resume: bool
 
 
@@ -85,15 +88,15 @@ def _field_flag(group: str, f: Any, hint: Any) -> FieldFlag:
     base = _without_none(hint)
     key = f.name if group == RUN else f"{group}.{f.name}"
     dashed = "--" + key.replace("_", "-")
-    metavar = meta.get("metavar") or _default_metavar(base)
+    kind = "list" if typing.get_origin(base) is tuple else "value"
+    each = typing.get_args(base)[0] if kind == "list" else base  # the type of one value
+    metavar = meta.get("metavar") or _default_metavar(each)
+    default_flag = dashed
     if base is bool and group == RUN:
         kind = "switch_off" if f.default else "switch_on"
         default_flag = "--no-" + dashed[2:] if f.default else dashed
         metavar = None
-    else:
-        kind = "list" if typing.get_origin(base) is tuple else "value"
-        default_flag = dashed
-    text = isinstance(base, type) and issubclass(base, str)
+    text = isinstance(each, type) and issubclass(each, str)
     return FieldFlag(group=group, field=f.name, key=key, flag=meta.get("flag") or default_flag, help=meta["help"],
                      metavar=metavar, kind=kind, text=text, resume=bool(meta.get("resume")))
 
@@ -144,7 +147,10 @@ def field_values(args: argparse.Namespace) -> dict[str, Any]:
         raw = getattr(args, ff.key, None)
         if raw is None:
             continue
-        value = raw if ff.text or ff.kind != "value" else _set_value(ff.key, raw)
+        if ff.text or ff.kind.startswith("switch"):
+            value = raw
+        else:
+            value = [_set_value(ff.key, w) for w in raw] if ff.kind == "list" else _set_value(ff.key, raw)
         _put(out, ff.key, value, f"{ff.flag} {raw}")
     return out
 
@@ -154,9 +160,9 @@ def field_values(args: argparse.Namespace) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 
 SET_HELP = ("set any config field: a field of the run (`max_train_batches=8`), a key of a nested config "
-            "(`ppo.gamma=0.9`, `reward.reward_family=accuracy`, `oracle.slot=r0c1`, `heuristic.blend=linear`); a "
-            "PPO or reward key may drop its group (`lr=1e-3`), as in a config file; VALUE is read as JSON, else "
-            "as a string; repeatable")
+            "(`ppo.gamma=0.9`, `reward.reward_family=accuracy`, `reward.probation_base=4`, `oracle.slot=r0c1`, "
+            "`heuristic.blend=linear`); a PPO key or a reward setting may drop its group (`lr=1e-3`), as in a config "
+            "file; VALUE is read as JSON, else as a string; repeatable")
 
 
 def add_set_option(parser: argparse.ArgumentParser) -> None:
@@ -167,7 +173,8 @@ def add_set_option(parser: argparse.ArgumentParser) -> None:
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     """`--set` items as config changes: a VALUE that parses as JSON is taken as JSON, else as a string; a
     `section.key` sets one field of a nested section ({section: {key: value}}), a `ppo.key` / `reward.key`
-    its flat key. Raises ConfigError naming an item that is not KEY=VALUE or a key that is no config field."""
+    its flat key (a reward constant: its key `reward.key`). Raises ConfigError naming an item that is not
+    KEY=VALUE or a key that is no config field."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -179,17 +186,24 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
 
 def _put(out: dict[str, Any], key: str, value: Any, given: str) -> None:
     """Put one setting into the config changes `out`, at the key the config takes: a section's key nested
-    ({section: {key: value}}), a PPO or reward key flat (the config's JSON key: `ppo.lr` and its alias `lr`
-    are one key, `lr`), any other field as itself. Raises ConfigError (naming `given`) for an unknown key."""
+    ({section: {key: value}}), a PPO key or a reward setting flat (the config's JSON key: `ppo.lr` and its alias
+    `lr` are one key, `lr`), a reward constant and any other field as itself. Raises ConfigError (naming
+    `given`) for an unknown key, and for a field the run gives the reward (naming the run's setting)."""
     section, dot, name = key.partition(".")
     if not dot:
         _check_key(key, given)
         out[key] = value
     elif section in SECTIONS and name in field_names(SECTIONS[section]):
         out.setdefault(section, {})[name] = value
-    elif section in FLAT_KEYS and GROUP_OF_KEY.get(name) == section:
+    elif GROUP_KEYS.get(section, {}).get(name) == name:  # a flat key by its group: `ppo.lr` is `lr`
         out[name] = value
+    elif key in GROUP_OF_KEY:  # a reward constant: `reward.probation_base`
+        out[key] = value
     else:
+        try:
+            refuse_unsettable([key])
+        except ValueError as exc:
+            raise ConfigError(f"{given}: {exc}") from None
         raise ConfigError(f"{given}: unknown config key {key!r}")
 
 
@@ -215,6 +229,8 @@ def _shown(text: str, limit: int = 40) -> str:
 def _check_key(key: str, given: str) -> None:
     if key in GROUP_OF_KEY or key in GROUP_FIELDS[RUN] or key in SECTIONS:
         return
+    if f"reward.{key}" in GROUP_OF_KEY:
+        raise ConfigError(f"{given}: {key!r} is a constant of the reward: its key is 'reward.{key}'")
     raise ConfigError(f"{given}: unknown config key {key!r} (a field of TrainingConfig, a PPO or reward "
                       f"key such as 'ppo.lr', or section.key for {', '.join(SECTIONS)})")
 

@@ -97,7 +97,7 @@ def _resume_config(args: argparse.Namespace, overrides: dict[str, Any]) -> Train
         raise ConfigError(f"resume_path must be a path (got {resume_path!r})")
     saved, run_dir = _resumed(resume_path)
     overrides = with_sections(saved, overrides)
-    current = saved.to_dict()
+    current = saved.to_dict(every_constant=True)
     for name, value in overrides.items():
         wanted = list(value) if isinstance(value, (list, tuple)) else value
         if name not in RESUME_OVERRIDABLE and wanted != current[name]:

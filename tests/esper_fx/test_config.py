@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esper_fx.config import HeuristicConfig, TrainingConfig
+from esper_fx.config import HeuristicConfig, PPOConfig, RewardConfig, TrainingConfig
+from esper_fx.presets import PRESET_NAMES
+from rl.config import REWARD_FROM_RUN, REWARD_SETTINGS
 
 # Every default of a run (BEHAVIOUR §14.1). The reference's differ only in the LEARNING ones (docs/LEARNING.md):
 # the PPO settings (rl.config.REFERENCE_PPO), horizon_bootstrap, min_cull_age, one_seed_at_a_time; static_seeds is new.
@@ -110,6 +112,48 @@ def test_unknown_keys_are_rejected_and_named():
         TrainingConfig.from_dict({"heuristic": {"bogus": 1}})
     with pytest.raises(TypeError):
         TrainingConfig(bogus=1)
+
+
+def test_a_default_config_saves_the_keys_it_always_saved_and_no_reward_constant():
+    """The run's fields, the PPO fields and the reward's settings spliced in where their groups stand, in that
+    order (run directories and checkpoints of a default config are written as before the constants were keys)."""
+    groups = {"ppo": PPOConfig.__dataclass_fields__, "reward": REWARD_SETTINGS}
+    keys = [key for name in TrainingConfig.__dataclass_fields__ for key in groups.get(name, [name])]
+    for config in (TrainingConfig(), *(TrainingConfig.preset(name) for name in PRESET_NAMES)):
+        assert list(config.to_dict()) == keys
+
+
+def test_a_reward_constant_set_from_python_is_saved_and_restored(tmp_path):
+    config = TrainingConfig(reward=RewardConfig(probation_base=4, auto_cull_penalty=-0.5), reward_mode="sparse")
+    assert config.reward.probation_base == 4.0 and config.reward.reward_mode == "sparse"
+    saved = config.to_dict()
+    assert [(k, v) for k, v in saved.items() if k.startswith("reward.")] == [
+        ("reward.probation_base", 4.0), ("reward.auto_cull_penalty", -0.5)]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(saved))
+    for back in (TrainingConfig.from_dict(saved), TrainingConfig.from_saved(saved),
+                 TrainingConfig.from_json(path, saved=True)):
+        assert back == config and back.to_dict() == saved
+    assert config.replace(seed=1).reward.probation_base == 4.0
+    assert TrainingConfig(**{"reward.probation_base": 4}).reward == TrainingConfig(
+        reward=RewardConfig(probation_base=4)).reward
+    assert "reward.probation_base" not in config.replace(**{"reward.probation_base": 3}).to_dict()  # the default
+    assert config.to_dict(every_constant=True)["reward.germinate_cost"] == RewardConfig().germinate_cost
+
+
+def test_a_saved_config_without_reward_constants_loads_them_at_their_defaults():
+    earlier = TrainingConfig(reward_mode="sparse").to_dict()  # as earlier versions wrote it: no `reward.NAME` key
+    assert not [key for key in earlier if key.startswith("reward.")]
+    loaded = TrainingConfig.from_saved(earlier).reward
+    assert loaded == TrainingConfig(reward_mode="sparse").reward and loaded.probation_base == 3.0
+
+
+@pytest.mark.parametrize("name, instead", sorted(REWARD_FROM_RUN.items()))
+def test_a_field_the_run_gives_the_reward_is_refused_naming_the_runs_setting(name, instead):
+    for make in (TrainingConfig.from_dict, lambda d: TrainingConfig(**d), lambda d: TrainingConfig().replace(**d)):
+        with pytest.raises(ValueError) as info:
+            make({f"reward.{name}": 1.0})
+        assert str(info.value) == f"reward.{name} is taken from the run: set {instead} instead"
 
 
 def test_round_trip_with_loss_family_and_two_slots():

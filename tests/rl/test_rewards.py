@@ -22,7 +22,7 @@ from esper_fx.contracts.signals import SIGNAL_FIELDS
 from esper_fx.contracts.stages import SeedStage
 from esper_fx.config import TrainingConfig
 from rl import rewards
-from rl.config import REFERENCE_PPO
+from rl.config import REFERENCE_PPO, REWARD_CONSTANTS, REWARD_FROM_RUN, REWARD_SETTINGS
 
 W, G, CU, FO = (int(LifecycleOp.WAIT), int(LifecycleOp.GERMINATE), int(LifecycleOp.CULL),
                 int(LifecycleOp.FOSSILIZE))
@@ -578,6 +578,29 @@ def test_a_runs_reward_takes_its_legitimacy_epochs_from_its_lifecycle():
     proportional = TrainingConfig(lifecycle="proportional", max_epochs=30)
     assert proportional.reward.legitimacy_epochs == float(proportional.lifecycle_timings.legitimacy) == 1.0
     assert TrainingConfig().reward.legitimacy_epochs == float(MIN_PROBATION_EPOCHS)
+
+
+def test_the_fields_a_run_gives_the_reward_are_exactly_those_for_run_fills_in():
+    marked = rewards.RewardConfig(**dict.fromkeys(REWARD_FROM_RUN, 123.0))
+    filled = marked.for_run("shapes16", gamma=0.5, min_cull_age=2, legitimacy_epochs=3)
+    changed = {f.name for f in dataclasses.fields(filled) if getattr(filled, f.name) != getattr(marked, f.name)}
+    assert changed == set(REWARD_FROM_RUN)
+    every = {f.name for f in dataclasses.fields(rewards.RewardConfig)}
+    assert set(REWARD_SETTINGS) | set(REWARD_CONSTANTS) | set(REWARD_FROM_RUN) == every
+    assert len(REWARD_SETTINGS) + len(REWARD_CONSTANTS) + len(REWARD_FROM_RUN) == len(every)
+
+
+def test_a_reward_constant_is_stored_as_a_float_and_a_bad_one_is_refused_by_its_key():
+    cfg = rewards.RewardConfig(probation_base=4, stage_potentials=[0] * len(rewards.STAGE_POTENTIALS))
+    assert cfg.probation_base == 4.0 and isinstance(cfg.probation_base, float)
+    assert cfg.stage_potentials == (0.0,) * len(rewards.STAGE_POTENTIALS)
+    assert hash(cfg) == hash(dataclasses.replace(cfg))  # still hashable: the potentials are a tuple
+    for bad in ("abc", math.nan, math.inf, True, None):
+        with pytest.raises(ValueError, match="reward.probation_base must be a"):
+            rewards.RewardConfig(probation_base=bad)
+    for bad in ([1.0, 2.0], "abc", [math.nan] * len(rewards.STAGE_POTENTIALS)):
+        with pytest.raises(ValueError, match="reward.stage_potentials"):
+            rewards.RewardConfig(stage_potentials=bad)
 
 
 def test_the_young_cull_penalty_uses_the_cull_age_it_is_given():

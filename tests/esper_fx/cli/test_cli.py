@@ -14,6 +14,7 @@ from esper_fx.cli.train import config_summary, main, resolve_config
 from esper_fx.config import RESUME_OVERRIDABLE, PPOConfig, TrainingConfig
 from esper_fx.errors import EXIT_INTERRUPTED, EXIT_SETUP_ERROR, EXIT_TERMINATED
 from esper_fx.outputs.checkpoint import SHAPE_FIELDS
+from rl.config import REWARD_FROM_RUN, STAGE_POTENTIALS
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -251,12 +252,54 @@ def test_set_reaches_the_ppo_lr_nested_sections_and_flags_win(tmp_path, monkeypa
     assert config.seed == 2  # the field flag is applied after --set
 
 
+def test_a_reward_constant_set_by_flag_or_set_reaches_the_reward_and_its_saved_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    by_flag, _ = resolve_config(["--reward.probation-base", "4", "--reward.auto-cull-penalty", "-0.5"])
+    by_set, _ = resolve_config(["--set", "reward.probation_base=4", "--set", "reward.auto_cull_penalty=-0.5"])
+    for config in (by_flag, by_set):
+        assert (config.reward.probation_base, config.reward.auto_cull_penalty) == (4.0, -0.5)
+        assert config.to_dict()["reward.probation_base"] == 4.0
+        assert TrainingConfig.from_dict(config.to_dict()).reward == config.reward
+    assert by_flag.replace(run_dir=None) == by_set.replace(run_dir=None)
+
+
+@pytest.mark.parametrize("name, instead", sorted(REWARD_FROM_RUN.items()))
+def test_a_field_the_run_gives_the_reward_is_refused_by_set_naming_the_runs_setting(tmp_path, monkeypatch, capsys,
+                                                                                     name, instead):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--set", f"reward.{name}=0.5"]) == EXIT_SETUP_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"reward.{name} is taken from the run: set {instead} instead")
+    assert main([f"--reward.{name.replace('_', '-')}", "0.5"]) == EXIT_SETUP_ERROR  # no such flag
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reward_constant_is_read_back_on_resume_and_may_not_change(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runs = {}
+    for label, constants in (("changed", {"reward.probation_base": 4}), ("default", {})):
+        runs[label] = tmp_path / label  # a run stopped before its first checkpoint: config.json alone
+        runs[label].mkdir()
+        saved = TrainingConfig.preset("quickstart", run_dir=str(runs[label]), **constants)
+        (runs[label] / "config.json").write_text(json.dumps(saved.to_dict()))
+    config, _ = resolve_config(["--resume", str(runs["changed"])])
+    assert config.reward.probation_base == 4.0
+    same, _ = resolve_config(["--resume", str(runs["changed"]), "--set", "reward.probation_base=4"])
+    assert same.reward == config.reward
+    with pytest.raises(ValueError, match=r"reward.probation_base cannot change on resume \(the checkpoint has 4.0, "
+                                         r"the command line 5\)"):
+        resolve_config(["--resume", str(runs["changed"]), "--reward.probation-base", "5"])
+    explicit, _ = resolve_config(["--resume", str(runs["default"]), "--set", "reward.probation_base=3"])
+    assert explicit.reward.probation_base == 3.0 and "reward.probation_base" not in explicit.to_dict()
+
+
 def test_every_settable_field_of_every_config_has_a_flag():
     from dataclasses import fields
 
-    from esper_fx.config import FLAT_KEYS, HeuristicConfig, OracleConfig
+    from esper_fx.config import HeuristicConfig, OracleConfig, RewardConfig
 
-    nested = {"ppo": FLAT_KEYS["ppo"], "reward": FLAT_KEYS["reward"],
+    nested = {"ppo": tuple(f.name for f in fields(PPOConfig)),
+              "reward": tuple(f.name for f in fields(RewardConfig) if f.name not in REWARD_FROM_RUN),
               "heuristic": tuple(f.name for f in fields(HeuristicConfig)),
               "oracle": tuple(f.name for f in fields(OracleConfig))}
     run = {f.name for f in fields(TrainingConfig)} - set(nested)
@@ -271,6 +314,9 @@ NESTED_SAMPLES = [
     ("--ppo.target-kl", ["null"], "ppo.target_kl=null"),
     ("--ppo.horizon-bootstrap", ["true"], "ppo.horizon_bootstrap=true"),
     ("--reward.reward-family", ["loss"], "reward.reward_family=loss"),
+    ("--reward.probation-base", ["4"], "reward.probation_base=4"),
+    ("--reward.stage-potentials", ["0"] * len(STAGE_POTENTIALS),
+     f"reward.stage_potentials={[0] * len(STAGE_POTENTIALS)}"),
     ("--heuristic.blend", ["linear"], "heuristic.blend=linear"),
     ("--heuristic.blueprint-rotation", ["norm", "conv_light"], 'heuristic.blueprint_rotation=["norm","conv_light"]'),
     ("--oracle.slot", ["r0c1"], "oracle.slot=r0c1"),
@@ -312,6 +358,11 @@ def test_train_set_lr_runs_as_a_module(tmp_path):
     (["--set", "oracle.nosuch=1"], "oracle.nosuch"),
     (["--set", "seed.x=1"], "seed.x"),
     (["--set", "ppo.reward_mode=sparse"], "ppo.reward_mode"),
+    (["--set", "reward.gamma=0.9"], "reward.gamma is taken from the run: set ppo.gamma instead"),
+    (["--set", "probation_base=4"], "its key is 'reward.probation_base'"),
+    (["--set", "reward.probation_base=abc"], "reward.probation_base must be a number"),
+    (["--reward.probation-base", "[1]"], "reward.probation_base must be a number"),
+    (["--set", "reward.reward.probation_base=4"], "reward.reward.probation_base"),
     (["--set", "lr"], "KEY=VALUE"),
     (["--set", "lr=abc"], "lr"),
     (["--set", "lr=-1"], "lr"),
