@@ -6,7 +6,8 @@
                       CUDA streams it runs on and the orderings between them
     compute.py        FLOPs of one env's training, host and seeds per stage
     lr_schedule.py    the host network's learning rate within an episode
-    actions.py        decoding and executing actions, stepping every slot at the end of an epoch
+    actions.py        the actions checked ([E, 5] numpy integers) and executed, every slot stepped at the
+                      end of an epoch
 """
 
 from hosts.env.pool import EnvPool

@@ -7,9 +7,14 @@ for fp16 AMP, its own GradScaler; on CUDA each env index keeps one stream for th
 The pool's interface to the loop is two calls (ARCHITECTURE §2):
 
     signals = pool.begin(b, n_active)        # fresh envs for batch b, then epoch 1: its signals
-    result, signals = pool.step(actions)      # the epoch's actions [E, 5] int32 -> ApplyResult, and the
-                                              #   next epoch's signals (None after the last epoch, when
+    result, signals = pool.step(actions)      # the epoch's actions -> ApplyResult, and the next epoch's
+                                              #   signals (None after the last epoch, when
                                               #   result.bootstrap_signals holds the post-action signals)
+
+`actions` has one form from the controller to the slots: a numpy integer array [E, 5], its columns in
+`contracts.actions.ACTION_HEADS` order (slot, blueprint, blend, op, tempo); a list, a torch tensor, another
+shape or dtype, or an index outside its head raises (`hosts.env.actions.checked_actions`), and
+`ApplyResult.actions` is a read-only int32 copy of it.
 
 Underneath, an epoch runs in phases, each public so tests and benchmarks can drive them one by one:
 
@@ -38,12 +43,14 @@ import math
 import random
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import torch
 
+from esper_fx.contracts.actions import head_sizes
 from esper_fx.contracts.events import EventType
 from esper_fx.contracts.stages import SeedStage
 from hosts.data.feed import PoolData, build_pool_data
-from hosts.env.actions import decode_actions, execute_action, step_slots
+from hosts.env.actions import checked_actions, execute_action, step_slots
 from hosts.env.compute import ComputeMeter, model_costs
 from hosts.env.lr_schedule import lr_factor
 from hosts.env.epoch_compute import (
@@ -112,6 +119,7 @@ class EnvPool:
         self.slot_ids: tuple[str, ...] = settings.slot_ids
         self.enabled: tuple[str, ...] = settings.enabled_slots
         self.menu: tuple[str, ...] = settings.menu
+        self.head_sizes = head_sizes(len(self.slot_ids), len(self.menu))  # each action head's size, heads in order
         self.max_epochs = settings.max_epochs
         self.policy_device = settings.policy_device
         self._amp = {d: amp_settings(settings.amp, settings.amp_dtype, d)
@@ -132,7 +140,7 @@ class EnvPool:
         self.batch_index: int | None = None
         self.epoch = 0
         self._phase: str | None = None
-        self._last_actions: tuple[tuple[int, ...], ...] = ()
+        self._last_actions: np.ndarray | None = None  # the epoch's actions as `execute_actions` checked them
         self._host_costs: dict[str, Any] = {}  # task -> its host's hosts.env.compute.ModelCosts; False: not countable
         self._steps_done = 0
 
@@ -426,17 +434,17 @@ class EnvPool:
         )
 
     # ---------------------------------------------------------------- BEHAVIOUR §7.3 step 10, §7.4
-    def execute_actions(self, actions) -> tuple[bool, ...]:
-        """Run each env's action (index order)."""
+    def execute_actions(self, actions: np.ndarray) -> tuple[bool, ...]:
+        """Run each env's row of `actions` (a numpy integer array [n_active, NUM_HEADS], heads in
+        `contracts.actions.ACTION_HEADS` order; anything else raises: `hosts.env.actions.checked_actions`), in
+        index order; returns each env's success."""
         self._expect((_VALIDATED,), "execute_actions")
-        rows = _action_rows(actions)
-        decoded = decode_actions(rows, self.n_active, len(self.slot_ids), len(self.menu),
-                                 first_env=self.envs[0].index if self.envs else 0)
+        checked = checked_actions(actions, self.n_active, self.head_sizes, first_env=self.envs[0].index)
         success = []
-        for env, action in zip(self.envs, decoded):
-            success.append(execute_action(env, action, slot_ids=self.slot_ids, enabled=self.enabled,
+        for env, row in zip(self.envs, checked):
+            success.append(execute_action(env, row, slot_ids=self.slot_ids, enabled=self.enabled,
                                           menu=self.menu, val_acc=env.metrics.val_acc, epoch=self.epoch))
-        self._last_actions = tuple(tuple(a) for a in decoded)
+        self._last_actions = checked
         self._phase = _EXECUTED
         return tuple(success)
 
@@ -451,7 +459,7 @@ class EnvPool:
                 env.counters.auto_culls = step_slots(env, self.enabled, self.epoch)
         self._phase = _STEPPED
 
-    def apply(self, actions, bootstrap: bool = False) -> ApplyResult:
+    def apply(self, actions: np.ndarray, bootstrap: bool = False) -> ApplyResult:
         """Execute the actions, build the post-action bootstrap signals if asked, then step_epoch."""
         success = self.execute_actions(actions)
         boot = self.peek_signals() if bootstrap else None
@@ -475,7 +483,7 @@ class EnvPool:
         self.build_envs(batch_index, n_active)
         return self.train_and_validate()
 
-    def step(self, actions, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
+    def step(self, actions: np.ndarray, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
         """apply(actions), with the post-action bootstrap signals at t == T if `bootstrap`, then the next
         epoch's signals (None at T)."""
         last = self.epoch >= self.max_epochs
@@ -505,15 +513,6 @@ class EnvPool:
 # ------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------
-
-
-def _action_rows(actions) -> list[list[int]]:
-    """An [E, 5] int tensor / numpy array / nested list -> python rows (the only readback of the actions)."""
-    if isinstance(actions, torch.Tensor):
-        return actions.detach().to("cpu").tolist()
-    if hasattr(actions, "tolist"):  # a numpy array: the loop's host rows
-        return actions.tolist()
-    return torch.as_tensor(actions).tolist()
 
 
 def _check_env_ids(env_ids: Sequence[int] | None, n_envs: int) -> tuple[int, ...]:
