@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 
 from esper_fx.config import POLICY_DEVICE
@@ -333,8 +334,11 @@ def _pool(ctx: Context, **overrides):
     return pool
 
 
-def _actions(pool, op: int) -> torch.Tensor:
-    return torch.tensor([(1, 1, 1, op)] * pool.n_active, dtype=torch.int32)
+def _actions(pool, op: int) -> np.ndarray:
+    """Every env's action: `op` on slot 1 with blueprint 1, blend 1 and the standard tempo."""
+    from esper_fx.contracts.actions import DEFAULT_TEMPO
+
+    return np.array([(1, 1, 1, op, DEFAULT_TEMPO)] * pool.n_active, dtype=np.int32)
 
 
 def _epochs(pool, epochs: int) -> list[dict]:

@@ -6,7 +6,8 @@
     pool.close()                              # kill the actors; stop the local Ray the pool started
 
 Worker w owns the contiguous envs `worker_slices(E, N)[w]`. Per epoch the driver sends each running worker
-its rows of the actions (int32 [E_w, 4]) and gets back its signals as numpy arrays through the object
+its rows of the actions (the loop's numpy integer array [E, 5], sliced to [E_w, 5]; the worker's pool checks
+their indices) and gets back its signals as numpy arrays through the object
 store; here they become torch tensors on the policy device (concatenated in env order), so
 `training.bridged_pool.BridgedPool` and the loop see exactly what the in-process pool gives them. Envs keep their
 global index inside a worker, so on the CPU both pools give bitwise-identical runs.
@@ -27,12 +28,12 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from esper_fx.contracts.actions import NUM_HEADS
 from esper_fx.errors import DeviceUnavailableError, RunFailure, SetupError
 from esper_fx.distributed.runtime import RaySession, RayStartError, require_ray  # noqa: F401 (re-exported)
 from esper_fx.distributed.worker import EnvWorker, WorkerStep, worker_settings
 from esper_fx.stopping import deferred_stops, stops_kept
 from hosts.env import ApplyResult
+from hosts.env.actions import check_action_form
 from hosts.settings import PoolSettings
 
 READY_TIMEOUT_S = 300.0  # actors not placed by then: the cluster lacks the CPUs / GPUs asked for
@@ -165,20 +166,21 @@ class RayEnvPool:
     def _running_for(self, n: int) -> list[int]:
         return [w for w, envs in enumerate(self.slices) if envs.start < n]
 
-    def step(self, actions, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
+    def step(self, actions: np.ndarray, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
+        """As `EnvPool.step`: `actions` a numpy integer array [n_active, 5]; each worker gets its rows."""
         if not self._running:
             raise RuntimeError("RayEnvPool.step called before begin(b)")
-        rows = _action_array(actions)
-        if rows.shape != (self._n_active, NUM_HEADS):
-            raise ValueError(f"actions must be [{self._n_active}, {NUM_HEADS}] (got {list(rows.shape)})")
-        args = [(rows[self.slices[w].start:min(self.slices[w].stop, self._n_active)], bootstrap)
+        check_action_form(actions, self._n_active)
+        args = [(actions[self.slices[w].start:min(self.slices[w].stop, self._n_active)], bootstrap)
                 for w in self._running]
-        self.stats["bytes_out"] += rows.nbytes
+        self.stats["bytes_out"] += actions.nbytes
         started = time.perf_counter()
         steps: list[WorkerStep] = self._call("step", args)
         boot = [s.bootstrap for s in steps]
         signals = [s.signals for s in steps]
-        result = ApplyResult(tuple(a for s in steps for a in s.actions), tuple(x for s in steps for x in s.success),
+        executed = np.concatenate([s.actions for s in steps])
+        executed.flags.writeable = False
+        result = ApplyResult(executed, tuple(x for s in steps for x in s.success),
                              tuple(e for s in steps for e in s.events),
                              None if boot[0] is None else self._merge(boot))
         merged = None if signals[0] is None else self._merge(signals)
@@ -258,13 +260,6 @@ def gpu_share(cluster_gpus: float, n_workers: int) -> float:
         raise DeviceUnavailableError("the envs run on CUDA but the Ray cluster has no GPU "
                                      "(set env_devices/device to cpu, or join a cluster with GPUs)")
     return 1.0 / math.ceil(n_workers / gpus)
-
-
-def _action_array(actions) -> np.ndarray:
-    """[E, 5] actions (torch, numpy or nested lists) -> an int32 numpy array."""
-    if isinstance(actions, torch.Tensor):
-        actions = actions.detach().cpu().numpy()
-    return np.ascontiguousarray(np.asarray(actions), dtype=np.int32)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -4,8 +4,9 @@ The worker runs exactly the per-env code of the in-process pool (`hosts.env.EnvP
 every env keeps its global index, so its model, optimisers, data batches, governor and RNG streams are
 those of the same env in a single-process run. The driver sends the worker its `hosts.settings.PoolSettings`
 (`worker_settings`: the devices as the worker sees them). What crosses the object store is plain: signals as
-numpy arrays (one per SIGNAL_FIELDS entry, [E_w, ...]), actions as an int32 [E_w, 4] array, events and
-episode results as the pool's own frozen dataclasses. No jax here: `esper_fx.distributed.pool` drives it.
+numpy arrays (one per SIGNAL_FIELDS entry, [E_w, ...]), actions as a numpy integer array [E_w, 5] (and back as
+the int32 array the worker's pool executed), events and episode results as the pool's own frozen dataclasses.
+No jax here: `esper_fx.distributed.pool` drives it.
 
 A worker uses the driver's torch intra-op thread count: CPU kernels reduce in an order that depends on it,
 so with the same count a worker's envs compute bit for bit what the in-process pool computes (the
@@ -33,7 +34,7 @@ from hosts.settings import PoolSettings
 class WorkerStep(NamedTuple):
     """What a worker's `step` returns (plain values and numpy arrays)."""
 
-    actions: tuple[tuple[int, int, int, int], ...]
+    actions: np.ndarray  # [E_w, 5] int32, as the worker's pool executed them (`ApplyResult.actions`)
     success: tuple[bool, ...]
     events: tuple[Any, ...]
     bootstrap: dict[str, np.ndarray] | None

@@ -13,6 +13,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from esper_fx.contracts.events import EventType
 
 EVENTS_NAME = "events.jsonl"  # the event log's name in a run directory (`run_directory`)
@@ -73,11 +75,12 @@ def lifecycle_event(ev: Any, batch: int) -> Event:
 
 
 def reward_events(reward: Sequence[float], components: Mapping[str, Sequence[float]],
-                  actions: Sequence[Sequence[int]], batch: int, epoch: int) -> list[Event]:
-    """One REWARD_COMPUTED event per env: its action, reward and reward components (debug level)."""
+                  actions: np.ndarray, batch: int, epoch: int) -> list[Event]:
+    """One REWARD_COMPUTED event per env: its action (its row of the integer array [E, 5]), reward and reward
+    components (debug level)."""
     events = []
-    for i, action in enumerate(actions):
-        data = {"batch": batch, "epoch": epoch, "env_id": i, "action": list(action), "reward": float(reward[i]),
+    for i, action in enumerate(actions.tolist()):
+        data = {"batch": batch, "epoch": epoch, "env_id": i, "action": action, "reward": float(reward[i]),
                 "components": {k: float(v[i]) for k, v in components.items()}}
         events.append(Event(EventType.REWARD_COMPUTED, batch=batch, epoch=epoch, env_id=i, data=data))
     return events

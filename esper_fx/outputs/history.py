@@ -143,11 +143,13 @@ def _op_totals(per_env: Iterable[Sequence[int]]) -> dict[str, int]:
     return {op: sum(row[i] for row in rows) for i, op in enumerate(OP_NAMES)}
 
 
-def count_heads(head_counts: dict[str, list[int]], actions: Iterable[Sequence[int]], heads: Sequence[str]) -> None:
-    """Add one epoch's action rows [E][4] to the per-head option counts."""
-    for row in actions:
-        for head, option in zip(heads, row):
-            head_counts[head][option] += 1
+def count_heads(head_counts: dict[str, list[int]], actions: np.ndarray, heads: Sequence[str]) -> None:
+    """Add one epoch's actions (an integer array [E, len(heads)], a column per head) to the per-head option
+    counts."""
+    for head, column in zip(heads, actions.T):
+        counts = head_counts[head]
+        for option, n in enumerate(np.bincount(column, minlength=len(counts)).tolist()):
+            counts[option] += n
 
 
 def metrics_to_python(metrics: Mapping[str, Any]) -> dict[str, Any]:

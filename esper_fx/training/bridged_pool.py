@@ -5,12 +5,13 @@
 a torch tensor:
 
     signals = pool.begin(b, n_active)           # fresh envs for batch b, epoch 1: packed jax signals
-    result = pool.step(actions)                 # the epoch's actions [E, 5] (host rows) -> EpochResult
+    result = pool.step(actions)                 # the epoch's actions (numpy int [E, 5]) -> EpochResult
 
 The signals cross as three buffers, one per dtype (`esper_fx.contracts.signals.signal_columns`,
 `hosts.signals.assembly.pack_signals`): three zero-copy conversions instead of one per field. The jitted
-controller step unpacks them (`contracts.signals.unpack_signals`). The actions come back as host rows: the loop
-reads the step's one small result array back once and hands its rows on.
+controller step unpacks them (`contracts.signals.unpack_signals`). The actions cross the other way in the one
+form they keep from the controller to the slots: the loop reads the step's one small result array back once
+and hands its [E, 5] integer columns (`contracts.actions.ACTION_HEADS` order) to the pool as a numpy array.
 
 The bridge's lifetime rule (keep the torch tensors alive until the JAX computation that reads them has
 finished) is kept here: a handoff lives until the next `step` (the loop reads the actions back first) or,
@@ -23,6 +24,8 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, NamedTuple
 
+import numpy as np
+
 from bridge.dlpack import Handoff, to_jax
 from esper_fx.contracts.pool import EpisodePool
 from esper_fx.contracts.signals import SignalColumn
@@ -32,7 +35,7 @@ from hosts.signals.assembly import pack_signals
 class EpochResult(NamedTuple):
     """What one `step` did and what comes next (every value plain python or jax)."""
 
-    actions: tuple[tuple[int, int, int, int], ...]  # [E] rows as the pool executed them
+    actions: np.ndarray  # [E, 5] int32, read-only, as the pool executed them (contracts.actions.ACTION_HEADS order)
     events: tuple[Any, ...]  # hosts.env.LifecycleEvent of this epoch, envs in index order (for the logs)
     signals: dict | None  # the next epoch's packed signals; None after the last epoch
     bootstrap: dict | None  # the last epoch's post-action packed signals (asked for with bootstrap=True)
@@ -60,9 +63,9 @@ class BridgedPool:
         self._signals = self._to_jax(signals, "signals")
         return self._signals.tree
 
-    def step(self, actions: Any, bootstrap: bool = False) -> EpochResult:
-        """Execute the epoch's actions [E, 5] (host rows: a numpy array or nested lists); returns the next
-        epoch's signals, or after the last epoch (when `bootstrap`) the post-action bootstrap signals."""
+    def step(self, actions: np.ndarray, bootstrap: bool = False) -> EpochResult:
+        """Execute the epoch's actions (a numpy integer array [E, 5]); returns the next epoch's signals, or after
+        the last epoch (when `bootstrap`) the post-action bootstrap signals."""
         started = time.perf_counter()
         applied, signals = self.pool.step(actions, bootstrap=bootstrap)
         self._lap("env_s", started)

@@ -1,15 +1,20 @@
-"""Action execution and the end-of-epoch lifecycle step of one env (BEHAVIOUR §7.3 step 10, §7.4, §2.6, §2.10).
+"""Actions checked and executed, every slot stepped at the epoch's end (BEHAVIOUR §7.3 step 10, §7.4, §2.6, §2.10).
 
-`execute_action` runs one decoded action on one env and returns whether it succeeded (for logs
-only); `step_slots` runs `step_epoch` on every enabled slot in canonical order, counts the auto-culls
-and cleans up emptied slots. Both record lifecycle events.
+The actions take one form from the controller to the slots: a numpy integer array [E, NUM_HEADS], its
+columns in `contracts.actions.ACTION_HEADS` order (slot, blueprint, blend, op, tempo). `checked_actions`
+refuses anything else and any index outside its head, naming the head and the env; `execute_action` runs
+one env's row and returns whether it succeeded (for logs only); `step_slots` runs `step_epoch` on every
+enabled slot in canonical order, counts the auto-culls and cleans up emptied slots. Both record lifecycle
+events.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
-from esper_fx.contracts.actions import ACTION_HEADS, BLEND_NAMES, NUM_TEMPOS, TEMPO_NAMES, LifecycleOp
+import numpy as np
+
+from esper_fx.contracts.actions import ACTION_HEADS, BLEND_NAMES, NUM_HEADS, TEMPO_NAMES, LifecycleOp
 from esper_fx.contracts.events import EventType
 from esper_fx.contracts.lifecycle import MIN_FOSSILIZE_CONTRIBUTION
 from esper_fx.contracts.stages import SeedStage
@@ -17,35 +22,31 @@ from esper_fx.contracts.stages import SeedStage
 from hosts.env.state import EnvState
 
 
-class Action(NamedTuple):
-    """One env's decoded action, in head order."""
+def check_action_form(actions, n_envs: int) -> None:
+    """TypeError unless `actions` is a numpy integer array; ValueError unless it is [n_envs, NUM_HEADS]."""
+    heads = ", ".join(ACTION_HEADS)
+    if not isinstance(actions, np.ndarray):
+        raise TypeError(f"actions must be a numpy integer array [E, {NUM_HEADS}] ({heads}), "
+                        f"got {type(actions).__module__}.{type(actions).__qualname__}")
+    if not np.issubdtype(actions.dtype, np.integer):
+        raise TypeError(f"actions must be a numpy integer array [E, {NUM_HEADS}] ({heads}), got dtype {actions.dtype}")
+    if actions.shape != (n_envs, NUM_HEADS):
+        raise ValueError(f"actions must be [{n_envs}, {NUM_HEADS}], one row per env ({heads}), "
+                         f"got shape {list(actions.shape)}")
 
-    slot: int
-    blueprint: int
-    blend: int
-    op: int
-    tempo: int
 
-
-def decode_actions(rows: Sequence[Sequence[int]], n_envs: int, num_slots: int, num_blueprints: int,
-                   first_env: int = 0) -> list[Action]:
-    """[E, 5] rows -> Actions; an index outside its head raises ValueError naming the head and the env
-    (row i is env first_env + i: a pool running a slice of the envs passes its first one)."""
-    if len(rows) != n_envs:
-        raise ValueError(f"actions must have one row per env: expected {n_envs}, got {len(rows)}")
-    sizes = {"slot": num_slots, "blueprint": num_blueprints, "blend": len(BLEND_NAMES), "op": len(LifecycleOp),
-             "tempo": NUM_TEMPOS}
-    out = []
-    for env, row in enumerate(rows, start=first_env):
-        if len(row) != len(ACTION_HEADS):
-            raise ValueError(f"env {env}: an action row has {len(ACTION_HEADS)} entries "
-                             f"({', '.join(ACTION_HEADS)}), got {row}")
-        action = Action(*(int(v) for v in row))
-        for head, size in sizes.items():
-            value = getattr(action, head)
-            if not 0 <= value < size:
-                raise ValueError(f"env {env}: {head} index {value} is outside [0, {size})")
-        out.append(action)
+def checked_actions(actions, n_envs: int, sizes: Sequence[int], first_env: int = 0) -> np.ndarray:
+    """The epoch's actions as the pool executes and reports them: a read-only int32 copy of `actions`, which
+    must be a numpy integer array [n_envs, NUM_HEADS] with head h's index in [0, sizes[h])
+    (`contracts.actions.head_sizes`). `first_env` numbers row 0 in the error (a pool's slice starts there)."""
+    check_action_form(actions, n_envs)
+    outside = (actions < 0) | (actions >= np.asarray(sizes))
+    if outside.any():
+        row, head = (int(i) for i in np.argwhere(outside)[0])
+        raise ValueError(f"env {first_env + row}: {ACTION_HEADS[head]} index {actions[row, head]} is outside "
+                         f"[0, {sizes[head]})")
+    out = actions.astype(np.int32)
+    out.flags.writeable = False
     return out
 
 
@@ -54,16 +55,16 @@ def decode_actions(rows: Sequence[Sequence[int]], n_envs: int, num_slots: int, n
 # ------------------------------------------------------------------------------------------
 
 
-def _germinate(env: EnvState, target: str, action: Action, menu: Sequence[str], val_acc: float,
+def _germinate(env: EnvState, target: str, blueprint: str, blend: str, tempo_index: int, val_acc: float,
                epoch: int) -> bool:
     if env.holds_seed(target):
         return False
     counters = env.counters
     seed_id = f"env{env.index}_seed_{counters.seeds_created}"
-    blueprint, blend, tempo = menu[action.blueprint], BLEND_NAMES[action.blend], TEMPO_NAMES[action.tempo]
+    tempo = TEMPO_NAMES[tempo_index]
     counters.acc_at_germination[target] = val_acc
     with env.rng.activate():  # the blueprint's init draws from this env's stream
-        env.model.germinate(target, blueprint, blend=blend, seed_id=seed_id, tempo=action.tempo, accuracy=val_acc)
+        env.model.germinate(target, blueprint, blend=blend, seed_id=seed_id, tempo=tempo_index, accuracy=val_acc)
     counters.seeds_created += 1
     env.seed_optimizers.pop(target, None)  # stale optimizer / EMA of an earlier seed
     counters.ratio_ema.pop(target, None)
@@ -105,19 +106,21 @@ def _cull(env: EnvState, target: str, epoch: int) -> bool:
     return True
 
 
-def execute_action(env: EnvState, action: Action, *, slot_ids: Sequence[str], enabled: Sequence[str],
+def execute_action(env: EnvState, row: np.ndarray, *, slot_ids: Sequence[str], enabled: Sequence[str],
                    menu: Sequence[str], val_acc: float, epoch: int) -> bool:
-    """Count the op, run it on the target slot (BEHAVIOUR §7.4) and count a success; returns the success."""
-    op = LifecycleOp(action.op)
+    """Count the op of `row` (the env's row of `checked_actions`), run it on the target slot (BEHAVIOUR §7.4)
+    and count a success; returns the success."""
+    slot, blueprint, blend, op, tempo = row.tolist()
+    op = LifecycleOp(op)
     counters = env.counters
     counters.action_counts[op] += 1
-    target = slot_ids[action.slot]
+    target = slot_ids[slot]
     if target not in enabled:
         success = False  # any op on a disabled slot fails with no effect (the slot mask prevents it)
     elif op == LifecycleOp.WAIT:
         success = True
     elif op == LifecycleOp.GERMINATE:
-        success = _germinate(env, target, action, menu, val_acc, epoch)
+        success = _germinate(env, target, menu[blueprint], BLEND_NAMES[blend], tempo, val_acc, epoch)
     elif op == LifecycleOp.FOSSILIZE:
         success = _fossilize(env, target, epoch)
     else:

@@ -3,8 +3,8 @@ CUDA streams that work runs on.
 
 Everything here runs on the env's device and stream and never reads a value back to the host: the
 losses and correct counts accumulate in device tensors held by an `EpochWork`, and
-`EpochWork.readback_tensor` packs them into one vector that the pool copies to the host once per
-epoch (BEHAVIOUR §7.3 phases 1–2, §2.13 step 1, §7.9).
+`EpochWork.readback_tensor` packs them into one vector that `read_back` copies to the host once per
+epoch for every env (BEHAVIOUR §7.3 phases 1–2, §2.13 step 1, §7.9).
 
 The CUDA streams of an env pool, and the rules that order work between them. Every CUDA env runs its
 training and validation on its own stream, so the envs of one device overlap. Everything else the pool does
@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -203,6 +203,27 @@ def unpack_readback(work: EpochWork, values: list[float]) -> EpochReadback:
     )
 
 
+def read_back(envs: Sequence) -> list[EpochReadback]:
+    """Every env's accumulators to the host: one copy per device after the epoch barrier, the epoch's one
+    synchronisation (what the pool frees after it is no longer in use: this module's docstring)."""
+    by_device: dict[torch.device, list[tuple[Any, torch.Tensor]]] = {}
+    callers = caller_streams(envs)
+    for env in envs:
+        with env.stream_context():
+            vec = env.epoch_work.readback_tensor()
+        hand_to_caller(env.stream, callers.get(env.device), vec)
+        by_device.setdefault(env.device, []).append((env, vec))
+    epoch_barrier(callers.values())
+    out: dict[int, EpochReadback] = {}
+    for items in by_device.values():
+        values = torch.cat([vec for _, vec in items]).cpu().tolist()
+        start = 0
+        for env, vec in items:
+            out[env.index] = unpack_readback(env.epoch_work, values[start : start + vec.numel()])
+            start += vec.numel()
+    return [out[env.index] for env in envs]
+
+
 # ------------------------------------------------------------------------------------------
 # one training step of one env (BEHAVIOUR §7.3 phase 1)
 # ------------------------------------------------------------------------------------------
@@ -342,9 +363,11 @@ class EnvStreams:
         return len(self._streams)
 
 
-def caller_streams(devices: Iterable[torch.device]) -> dict[torch.device, Any]:
-    """The current stream of each device; call it outside every env's stream context."""
-    return {device: torch.cuda.current_stream(device) for device in dict.fromkeys(devices)}
+def caller_streams(envs: Iterable) -> dict[torch.device, Any]:
+    """The current stream of each device of the envs that run on a stream; call it outside every env's
+    stream context."""
+    devices = dict.fromkeys(env.device for env in envs if env.stream is not None)
+    return {device: torch.cuda.current_stream(device) for device in devices}
 
 
 def wait_for_caller(stream: Any, caller: Any) -> None:

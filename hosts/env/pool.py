@@ -7,9 +7,14 @@ for fp16 AMP, its own GradScaler; on CUDA each env index keeps one stream for th
 The pool's interface to the loop is two calls (ARCHITECTURE §2):
 
     signals = pool.begin(b, n_active)        # fresh envs for batch b, then epoch 1: its signals
-    result, signals = pool.step(actions)      # the epoch's actions [E, 5] int32 -> ApplyResult, and the
-                                              #   next epoch's signals (None after the last epoch, when
+    result, signals = pool.step(actions)      # the epoch's actions -> ApplyResult, and the next epoch's
+                                              #   signals (None after the last epoch, when
                                               #   result.bootstrap_signals holds the post-action signals)
+
+`actions` has one form from the controller to the slots: a numpy integer array [E, 5], its columns in
+`contracts.actions.ACTION_HEADS` order (slot, blueprint, blend, op, tempo); a list, a torch tensor, another
+shape or dtype, or an index outside its head raises (`hosts.env.actions.checked_actions`), and
+`ApplyResult.actions` is a read-only int32 copy of it.
 
 Underneath, an epoch runs in phases, each public so tests and benchmarks can drive them one by one:
 
@@ -29,48 +34,46 @@ exactly those of the same envs in a whole pool; its signals, actions and results
 `apply` is `execute_actions` + (optionally) `peek_signals` + `finish_epoch`; `peek_signals()` called
 between the first and the last gives the same post-action bootstrap signals as `apply(..., bootstrap=True)`
 (BEHAVIOUR §7.5). `episode_results()` gives the per-env totals.
+
+This module is the orchestration; the work on each env lives beside it: `build.py` builds an env for an
+episode, `epoch_compute.py` runs its training steps, validation and the epoch's one readback on its stream,
+`after_validation.py` records what the readback says (governor, contributions, ratios, tracker), and
+`actions.py` checks and executes the actions and steps the slots.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import random
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import torch
 
-from esper_fx.contracts.events import EventType
+from esper_fx.contracts.actions import head_sizes
 from esper_fx.contracts.stages import SeedStage
 from hosts.data.feed import PoolData, build_pool_data
-from hosts.env.actions import decode_actions, execute_action, step_slots
+from hosts.env.actions import checked_actions, execute_action, step_slots
+from hosts.env.after_validation import after_validation
+from hosts.env.build import build_env
 from hosts.env.compute import ComputeMeter, model_costs
 from hosts.env.lr_schedule import lr_factor
 from hosts.env.epoch_compute import (
     EnvStreams,
-    EpochReadback,
     EpochWork,
     amp_settings,
     caller_streams,
     counterfactual_slots,
-    epoch_barrier,
-    hand_to_caller,
+    read_back,
     record_on,
     train_step,
-    unpack_readback,
     validate_batch,
     wait_for_caller,
 )
-from hosts.env.state import ApplyResult, EnvRng, EnvState, EpisodeResult, EpochMetrics
-from hosts.models.morphogenetic import MorphogeneticModel
-from hosts.seeds.governor import Governor
+from hosts.env.state import ApplyResult, EnvState, EpisodeResult
 from hosts.seeds.lifecycle import SeedClock
-from hosts.seeds.gradient_ratio import ratio_ema
 from hosts.signals.assembly import EnvView, SignalLayout, assemble_signals
 from hosts.signals.slots import count_available_slots, count_seeds
-from hosts.signals.tracker import SignalTracker
 from hosts.settings import PoolSettings
-from hosts.tasks import HOST_MOMENTUM, HOST_WEIGHT_DECAY, get_task, mix_task
+from hosts.tasks import get_task
 
 BATCH_SEED_STRIDE = 10000  # base_seed = seed + 10000·b (BEHAVIOUR §7.2 item 2)
 ENV_SEED_STRIDE = 1000  # env i seeds its RNGs with base_seed + 1000·i
@@ -108,10 +111,10 @@ class EnvPool:
     ) -> None:
         self.settings = settings
         self.task = get_task(settings.task)  # its data and its shared facts serve every task of a mix
-        self.mix: tuple[str, ...] = settings.task_mix
         self.slot_ids: tuple[str, ...] = settings.slot_ids
         self.enabled: tuple[str, ...] = settings.enabled_slots
         self.menu: tuple[str, ...] = settings.menu
+        self.head_sizes = head_sizes(len(self.slot_ids), len(self.menu))  # each action head's size, heads in order
         self.max_epochs = settings.max_epochs
         self.policy_device = settings.policy_device
         self._amp = {d: amp_settings(settings.amp, settings.amp_dtype, d)
@@ -132,7 +135,7 @@ class EnvPool:
         self.batch_index: int | None = None
         self.epoch = 0
         self._phase: str | None = None
-        self._last_actions: tuple[tuple[int, ...], ...] = ()
+        self._last_actions: np.ndarray | None = None  # the epoch's actions as `execute_actions` checked them
         self._host_costs: dict[str, Any] = {}  # task -> its host's hosts.env.compute.ModelCosts; False: not countable
         self._steps_done = 0
 
@@ -171,44 +174,15 @@ class EnvPool:
         if self.env_ids[0] >= n:
             raise ValueError(f"no env of this pool's slice {list(self.env_ids)} runs with n_active={n}")
         base_seed = self.settings.seed + BATCH_SEED_STRIDE * int(batch_index)
-        self.envs = [self._build_env(i, base_seed + ENV_SEED_STRIDE * i) for i in self.env_ids if i < n]
+        devices = self.settings.env_devices
+        self.envs = [build_env(self.settings, i, base_seed + ENV_SEED_STRIDE * i, task=self.task, clock=self.clock,
+                               amp=self._amp[devices[i]], stream=self.streams.for_env(i, devices[i]))
+                     for i in self.env_ids if i < n]
         self.n_running = n
         self.batch_index = int(batch_index)
         self.epoch = 0
         self._steps_done = 0  # training steps taken this episode
         self._phase = _RESET
-
-    def _build_env(self, i: int, env_seed: int) -> EnvState:
-        device = self.env_device(i)
-        task = mix_task(self.mix, env_seed) if self.mix else self.task
-        torch.manual_seed(env_seed)
-        random.seed(env_seed)
-        model = MorphogeneticModel(task.build_host(), self.enabled, task.topology, clock=self.clock).to(device)
-        for slot_id in self.enabled:
-            model.slot(slot_id).isolate_gradients = True
-        rng = EnvRng(device)
-        self._plant_static_seeds(model, rng, i)
-        amp = self._amp[device]
-        # fp16: a fused SGD takes the scaler's found-inf flag on the device; any other optimizer makes
-        # GradScaler.step read it back to the host (a synchronisation per step).
-        host_opt = torch.optim.SGD(model.host_parameters(), lr=task.host_lr, momentum=HOST_MOMENTUM,
-                                   weight_decay=HOST_WEIGHT_DECAY, fused=True if amp.use_scaler else None)
-        return EnvState(
-            index=i, device=device, model=model, host_optimizer=host_opt,
-            governor=Governor(model, random_guess_loss=task.random_guess_loss),
-            tracker=SignalTracker(), rng=rng, seed_lr=task.seed_lr,
-            scaler=torch.amp.GradScaler("cuda") if amp.use_scaler else None,
-            stream=self.streams.for_env(i, device), task=task.name,
-        )
-
-    def _plant_static_seeds(self, model: MorphogeneticModel, rng: EnvRng, i: int) -> None:
-        """`static_seeds` ("slot=blueprint") built fossilized before epoch 1, their init drawn from the env's
-        stream after the host's: the static_final control trains them with the host from the start."""
-        host_params = model.host_param_count()
-        with rng.activate():
-            for entry in self.settings.static_seeds:
-                slot_id, _, blueprint = entry.partition("=")
-                model.slot(slot_id).plant_fossil(blueprint, f"env{i}_static_{slot_id}", host_param_count=host_params)
 
     # ---------------------------------------------------------------- phase checks
     def _expect(self, allowed: tuple[str, ...], what: str) -> None:
@@ -226,7 +200,7 @@ class EnvPool:
         t = self.epoch
         self.data.begin_epoch(self.batch_index, t, self.n_running)
         steps = self._steps_in_epoch(t)
-        callers = self._caller_streams()
+        callers = caller_streams(self.envs)
         for env in self.envs:
             wait_for_caller(env.stream, callers.get(env.device))
             record_on(env.stream, self.data.plan_tensors(env.device))
@@ -275,10 +249,6 @@ class EnvPool:
         if self._host_costs[env.task]:
             env.compute = ComputeMeter.fresh(self._host_costs[env.task])
 
-    def _caller_streams(self) -> dict:
-        """Each CUDA env device's stream outside every env's context (see hosts.env.epoch_compute)."""
-        return caller_streams(env.device for env in self.envs if env.stream is not None)
-
     def _consume(self, env: EnvState, batch, callers: dict):
         """Loader-path batches were copied on the caller's stream (`callers`, looked up outside the env's
         context): the env stream waits for the copies and records the batch."""
@@ -296,100 +266,16 @@ class EnvPool:
             with env.stream_context():
                 env.epoch_work.begin_validation(counterfactual_slots(env, self.enabled))
         iterators = [self.data.val_batches(env.index) for env in self.envs]
-        callers = self._caller_streams()
+        callers = caller_streams(self.envs)
         for _ in range(self.data.num_val_batches):
             for env, batches in zip(self.envs, iterators):
                 with env.stream_context():
                     x, y = self._consume(env, next(batches), callers)
                     validate_batch(env, x, y, amp=self._amp[env.device])
-        for env, readback in zip(self.envs, self._readback()):
-            self._after_validation(env, readback)
+        for env, readback in zip(self.envs, read_back(self.envs)):
+            after_validation(env, readback, epoch=self.epoch, enabled=self.enabled,
+                             steps_per_epoch=self.steps_per_epoch)
         self._phase = _VALIDATED
-
-    def _readback(self) -> list[EpochReadback]:
-        """Every env's accumulators to the host: one copy per device after the epoch barrier, the epoch's one
-        synchronisation (hosts.env.epoch_compute: what the pool frees after it is no longer in use)."""
-        by_device: dict[torch.device, list[tuple[EnvState, torch.Tensor]]] = {}
-        callers = self._caller_streams()
-        for env in self.envs:
-            with env.stream_context():
-                vec = env.epoch_work.readback_tensor()
-            hand_to_caller(env.stream, callers.get(env.device), vec)
-            by_device.setdefault(env.device, []).append((env, vec))
-        epoch_barrier(callers.values())
-        out: dict[int, EpochReadback] = {}
-        for items in by_device.values():
-            values = torch.cat([vec for _, vec in items]).cpu().tolist()
-            start = 0
-            for env, vec in items:
-                out[env.index] = unpack_readback(env.epoch_work, values[start : start + vec.numel()])
-                start += vec.numel()
-        return [out[env.index] for env in self.envs]
-
-    def _after_validation(self, env: EnvState, rb: EpochReadback) -> None:
-        t, counters = self.epoch, env.counters
-        counters.host_max_acc = max(counters.host_max_acc, rb.val_acc)
-        counters.val_accs.append(rb.val_acc)
-        panic = self._governor_phase(env, rb.val_loss)
-        for slot_id in self.enabled:
-            if env.holds_seed(slot_id):
-                env.slot(slot_id).record_accuracy(rb.val_acc)
-        contributions = self._record_contributions(env, rb)
-        self._update_gradient_ratios(env, rb)
-        reports = env.model.slot_reports()
-        active, _ = count_seeds(reports, self.enabled)
-        tracker = env.tracker.update(t, t * self.steps_per_epoch, rb.train_loss, rb.train_acc, rb.val_loss,
-                                     rb.val_acc, active, count_available_slots(reports, self.enabled))
-        env.metrics = EpochMetrics(t, self.steps_per_epoch, rb.train_loss, rb.train_acc, rb.val_loss, rb.val_acc,
-                                   dict(rb.baseline_acc), env.epoch_work.cf_slots, contributions, panic, tracker)
-        env.epoch_work = None
-
-    def _record_contributions(self, env: EnvState, rb: EpochReadback) -> dict[str, tuple[str, float]]:
-        """BEHAVIOUR §7.3 phase 6: c = val_acc − baseline_acc[s] for each cf slot that still holds a seed."""
-        contributions = {}
-        for slot_id in env.epoch_work.cf_slots:
-            if env.holds_seed(slot_id):
-                c = rb.val_acc - rb.baseline_acc[slot_id]
-                env.slot(slot_id).set_contribution(c)
-                contributions[slot_id] = (env.seed_id(slot_id), c)
-        return contributions
-
-    def _governor_phase(self, env: EnvState, val_loss: float) -> bool:
-        """BEHAVIOUR §7.3 phase 4: check; on a panic roll back now; else snapshot after a passing check at
-        t % 5 == 0."""
-        t = self.epoch
-        panic = bool(env.governor.check(val_loss))
-        if panic:
-            self._rollback(env, val_loss)
-        elif env.governor.maybe_snapshot(t):
-            env.event(EventType.GOVERNOR_SNAPSHOT, t, message="snapshot after a passing check")
-        return panic
-
-    def _rollback(self, env: EnvState, val_loss: float) -> None:
-        t = self.epoch
-        seeded = {s: env.seed_id(s) for s in self.enabled if env.holds_seed(s)}
-        env.event(EventType.GOVERNOR_PANIC, t, message=f"governor panic at val_loss {val_loss}", loss=val_loss)
-        report = env.governor.rollback(optimizer=env.host_optimizer)
-        env.counters.rollbacks += 1
-        for slot_id in env.forget_emptied(self.enabled):
-            if slot_id in seeded:
-                env.event(EventType.SEED_CULLED, t, slot_id, seeded[slot_id], "culled by the governor rollback",
-                          reason="governor_rollback", auto=False)
-        env.event(EventType.GOVERNOR_ROLLBACK, t, message="rolled back to the last snapshot", loss=val_loss,
-                  report=_report_dict(report))
-
-    def _update_gradient_ratios(self, env: EnvState, rb: EpochReadback) -> None:
-        """BEHAVIOUR §2.13 steps 2–4 for the slots measured this epoch that still hold the same seed."""
-        ema_table = env.counters.ratio_ema
-        for slot_id, (seed_id, ratio, norm) in rb.seeds.items():
-            if env.seed_id(slot_id) != seed_id:
-                continue  # emptied by a rollback
-            if not (math.isfinite(ratio) and math.isfinite(norm)):
-                continue  # an overflowed fp16 step (skipped by the scaler) measures nothing
-            ema_table[slot_id] = ema = ratio_ema(ema_table.get(slot_id), ratio)
-            slot = env.slot(slot_id)
-            slot.set_gradient_ratio(ema)
-            slot.record_gradient_norm(norm)
 
     # ---------------------------------------------------------------- BEHAVIOUR §7.3 phase 8
     def signals(self) -> dict[str, torch.Tensor]:
@@ -426,17 +312,17 @@ class EnvPool:
         )
 
     # ---------------------------------------------------------------- BEHAVIOUR §7.3 step 10, §7.4
-    def execute_actions(self, actions) -> tuple[bool, ...]:
-        """Run each env's action (index order)."""
+    def execute_actions(self, actions: np.ndarray) -> tuple[bool, ...]:
+        """Run each env's row of `actions` (a numpy integer array [n_active, NUM_HEADS], heads in
+        `contracts.actions.ACTION_HEADS` order; anything else raises: `hosts.env.actions.checked_actions`), in
+        index order; returns each env's success."""
         self._expect((_VALIDATED,), "execute_actions")
-        rows = _action_rows(actions)
-        decoded = decode_actions(rows, self.n_active, len(self.slot_ids), len(self.menu),
-                                 first_env=self.envs[0].index if self.envs else 0)
+        checked = checked_actions(actions, self.n_active, self.head_sizes, first_env=self.envs[0].index)
         success = []
-        for env, action in zip(self.envs, decoded):
-            success.append(execute_action(env, action, slot_ids=self.slot_ids, enabled=self.enabled,
+        for env, row in zip(self.envs, checked):
+            success.append(execute_action(env, row, slot_ids=self.slot_ids, enabled=self.enabled,
                                           menu=self.menu, val_acc=env.metrics.val_acc, epoch=self.epoch))
-        self._last_actions = tuple(tuple(a) for a in decoded)
+        self._last_actions = checked
         self._phase = _EXECUTED
         return tuple(success)
 
@@ -451,7 +337,7 @@ class EnvPool:
                 env.counters.auto_culls = step_slots(env, self.enabled, self.epoch)
         self._phase = _STEPPED
 
-    def apply(self, actions, bootstrap: bool = False) -> ApplyResult:
+    def apply(self, actions: np.ndarray, bootstrap: bool = False) -> ApplyResult:
         """Execute the actions, build the post-action bootstrap signals if asked, then step_epoch."""
         success = self.execute_actions(actions)
         boot = self.peek_signals() if bootstrap else None
@@ -475,7 +361,7 @@ class EnvPool:
         self.build_envs(batch_index, n_active)
         return self.train_and_validate()
 
-    def step(self, actions, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
+    def step(self, actions: np.ndarray, bootstrap: bool = True) -> tuple[ApplyResult, dict[str, torch.Tensor] | None]:
         """apply(actions), with the post-action bootstrap signals at t == T if `bootstrap`, then the next
         epoch's signals (None at T)."""
         last = self.epoch >= self.max_epochs
@@ -507,15 +393,6 @@ class EnvPool:
 # ------------------------------------------------------------------------------------------
 
 
-def _action_rows(actions) -> list[list[int]]:
-    """An [E, 5] int tensor / numpy array / nested list -> python rows (the only readback of the actions)."""
-    if isinstance(actions, torch.Tensor):
-        return actions.detach().to("cpu").tolist()
-    if hasattr(actions, "tolist"):  # a numpy array: the loop's host rows
-        return actions.tolist()
-    return torch.as_tensor(actions).tolist()
-
-
 def _check_env_ids(env_ids: Sequence[int] | None, n_envs: int) -> tuple[int, ...]:
     """The pool's slice: all envs by default, else a non-empty contiguous run of indices in [0, n_envs)."""
     if env_ids is None:
@@ -531,11 +408,6 @@ def _fossils(env: EnvState, slot_ids: Sequence[str]) -> tuple[str, ...]:
     """"slot=blueprint" for every enabled slot holding a FOSSILIZED seed, canonical order."""
     return tuple(f"{s}={env.slot(s).state.blueprint_id}" for s in slot_ids
                  if env.slot(s).stage == SeedStage.FOSSILIZED)
-
-
-def _report_dict(report) -> dict:
-    """A RollbackReport as plain values for the event's data."""
-    return dataclasses.asdict(report) if dataclasses.is_dataclass(report) else {}
 
 
 @torch.no_grad()

@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 
 from esper_fx.contracts.actions import NUM_OPS
@@ -60,18 +61,13 @@ class EpochMetrics:
 
 @dataclass(frozen=True)
 class ApplyResult:
-    """What `EnvPool.apply` did: the actions it read, per-env success, the epoch's events, the bootstrap
+    """What `EnvPool.apply` did: the actions it executed, per-env success, the epoch's events, the bootstrap
     signals (or None)."""
 
-    actions: tuple[tuple[int, ...], ...]  # [E] rows (slot, blueprint, blend, op, tempo), as executed
+    actions: np.ndarray  # [E, NUM_HEADS] int32, read-only: columns in contracts.actions.ACTION_HEADS order
     success: tuple[bool, ...]  # [E], counted for logs only
     events: tuple[LifecycleEvent, ...]  # every event of this epoch, envs in index order
     bootstrap_signals: dict[str, torch.Tensor] | None
-
-    @property
-    def ops(self) -> tuple[int, ...]:
-        """[E], the op executed (LifecycleOp value)."""
-        return tuple(row[3] for row in self.actions)
 
 
 @dataclass(frozen=True)

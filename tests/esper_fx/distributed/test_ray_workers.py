@@ -55,7 +55,7 @@ def test_a_worker_exception_reaches_the_driver_with_its_traceback(local_ray):
     message = str(info.value)
     assert message.startswith("env worker 1 (envs 1–1) raised ValueError: env 1: op index 99 is outside [0, 4)")
     assert "the worker's traceback:" in message and 'hosts/env/actions.py", line' in message
-    assert "in decode_actions" in message and "\x1b[" not in message
+    assert "in checked_actions" in message and "\x1b[" not in message
     assert isinstance(info.value.__cause__, ValueError)
     assert ray.is_initialized()  # a Ray the caller started is left running
 

@@ -9,6 +9,7 @@ cover every CNN blueprint in every stage and blend.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -73,15 +74,15 @@ def _germinations(epoch: int) -> list[list[int]]:
     return [[slot, 1 + (3 * env + slot) % (len(MENU) - 1), (env + slot) % 3, GERMINATE, env % 3] for env in range(3)]
 
 
-def _actions(pool: EnvPool) -> list[list[int]]:
+def _actions(pool: EnvPool) -> np.ndarray:
     """Germinate in the first three epochs, then fossilize whatever reached probation, else wait."""
     if pool.epoch <= len(SLOTS):
-        return _germinations(pool.epoch)
+        return np.array(_germinations(pool.epoch), dtype=np.int32)
     rows = []
     for env in pool.envs:
         ready = [i for i, s in enumerate(SLOTS) if env.slot(s).stage == SeedStage.PROBATIONARY]
         rows.append([ready[0], 0, 0, FOSSILIZE, 1] if ready else [0, 0, 0, WAIT, 1])
-    return rows
+    return np.array(rows, dtype=np.int32)
 
 
 def test_no_epoch_creates_a_tensor_outside_channels_last(pool):

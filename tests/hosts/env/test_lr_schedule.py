@@ -3,6 +3,7 @@ and a pool run under each schedule."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -40,7 +41,7 @@ def _pool(**kw):
                             synthetic_test_samples=32, **kw)
     pool = EnvPool(pool_settings(config))
     pool.begin(0)  # the first epoch
-    pool.step([[0, 0, 0, int(LifecycleOp.WAIT), 1]], bootstrap=False)  # the second
+    pool.step(np.array([[0, 0, 0, int(LifecycleOp.WAIT), 1]], dtype=np.int32), bootstrap=False)  # the second
     return pool
 
 
@@ -97,7 +98,8 @@ def test_a_wsd_run_decays_host_and_seeds_and_a_seed_rewarms_over_its_own_steps()
                             seed_lr_rewarm_steps=8, min_cull_age=1)
     pool = EnvPool(pool_settings(config))
     pool.begin(0)
-    pool.step([[1, 1, 1, int(LifecycleOp.GERMINATE), 1]], bootstrap=False)  # germinated after epoch 1
+    germinate = np.array([[1, 1, 1, int(LifecycleOp.GERMINATE), 1]], dtype=np.int32)
+    pool.step(germinate, bootstrap=False)  # germinated after epoch 1
     env = pool.envs[0]
     base_host, base_seed = pool.task.host_lr, pool.task.seed_lr
     # 12 steps, the last 6 decaying: epoch 2's last step (s = 7) ran at 5/6 of lr₀

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -75,16 +77,16 @@ def make_pool(data, **overrides) -> EnvPool:
     return pool
 
 
-def actions(*rows) -> torch.Tensor:
-    """Action rows; a row given without its tempo takes the standard one."""
-    return torch.tensor([list(r) + [DEFAULT_TEMPO] * (5 - len(r)) for r in rows], dtype=torch.int32)
+def actions(*rows) -> np.ndarray:
+    """The epoch's actions [E, 5] int32; a row given without its tempo takes the standard one."""
+    return np.array([list(r) + [DEFAULT_TEMPO] * (5 - len(r)) for r in rows], dtype=np.int32)
 
 
-def wait_all(pool: EnvPool, slot: int = 1) -> torch.Tensor:
+def wait_all(pool: EnvPool, slot: int = 1) -> np.ndarray:
     return actions(*[(slot, 1, 1, WAIT)] * pool.n_active)
 
 
-def germinate_all(pool: EnvPool, slot: int = 1, blueprint: int = CONV_LIGHT, blend: int = SIGMOID) -> torch.Tensor:
+def germinate_all(pool: EnvPool, slot: int = 1, blueprint: int = CONV_LIGHT, blend: int = SIGMOID) -> np.ndarray:
     return actions(*[(slot, blueprint, blend, GERMINATE)] * pool.n_active)
 
 
@@ -609,6 +611,35 @@ def test_bad_actions_raise_naming_the_head(shapes10_data):
     pool.train_and_validate()
     with pytest.raises(ValueError, match="blueprint"):
         pool.apply(actions((1, 7, 1, WAIT), (1, 1, 1, WAIT)))
+    with pytest.raises(ValueError, match=r"^env 1: tempo index -1 is outside \[0, 3\)$"):
+        pool.apply(actions((1, 1, 1, WAIT), (1, 1, 1, WAIT, -1)))
+
+
+def test_actions_other_than_a_numpy_integer_array_of_the_pools_shape_are_refused(shapes10_data):
+    """One form from the policy to the slots: a list, a torch tensor, a float array or another shape is
+    refused before any env acts, with a message that says the form."""
+    pool = make_pool(shapes10_data)
+    pool.train_and_validate()
+    rows = [[1, 1, 1, WAIT, DEFAULT_TEMPO]] * 2
+    for wrong, form in ((rows, "builtins.list"), (torch.tensor(rows, dtype=torch.int32), "torch.Tensor"),
+                        (np.array(rows, dtype=np.float32), "dtype float32")):
+        with pytest.raises(TypeError, match=rf"actions must be a numpy integer array \[E, 5\] .*got {form}"):
+            pool.apply(wrong)
+    for shape in ((1, 5), (2, 4)):
+        with pytest.raises(ValueError, match=r"actions must be \[2, 5\], .*got shape " + re.escape(str(list(shape)))):
+            pool.apply(np.ones(shape, dtype=np.int32))
+    assert [env.counters.action_counts for env in pool.envs] == [[0, 0, 0, 0]] * 2
+
+
+def test_the_result_holds_the_executed_actions_as_a_read_only_int32_array(shapes10_data):
+    pool = make_pool(shapes10_data)
+    pool.train_and_validate()
+    given = actions((1, CONV_LIGHT, SIGMOID, GERMINATE), (1, 1, 1, WAIT)).astype(np.int64)
+    result = pool.apply(given)
+    assert result.actions.dtype == np.int32 and result.actions.tolist() == given.tolist()
+    assert not result.actions.flags.writeable
+    given[0, 3] = WAIT  # the caller's array stays the caller's
+    assert result.actions[0, 3] == GERMINATE
 
 
 def test_a_non_finite_gradient_measurement_leaves_the_ratio_ema_alone(shapes10_data, monkeypatch):

@@ -5,6 +5,7 @@ Skipped cleanly without CUDA (tests/conftest.py); the CPU suite (test_env.py) co
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -51,7 +52,7 @@ def script(pool: EnvPool, epochs: int = 4) -> list[dict]:
     out = []
     for row in plan:
         out.append(pool.train_and_validate())
-        pool.apply(torch.tensor([row] * pool.n_active, dtype=torch.int32, device=DEVICE))
+        pool.apply(np.array([row] * pool.n_active, dtype=np.int32))
     return out
 
 
@@ -99,7 +100,7 @@ def test_bf16_amp_uses_no_scaler(gpu_data):
 def test_training_epoch_does_not_synchronise_with_the_host(gpu_data):
     pool = make_pool(gpu_data)
     pool.train_and_validate()
-    pool.apply(torch.tensor([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=torch.int32))
+    pool.apply(np.array([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=np.int32))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -115,9 +116,9 @@ def test_amp_training_epoch_does_not_synchronise_with_the_host(gpu_data, amp_dty
     """fp16 needs fused optimizers (GradScaler.step otherwise reads found_inf back); bf16 has no scaler."""
     pool = make_pool(gpu_data, amp=True, amp_dtype=amp_dtype)
     pool.train_and_validate()
-    pool.apply(torch.tensor([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=torch.int32))
+    pool.apply(np.array([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=np.int32))
     pool.train_and_validate()  # the seed optimizer exists from here on
-    pool.apply(torch.tensor([(1, 1, 1, WAIT, 1)] * pool.n_active, dtype=torch.int32))
+    pool.apply(np.array([(1, 1, 1, WAIT, 1)] * pool.n_active, dtype=np.int32))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:

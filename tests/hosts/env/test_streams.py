@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -121,7 +122,7 @@ def test_the_readback_joins_every_env_stream_then_synchronises_once(data, fake_c
         joined = log.index(("wait", "default", f"env{env.index}"))
         assert joined < syncs[0]
     # nothing is queued on an env stream between the barrier and the next epoch's wait for the caller
-    pool.apply(torch.tensor([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=torch.int32))
+    pool.apply(np.array([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=np.int32))
     assert all(e[0] != "wait" or e[1] == "default" for e in fake_cuda.log[start + syncs[0]:])
 
 
@@ -159,7 +160,7 @@ def test_a_grad_scaler_makes_every_env_optimizer_fused(data):
     assert env.scaler is not None and env.host_optimizer.defaults["fused"] is True
     assert getattr(env.host_optimizer, "_step_supports_amp_scaling", False)
     pool.train_and_validate()
-    pool.apply(torch.tensor([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=torch.int32))
+    pool.apply(np.array([(1, 1, 1, GERMINATE, 1)] * pool.n_active, dtype=np.int32))
     pool.train_and_validate()
     seeds = env.seed_optimizers_in_order(pool.enabled)
     assert seeds and all(opt.defaults["fused"] is True for opt in seeds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -51,7 +52,7 @@ def test_a_pool_builds_each_env_on_its_drawn_task_and_reports_it():
             assert env.model.host.blocks[0][0].kernel_size == ((1, 1) if want.name == "shapes16" else (3, 3))
             assert env.model.host.channels == want.build_host().channels
             drawn.add(env.task)
-        pool.step([[0, 0, 0, 0, 1]] * 4)
+        pool.step(np.array([[0, 0, 0, 0, 1]] * 4, dtype=np.int32))
         assert [r.task for r in pool.episode_results()] == [env.task for env in pool.envs]
     assert len(drawn) >= 2  # (12 episodes over 3 tasks)
 
