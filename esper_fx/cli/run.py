@@ -30,6 +30,7 @@ def config_summary(config: TrainingConfig) -> list[str]:
         entropy = f"{start:g} -> {end:g} over {ppo.entropy_anneal_episodes} episodes"
     else:
         entropy = f"{ppo.entropy_coef:g}"
+    changed = [f"{key}={value}" for key, value in config.to_dict().items() if key.startswith("reward.")]
     return [
         f"esper_fx: task={config.task.value} ({config.topology}), controller={config.controller_name}, "
         f"seed={config.seed}",
@@ -41,7 +42,8 @@ def config_summary(config: TrainingConfig) -> list[str]:
         f"amp={'on (' + config.amp_dtype.value + ')' if config.amp else 'off'}",
         f"LSTM: hidden={ppo.lstm_hidden_dim}, chunk={config.max_epochs}",
         f"Slots: {', '.join(config.enabled_slots)} of {config.num_slots}; reward: "
-        f"{config.reward.reward_family.value}/{config.reward.reward_mode.value}; menu: {', '.join(config.menu[1:])}",
+        f"{config.reward.reward_family.value}/{config.reward.reward_mode.value}"
+        f"{' (' + ', '.join(changed) + ')' if changed else ''}; menu: {', '.join(config.menu[1:])}",
         f"Telemetry: {'enabled' if config.use_telemetry else 'disabled'} (level "
         f"{config.telemetry_level.value}), obs dim {config.state_dim}",
         f"Data: split={config.data_split.value}, path={config.data_path.value}, device={config.device}",

@@ -144,6 +144,14 @@ def test_summary_has_required_lines():
                    "Update: epochs=8, minibatches=1, amp=off", "LSTM: hidden=128, chunk=25",
                    "contribution/shaped", "Telemetry: enabled"):
         assert needle in text
+    assert "reward: contribution/shaped; menu:" in text  # no reward constant changed: nothing listed
+
+
+def test_summary_names_the_reward_constants_changed_from_their_defaults():
+    config, _ = resolve_config(["--reward.probation-base", "4", "--set", "reward.auto_cull_penalty=-0.5"])
+    line = next(line for line in config_summary(config) if "reward:" in line)
+    assert f"{config.reward.reward_family.value}/shaped (reward.probation_base=4.0, reward.auto_cull_penalty=-0.5)" \
+        in line
 
 
 # ----------------------------------------------------------------------------------------------
