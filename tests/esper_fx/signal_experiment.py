@@ -30,10 +30,12 @@ from tests.esper_fx.stops import VOLATILE_KEYS, without_keys
 
 REPO = Path(__file__).resolve().parents[2]
 
+# No TensorBoard and no report: the comparison reads neither, and the report's static-host batch and plots
+# were a quarter of every finished run's time.
 BASE: dict[str, Any] = dict(
     task="shapes10", controller="ppo_lstm", n_envs=2, max_epochs=3, n_episodes=8, seed=11, device="cpu",
     synthetic_train_samples=256, synthetic_test_samples=64, batch_size_per_env=32, max_train_batches=2,
-    checkpoint_every=2, slots=["r0c0", "r0c1"],
+    checkpoint_every=2, slots=["r0c0", "r0c1"], tensorboard=False, report=False,
 )
 # where to stop: (stdout line prefix to wait for, seconds to wait after it). The signal lands a few
 # milliseconds after the marker; "inside batch 1" relies on a batch taking longer than its delay.
