@@ -6,6 +6,7 @@
 - `update`: one PPO update on an E×25 rollout, jitted `rl.ppo.update` vs the reference.
 - `bridge`: the torch→jax→torch round trip through `bridge`, flat in size and zero copy.
 - `host`: one env-epoch of shapes10 through `hosts.env.EnvPool` vs a plain PyTorch training loop.
+- `data`: generating shapes10 at its default sizes, in CPU seconds, vs drawing as many Gaussian pixels.
 - `e2e`: the share of an epoch's wall time spent in the controller and the bridge in a real run.
 - `ray`: one epoch with 2 Ray env workers vs the in-process pool.
 - `default_workers_train`, `default_workers_prove` (only when named in `--only`; minutes): the commands

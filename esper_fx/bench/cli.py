@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, str] = {
     "update": "esper_fx.bench.bench_controller:run_update",
     "bridge": "esper_fx.bench.bench_bridge:run",
     "host": "esper_fx.bench.bench_host:run",
+    "data": "esper_fx.bench.bench_data:run",
     "e2e": "esper_fx.bench.bench_e2e:run",
     "ray": "esper_fx.bench.bench_ray:run",
     "default_workers_train": "esper_fx.bench.bench_default_workers:run_train",

@@ -6,7 +6,8 @@ to the next. On a shared machine a burst of load then hits every candidate alike
 one of them, and the ratio of medians stays meaningful.
 
 Every timed call ends with the candidate's own `sync` (`jax.block_until_ready`, or
-`torch.cuda.synchronize` on a GPU), so asynchronous dispatch is never mistaken for speed. A candidate
+`torch.cuda.synchronize` on a GPU), so asynchronous dispatch is never mistaken for speed. The clock is the
+wall clock (`time.perf_counter`) unless a benchmark asks for another (`data`: the process's CPU time). A candidate
 may have a `prepare` step (e.g. restoring parameters that an in-place update changed); it runs before
 each call, outside the timed region.
 """
@@ -76,15 +77,17 @@ def _call(candidate: Candidate) -> None:
     candidate.sync(candidate.run())
 
 
-def _timed_call(candidate: Candidate) -> float:
+def _timed_call(candidate: Candidate, clock: Callable[[], float]) -> float:
     candidate.prepare()
-    start = time.perf_counter()
+    start = clock()
     candidate.sync(candidate.run())
-    return time.perf_counter() - start
+    return clock() - start
 
 
-def measure_interleaved(candidates: Mapping[str, Candidate], warmup: int, reps: int) -> dict[str, Timing]:
-    """Time every candidate `reps` times after `warmup` untimed calls each, interleaved (rotating order)."""
+def measure_interleaved(candidates: Mapping[str, Candidate], warmup: int, reps: int,
+                        clock: Callable[[], float] = time.perf_counter) -> dict[str, Timing]:
+    """Time every candidate `reps` times after `warmup` untimed calls each, interleaved (rotating order), in
+    seconds of `clock`."""
     if reps < 1:
         raise ValueError(f"reps must be >= 1 (got {reps})")
     names = list(candidates)
@@ -95,7 +98,7 @@ def measure_interleaved(candidates: Mapping[str, Candidate], warmup: int, reps: 
     for rep in range(reps):
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:
-            samples[name].append(_timed_call(candidates[name]))
+            samples[name].append(_timed_call(candidates[name], clock))
     return {name: Timing.from_samples(values) for name, values in samples.items()}
 
 

@@ -126,7 +126,8 @@ def test_compare_by_default_spreads_training_evaluation_and_the_search_with_the_
     monkeypatch.setattr(auto, "usable_cores", lambda: 2)
     monkeypatch.setattr(auto, "RAY_MIN_ENV_EPOCHS", 1)
     arms = {"ppo": "ppo_lstm", "wait": "wait", "static_final": "static_final", "best_fixed": "best_fixed"}
-    config = small(n_envs=2, n_episodes=2, max_epochs=2, slots=["r0c1"])
+    # one slot and one blueprint: the search's two rounds hold 4 schedules (11 with the whole menu)
+    config = small(n_envs=2, n_episodes=2, max_epochs=2, slots=["r0c1"], blueprint_menu=["noop", "conv_light"])
     seeds = [900_000, 900_001, 900_002]
     serial = esper_fx.compare(arms, config.replace(env_workers=0), seeds, progress=None)
     lines = []

@@ -17,9 +17,10 @@ from esper_fx.cli import prove
 from esper_fx.config import TrainingConfig
 
 REPO = Path(__file__).resolve().parents[3]
+# (the training runs write no TensorBoard and no report: prove reads neither)
 TINY_SETS = ["--set", "n_envs=2", "--set", "synthetic_train_samples=256", "--set", "synthetic_test_samples=64",
              "--set", "batch_size_per_env=32", "--set", "max_train_batches=2", "--set", "max_epochs=4",
-             "--set", "num_minibatches=1"]
+             "--set", "num_minibatches=1", "--set", "tensorboard=false", "--set", "report=false"]
 TINY_PROVE = ["--episodes", "2", "--n-eval-seeds", "2", "--quiet", *TINY_SETS]
 
 

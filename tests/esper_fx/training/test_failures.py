@@ -28,7 +28,7 @@ from tests.esper_fx.stops import signal_at_apply
 from tests.esper_fx import signal_experiment as X
 from tests.esper_fx import tiny
 
-TINY = dict(tiny.TINY, device="cpu")
+TINY = dict(tiny.TINY, device="cpu", tensorboard=False, report=False)  # no test here reads the report or TensorBoard
 
 
 def tiny(**overrides) -> TrainingConfig:
@@ -241,7 +241,7 @@ def test_a_run_directory_in_use_is_one_line_of_advice_before_the_summary(tmp_pat
     to resume" although --resume restarts it; a finished run's directory gave its advice twice; and the
     config summary was printed before the refusal."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "c.json").write_text(json.dumps({**TINY, "n_episodes": 2, "tensorboard": False, "report": False}))
+    (tmp_path / "c.json").write_text(json.dumps({**TINY, "n_episodes": 2}))
     (tmp_path / "stopped").mkdir()
     (tmp_path / "stopped" / "config.json").write_text((tmp_path / "c.json").read_text())
     assert main(["--config", "c.json", "--run-dir", "stopped"]) == 2

@@ -22,7 +22,9 @@ from esper_fx.config import TrainingConfig
 from tests.esper_fx.stops import signal_at_apply
 from tests.esper_fx import tiny
 
-TINY = dict(tiny.TINY)
+# No TensorBoard and no report (its static-host batch and plots cost more than a tiny run itself), but in the
+# end-to-end test of every controller, whose runs write everything a run writes.
+TINY = dict(tiny.TINY, tensorboard=False, report=False)
 
 
 def tiny(**overrides) -> TrainingConfig:
@@ -40,7 +42,7 @@ def _strip_times(history):
 
 @pytest.mark.parametrize("controller", ["ppo_lstm", "ppo_mlp", "heuristic", "random", "wait"])
 def test_every_registered_controller_runs_end_to_end(controller, tmp_path):
-    result = esper_fx.run(tiny(controller=controller), run_dir=tmp_path / controller)
+    result = esper_fx.run(tiny(controller=controller, tensorboard=True, report=True), run_dir=tmp_path / controller)
     assert len(result.history) == 2
     for entry in result.history:
         assert len(entry.env_accuracies) == 2
@@ -54,7 +56,7 @@ def test_every_registered_controller_runs_end_to_end(controller, tmp_path):
     if controller == "wait":
         assert all(h.action_counts["WAIT"] == 6 for h in result.history)
     run_dir = Path(result.run_dir)
-    for name in ("config.json", "events.jsonl", "metrics.csv", "summary.json"):
+    for name in ("config.json", "events.jsonl", "metrics.csv", "summary.json", "report.html", "tb"):
         assert (run_dir / name).exists(), name
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     batches = [e for e in events if e["event_type"] == "BATCH_COMPLETED"]

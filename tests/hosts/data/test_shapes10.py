@@ -1,9 +1,9 @@
 """shapes10 (BEHAVIOUR §6.6): a pure, balanced, normalised, augmentation-invariant offline dataset."""
 
 import hashlib
+import inspect
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -204,21 +204,16 @@ def test_without_confusion_the_class_object_shows_one_of_its_class_modes():
         assert attr in modes[label].tolist()
 
 
-@pytest.mark.slow
-def test_default_sizes_generate_within_60_seconds_on_the_cpu():
-    # CPU time of a single-threaded build: a busy shared machine inflates wall time, not this;
-    # on an idle 2-core CPU the wall time is at most this.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        start = time.process_time()
-        x_tr, y_tr, x_te, y_te = shapes10.generate()
-        cpu_seconds = time.process_time() - start
-    finally:
-        torch.set_num_threads(threads)
-    assert cpu_seconds <= 60.0
-    assert x_tr.shape[0] == 50_000 and x_te.shape[0] == 10_000
-    assert torch.bincount(y_tr).tolist() == [5000] * 10
+def test_the_default_sizes_are_cifar10s_balanced_and_normalised_across_chunks():
+    """The default sizes (50,000 + 10,000, as CIFAR-10) with exactly balanced labels, and the normalisation
+    accumulated over several chunks. How long the default sizes take to generate is a benchmark's figure
+    (`python -m esper_fx.bench --only data`, docs/PERFORMANCE.md), never a test's."""
+    defaults = inspect.signature(shapes10.generate).parameters
+    assert (defaults["n_train"].default, defaults["n_test"].default) == (50_000, 10_000)
+    gen = make_generator("cpu", 0, 0)
+    assert torch.bincount(shapes10.balanced_labels(50_000, gen, "cpu")).tolist() == [5000] * 10
+    assert torch.bincount(shapes10.balanced_labels(10_000, gen, "cpu")).tolist() == [1000] * 10
+    x_tr = shapes10.generate(n_train=shapes10.CHUNK + 100, n_test=10, data_seed=0)[0]
     mean, std = x_tr.mean(dim=(0, 2, 3)), x_tr.std(dim=(0, 2, 3))
     assert torch.all(mean.abs() < 0.1) and torch.all((std > 0.8) & (std < 1.2))
 
@@ -237,11 +232,7 @@ def test_generation_draws_on_the_cpu_whatever_the_target_device(monkeypatch):
 
 @pytest.mark.gpu
 def test_cuda_data_are_the_cpu_data_and_deterministic():
-    torch.cuda.synchronize()
-    start = time.perf_counter()
     first = shapes10.generate(device="cuda:0")
-    torch.cuda.synchronize()
-    assert time.perf_counter() - start <= 60.0  # rendered on the CPU (see the 60 s CPU bound above)
     second = shapes10.generate(device="cuda:0")
     assert all(torch.equal(a, b) for a, b in zip(first, second))
     assert first[0].device.type == "cuda"
