@@ -111,7 +111,13 @@ def test_notebook_runs_top_to_bottom_under_smoke(path, kernel_dir, compile_cache
                             resources={"metadata": {"path": str(tmp_path)}})
     before = _repo_files()
     started = time.perf_counter()
-    client.execute(env=_kernel_env(compile_cache))  # raises CellExecutionError on the first failing cell
+    try:
+        client.execute(env=_kernel_env(compile_cache))  # raises CellExecutionError on the first failing cell
+    finally:
+        # nbclient shuts down only a kernel it started itself: this one (our km) lived on, ~1.5 GB and some CPU
+        # each, until the pytest worker exited
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
     elapsed = time.perf_counter() - started
     executed = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in executed)
