@@ -143,7 +143,7 @@ def test_env_streams_are_reused_and_memory_stays_flat_over_episodes(gpu_data):
     streams = [env.stream for env in pool.envs]
     reserved = []
     for b in range(6):
-        pool.reset(b)
+        pool.build_envs(b)
         assert [env.stream for env in pool.envs] == streams
         script(pool, epochs=3)
         torch.cuda.synchronize()
