@@ -7,7 +7,7 @@ loop's interface), so every epoch gives:
 - controller + bridge: the gap between two pool calls, i.e. `to_jax(signals)`, the jitted controller step
   (normalise, act, reward, append) up to `block_until_ready`, `to_torch(actions)`;
 - epoch: from the epoch's signals being asked for to the end of its actions.
-The share is the median over epochs of controller+bridge / epoch (target < 2%). Medians over epochs keep the
+The share is the median over epochs of controller+bridge / epoch (target < 0.5%). Medians over epochs keep the
 few epochs in which JAX compiles out of the figure, and the first batch (a warm-up) is left out entirely.
 
 The loop's own per-batch sums (`history[b].timing` = env_s, bridge_s, controller_s) are reported for
@@ -157,6 +157,6 @@ def run(settings: BenchSettings) -> dict:
                     f"{case['epochs_measured']} epochs); last batch: controller "
                     f"{100 * case['last_batch_share_controller']:.2f}%, bridge {100 * case['last_batch_share_bridge']:.2f}%, "
                     f"{100 * case['share_with_outside_epochs']:.2f}% counting resets and the PPO update "
-                    f"(target < {100 * TARGET_SHARE:.0f}%: "
+                    f"(target < {100 * TARGET_SHARE:g}%: "
                     f"{'met' if met else 'not met'})",
     }
