@@ -11,6 +11,7 @@
 - `ray`: one epoch with 2 Ray env workers vs the in-process pool.
 - `default_workers_train`, `default_workers_prove` (only when named in `--only`; minutes): the commands
   with no flags (`--env-workers auto`) vs `--env-workers 0`, as subprocesses, interleaved.
+- `notebooks` (only when named; minutes): each notebook under SMOKE=1 vs a kernel that only imports esper_fx.
 
 `torch_reference` is a baseline written for these benchmarks only; it is not part of the system.
 Speed goals live here and in docs/PERFORMANCE.md, never in timed tests. Importing this package loads

@@ -37,9 +37,11 @@ BENCHMARKS: dict[str, str] = {
     "ray": "esper_fx.bench.bench_ray:run",
     "default_workers_train": "esper_fx.bench.bench_default_workers:run_train",
     "default_workers_prove": "esper_fx.bench.bench_default_workers:run_prove",
+    "notebooks": "esper_fx.bench.bench_notebooks:run",
 }
-# run only when named in --only (each runs the full commands, minutes): the default selection leaves them out
-ON_REQUEST = ("default_workers_train", "default_workers_prove")
+# run only when named in --only (each runs whole commands or notebooks, minutes): the default selection leaves
+# them out
+ON_REQUEST = ("default_workers_train", "default_workers_prove", "notebooks")
 GROUPS = {"default_workers": ON_REQUEST}  # --only NAME for several
 
 

@@ -187,6 +187,34 @@ def test_interleaved_measurement_prepares_and_times_every_candidate_each_repetit
     assert timings["a"].reps == timings["b"].reps == 7
 
 
+def test_notebooks_benchmark_times_each_notebook_against_a_kernel_that_only_imports(tmp_path, monkeypatch):
+    """The notebooks benchmark on a stand-in notebook of one cell (the real ones run in tests/notebooks)."""
+    import nbformat
+
+    from esper_fx.bench import bench_notebooks
+
+    path = tmp_path / "01_stand_in.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import os; print(os.environ['SMOKE'])")]),
+                   path)
+    monkeypatch.setattr(bench_notebooks, "notebooks", lambda: [path])
+    result = bench_notebooks.run(None)
+    (case,) = result["cases"]
+    assert case["notebook"] == "01_stand_in"
+    assert case["smoke"]["median_s"] > 0 and case["import"]["median_s"] > 0
+    assert case["ratio"] == pytest.approx(case["smoke"]["median_s"] / case["import"]["median_s"])
+    assert result["target"]["max_s"] == bench_notebooks.TARGET_S
+    assert result["target"]["met"] == (case["smoke"]["median_s"] <= bench_notebooks.TARGET_S)
+    assert "01_stand_in" in result["headline"]
+
+
+def test_notebooks_benchmark_without_notebooks_says_where_it_looked(monkeypatch):
+    from esper_fx.bench import bench_notebooks
+
+    monkeypatch.setattr(bench_notebooks, "notebooks", lambda: [])
+    with pytest.raises(FileNotFoundError, match="no notebooks in .*checkout"):
+        bench_notebooks.run(None)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error path on a machine without CUDA")
 def test_cuda_request_without_a_gpu_exits_with_status_2(capsys):
     assert main(["--device", "cuda", "--only", "bridge"]) == 2
