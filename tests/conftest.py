@@ -60,6 +60,17 @@ LONGEST_FIRST = (
 )
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): one worker more than the usable cores. Many tests spend their time
+    waiting on child processes (a CLI run, Ray's start-up and actors, a notebook's kernel), so as many
+    workers as cores leaves a core idle while a worker waits. PYTEST_XDIST_AUTO_NUM_WORKERS still decides
+    where it is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist's own hook reads it
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores + 1
+
+
 def _longest_first(items: list) -> None:
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep order
