@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from esper_fx.bench.timing import Timing
+
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = REPO / "notebooks"
 TARGET_S = 120.0  # each notebook under SMOKE=1
@@ -77,10 +79,6 @@ def execute(nb, kernels: Path, workdir: Path, env: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
-def _once(seconds: float) -> dict[str, float]:
-    return {"median_s": seconds, "p10_s": seconds, "p90_s": seconds, "mean_s": seconds, "min_s": seconds, "reps": 1}
-
-
 def run(settings) -> dict:
     import nbformat
 
@@ -98,7 +96,8 @@ def run(settings) -> dict:
             workdir = root / path.stem
             workdir.mkdir()
             seconds = execute(nbformat.read(path, as_version=4), kernels, workdir, env)
-            cases.append({"notebook": path.stem, "smoke": _once(seconds), "import": _once(ref_s),
+            cases.append({"notebook": path.stem, "smoke": Timing.from_samples([seconds]).as_dict(),
+                          "import": Timing.from_samples([ref_s]).as_dict(),
                           "ratio": seconds / ref_s})
     slowest = max(cases, key=lambda c: c["smoke"]["median_s"])
     slowest_s = slowest["smoke"]["median_s"]
