@@ -10,7 +10,8 @@ Each notebook runs once, in a fresh kernel of this interpreter (a kernelspec wri
 directory), with the checkout on PYTHONPATH, a temporary working directory, SMOKE=1, one torch thread and
 one JAX compilation cache shared by the run. The reference, measured first in the same run, is a one-cell
 notebook that imports esper_fx: the kernel start and the imports that every notebook pays. The ratio is
-notebook / reference. Needs nbclient and ipykernel (`pip install -e '.[test]'`) and a checkout, since the
+notebook / reference. `--device` and `--quick` do not apply (the notebooks choose their own devices, and
+SMOKE is already their small size). Needs nbclient and ipykernel (`pip install -e '.[test]'`) and a checkout, since the
 notebooks are not part of the installed package.
 """
 
