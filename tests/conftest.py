@@ -67,8 +67,9 @@ def pytest_xdist_auto_num_workers(config):
     where it is set."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # pytest-xdist's own hook reads it
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores + 1
+    from esper_fx.distributed.auto import usable_cores  # the cores rule of `--env-workers auto`
+
+    return usable_cores() + 1
 
 
 def _longest_first(items: list) -> None:
