@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Callable, Mapping, Sequence
 
-from esper_fx.contracts.actions import BLEND_NAMES, TEMPO_NAMES
+from esper_fx.contracts.actions import ACTION_HEADS, BLEND_NAMES, TEMPO_NAMES
 from esper_fx.contracts.blueprints import BLUEPRINT_MENUS
 from esper_fx.contracts.lifecycle import GOVERNOR_DEATH_PENALTY, MIN_FOSSILIZE_CONTRIBUTION, MIN_PROBATION_EPOCHS
 from esper_fx.contracts.stages import SeedStage
@@ -106,6 +106,10 @@ class PPOConfig:
     entropy_coef_end: float | None = option(None, "β at the anneal's end (`null`: `entropy_coef`)")
     entropy_coef_min: float = option(0.0, "floor of β; LEARNING (reference 0.01)")
     entropy_anneal_episodes: int = option(0, "episodes β anneals over from start to end (0: no anneal)")
+    entropy_head_weights: tuple[float, ...] = option(
+        (1.0,) * len(ACTION_HEADS), "each head's weight w_h in the entropy bonus β·Σ_h w_h·E_h, in the order "
+        "slot, blueprint, blend, op, tempo; `--set` also takes a mapping of head names "
+        "(`entropy_head_weights={\"blueprint\": 3}`, a head left out: 1); LEARNING §10")
     horizon_bootstrap: bool = option(False, "[fix] false: the last epoch ends the episode (the reference: a "
                                      "truncation valued by V of the post-action signals, BEHAVIOUR §7.5); "
                                      "LEARNING.md says why")
@@ -118,6 +122,7 @@ class PPOConfig:
             check.at_most(name, getattr(self, name), PPO_SIZE_LIMITS[name])
         _store(self, "entropy_anneal_episodes",
                check.int_between("entropy_anneal_episodes", self.entropy_anneal_episodes, 0, COUNT_MAX))
+        _store(self, "entropy_head_weights", head_weights("entropy_head_weights", self.entropy_head_weights))
         check.in_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check.in_range("clip_ratio", self.clip_ratio, 0.0, 1.0, low_open=True)
         check.in_range("gae_lambda", self.gae_lambda, 0.0, 1.0, low_open=False)
@@ -145,6 +150,22 @@ class PPOConfig:
     def anneal_updates(self, n_envs: int) -> int:
         """ceil(entropy_anneal_episodes / n_envs): the anneal length in updates (BEHAVIOUR §11.8)."""
         return math.ceil(self.entropy_anneal_episodes / n_envs)
+
+
+def head_weights(name: str, value: Any) -> tuple[float, ...]:
+    """One non-negative weight per action head, in `ACTION_HEADS` order, from a list of that many numbers or
+    a mapping of head names to weights (a head left out weighs 1)."""
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(ACTION_HEADS))
+        if unknown:
+            raise ValueError(f"{name}: unknown head {unknown[0]!r}; the heads are {', '.join(ACTION_HEADS)}")
+        value = [value.get(head, 1.0) for head in ACTION_HEADS]
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != len(ACTION_HEADS):
+        raise ValueError(f"{name} must be {len(ACTION_HEADS)} numbers, one per head ({', '.join(ACTION_HEADS)}), "
+                         f"or a mapping of head names to numbers (got {value!r})")
+    for head, weight in zip(ACTION_HEADS, value):
+        check.non_negative(f"{name}[{head}]", weight)
+    return tuple(float(w) for w in value)
 
 
 # The reference's PPO settings (BEHAVIOUR §11.1), for ablations: `PPOConfig(**REFERENCE_PPO)`, or `--set` each

@@ -279,12 +279,14 @@ def value_loss(values, old_values, returns, valid, clip_value: bool = PPOConfig.
     return jnp.sum(jnp.where(valid, sq, 0.0)) / n
 
 
-def entropy_bonus(entropy: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(L_ent = −Σ_h E_h, E_h `[5]`) with E_h = (1/n_h)·Σ m_h·H_norm,h."""
+def entropy_bonus(entropy: jax.Array, m: jax.Array, weights: Any = 1.0) -> tuple[jax.Array, jax.Array]:
+    """(L_ent = −Σ_h w_h·E_h, E_h `[5]`) with E_h = (1/n_h)·Σ m_h·H_norm,h and w_h each head's weight
+    (`PPOConfig.entropy_head_weights`; 1 for every head by default)."""
     _check_per_head(entropy, m)
+    w = jnp.broadcast_to(jnp.asarray(weights, entropy.dtype), entropy.shape[-1:])
     axes = tuple(range(m.ndim - 1))
     per_head = jnp.sum(jnp.where(m, entropy, 0.0), axis=axes) / _head_counts(m)
-    return -jnp.sum(per_head), per_head
+    return -jnp.sum(w * per_head), per_head
 
 
 def approx_kl(log_ratio: jax.Array, m: jax.Array, valid: jax.Array) -> jax.Array:
@@ -327,7 +329,7 @@ def loss_from_evaluation(ev: Evaluation, batch: Batch, beta, cfg: PPOConfig) -> 
     log_ratio = jnp.where(m, ev.log_probs - batch.old_log_probs, 0.0)
     l_pol, pol_h = policy_loss(log_ratio, batch.advantages, m, cfg.clip_ratio)
     l_v = value_loss(ev.values, batch.old_values, batch.returns, batch.valid, cfg.clip_value, cfg.value_clip)
-    l_ent, ent_h = entropy_bonus(ev.entropy, m)
+    l_ent, ent_h = entropy_bonus(ev.entropy, m, cfg.entropy_head_weights)
     loss = l_pol + cfg.value_coef * l_v + beta * l_ent
     aux = {
         "loss": loss, "policy_loss": l_pol, "value_loss": l_v, "entropy": jnp.mean(ent_h),

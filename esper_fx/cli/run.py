@@ -16,6 +16,7 @@ import time
 
 from esper_fx.training import compile_cache
 from esper_fx.config import TrainingConfig
+from esper_fx.contracts.actions import ACTION_HEADS
 from esper_fx.distributed.auto import choose_workers
 from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, RunDirectoryError, RunFailure, SetupError
 from esper_fx.stopping import exit_code, stop_signal
@@ -30,6 +31,8 @@ def config_summary(config: TrainingConfig) -> list[str]:
         entropy = f"{start:g} -> {end:g} over {ppo.entropy_anneal_episodes} episodes"
     else:
         entropy = f"{ppo.entropy_coef:g}"
+    weighted = [f"{head} {w:g}" for head, w in zip(ACTION_HEADS, ppo.entropy_head_weights) if w != 1.0]
+    weights = f"; head weights {', '.join(weighted)}, the others 1" if weighted else ""
     changed = [f"{key}={value}" for key, value in config.to_dict().items() if key.startswith("reward.")]
     return [
         f"esper_fx: task={config.task.value} ({config.topology}), controller={config.controller_name}, "
@@ -37,7 +40,7 @@ def config_summary(config: TrainingConfig) -> list[str]:
         f"Episodes: {config.n_episodes}, envs: {config.n_envs}, max_epochs: {config.max_epochs}",
         f"PPO: lr={ppo.lr:g}, gamma={ppo.gamma:g}, lambda={ppo.gae_lambda:g}, "
         f"clip={ppo.clip_ratio:g}, value_coef={ppo.value_coef:g}, max_grad_norm={ppo.max_grad_norm:g}",
-        f"Entropy: {entropy} (min {ppo.entropy_coef_min:g})",
+        f"Entropy: {entropy} (min {ppo.entropy_coef_min:g}){weights}",
         f"Update: epochs={ppo.update_epochs}, minibatches={ppo.num_minibatches}, "
         f"amp={'on (' + config.amp_dtype.value + ')' if config.amp else 'off'}",
         f"LSTM: hidden={ppo.lstm_hidden_dim}, chunk={config.max_epochs}",

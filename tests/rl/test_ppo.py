@@ -589,3 +589,73 @@ def test_a_head_that_acts_on_few_steps_is_held_to_the_trust_region_only_per_head
         assert m["early_stop"] == [1, 0] and m["n_steps_taken"] == 0
     else:
         assert m["early_stop"] is None and m["n_steps_taken"] > 0
+
+
+# ------------------------------------------------------------------------------------------
+# the entropy bonus weighted per head (LEARNING.md §10)
+# ------------------------------------------------------------------------------------------
+
+
+@settings(deadline=None, max_examples=25)
+@given(seed=st.integers(0, 2**31 - 1), weights=st.lists(st.floats(0.0, 5.0), min_size=NUM_HEADS,
+                                                         max_size=NUM_HEADS))
+def test_the_weighted_entropy_bonus_is_minus_the_weighted_sum_of_each_heads_mean_entropy(seed, weights):
+    """L_ent = −Σ_h w_h·E_h, E_h = (1/n_h)·Σ m_h·H_h; unit weights give the plain bonus, and E_h does not
+    depend on the weights (the logged per-head entropy stays the unweighted one)."""
+    rng = np.random.default_rng(seed)
+    entropy = jnp.asarray(rng.random((3, 6, NUM_HEADS)), jnp.float32)
+    m = jnp.asarray(rng.random((3, 6, NUM_HEADS)) < 0.5)
+    loss, per_head = ppo.entropy_bonus(entropy, m, tuple(weights))
+    plain, plain_h = ppo.entropy_bonus(entropy, m)
+    chex.assert_shape(per_head, (NUM_HEADS,))
+    chex.assert_trees_all_close(per_head, plain_h)
+    n_h = np.maximum(np.asarray(m).sum(axis=(0, 1)), 1)
+    e_h = np.where(np.asarray(m), np.asarray(entropy, np.float64), 0.0).sum(axis=(0, 1)) / n_h
+    np.testing.assert_allclose(per_head, e_h, rtol=1e-5, atol=1e-6)
+    assert float(loss) == pytest.approx(-(np.asarray(weights) * e_h).sum(), rel=1e-5, abs=1e-5)
+    assert float(plain) == pytest.approx(-e_h.sum(), rel=1e-5, abs=1e-5)
+
+
+def test_a_head_weighted_zero_gets_no_entropy_gradient_and_a_weight_scales_its_gradient(fresh):
+    """The bonus's gradient through one head's entropy is w_h times the unweighted one: zero at w_h = 0."""
+    state, ro = fresh
+    m = ppo.head_weights(ro.actions, ro.valid)
+    blueprint = ACTION_HEADS.index("blueprint")
+
+    def bonus(entropy, weights):
+        return ppo.entropy_bonus(entropy, m, weights)[0]
+
+    entropy = jnp.full(m.shape, 0.5, jnp.float32)
+    unit = jax.grad(bonus)(entropy, (1.0,) * NUM_HEADS)
+    weights = tuple(3.0 if h == blueprint else 0.0 if h == HEAD_OP else 1.0 for h in range(NUM_HEADS))
+    scaled = jax.grad(bonus)(entropy, weights)
+    np.testing.assert_allclose(scaled, unit * jnp.asarray(weights), rtol=1e-6)
+    assert float(jnp.abs(scaled[..., HEAD_OP]).sum()) == 0.0 and float(jnp.abs(unit[..., blueprint]).sum()) > 0
+
+
+def test_entropy_head_weights_take_a_list_or_a_mapping_of_head_names_and_name_a_bad_one():
+    from rl.config import PPOConfig
+
+    by_name = PPOConfig(entropy_head_weights={"blueprint": 3})
+    assert by_name.entropy_head_weights == tuple(3.0 if h == "blueprint" else 1.0 for h in ACTION_HEADS)
+    assert PPOConfig(entropy_head_weights=list(by_name.entropy_head_weights)) == by_name
+    assert PPOConfig().entropy_head_weights == (1.0,) * NUM_HEADS
+    hash(by_name)  # a static argument of the jitted update
+    with pytest.raises(ValueError, match="unknown head 'bluprint'"):
+        PPOConfig(entropy_head_weights={"bluprint": 3})
+    with pytest.raises(ValueError, match="5 numbers"):
+        PPOConfig(entropy_head_weights=[1, 2])
+    with pytest.raises(ValueError, match=r"entropy_head_weights\[slot\] must be >= 0"):
+        PPOConfig(entropy_head_weights=[-1, 1, 1, 1, 1])
+
+
+def test_an_update_with_a_heavier_blueprint_bonus_differs_only_through_the_entropy_term(fresh):
+    """Same batch, same key: weights of 1 reproduce the default update bit for bit; a blueprint weight of 3
+    changes the parameters (the bonus reaches the blueprint head)."""
+    state, ro = fresh
+    key = jax.random.PRNGKey(4)
+    default, _ = ppo.update(state, ro, key, CFG, E)
+    unit, _ = ppo.update(state, ro, key, dataclasses.replace(CFG, entropy_head_weights=(1.0,) * NUM_HEADS), E)
+    heavy, _ = ppo.update(state, ro, key, dataclasses.replace(CFG, entropy_head_weights={"blueprint": 3.0}), E)
+    assert tree_equal(default.params, unit.params)
+    assert not tree_equal(default.params, heavy.params)

@@ -154,6 +154,14 @@ def test_summary_names_the_reward_constants_changed_from_their_defaults():
         in line
 
 
+def test_summary_names_the_entropy_head_weights_that_differ_from_one():
+    plain, _ = resolve_config(["--run-dir", "x"])
+    weighted, _ = resolve_config(["--set", 'entropy_head_weights={"blueprint": 3, "op": 0.5}', "--run-dir", "x"])
+    entropy = [next(line for line in config_summary(c) if line.startswith("Entropy:")) for c in (plain, weighted)]
+    assert "head weights" not in entropy[0]
+    assert entropy[1].endswith("; head weights blueprint 3, op 0.5, the others 1")
+
+
 # ----------------------------------------------------------------------------------------------
 # one command line built from the config's fields
 # ----------------------------------------------------------------------------------------------
@@ -325,6 +333,7 @@ NESTED_SAMPLES = [
     ("--reward.probation-base", ["4"], "reward.probation_base=4"),
     ("--reward.stage-potentials", ["0"] * len(STAGE_POTENTIALS),
      f"reward.stage_potentials={[0] * len(STAGE_POTENTIALS)}"),
+    ("--ppo.entropy-head-weights", ["1", "3", "1", "1", "1"], 'ppo.entropy_head_weights={"blueprint":3}'),
     ("--heuristic.blend", ["linear"], "heuristic.blend=linear"),
     ("--heuristic.blueprint-rotation", ["norm", "conv_light"], 'heuristic.blueprint_rotation=["norm","conv_light"]'),
     ("--oracle.slot", ["r0c1"], "oracle.slot=r0c1"),
