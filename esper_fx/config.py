@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 
 from esper_fx.contracts.blueprints import BLUEPRINT_MENUS, BLUEPRINT_NAMES
 from esper_fx.contracts.lifecycle import LIFECYCLES, LifecycleTimings, lifecycle_timings
-from esper_fx.contracts.observation import obs_dim
+from esper_fx.contracts.observation import WITHHOLDABLE, obs_dim
 from esper_fx.contracts.slots import parse_slot_id, sort_slot_ids
 from esper_fx.contracts.tasks import (
     DEFAULT_DATA_ROOT, LR_SCHEDULES, TASK_NAMES, mix_mismatch, task_facts, task_slot_ids,
@@ -223,6 +223,10 @@ class TrainingConfig:
                                       "the raw scale the two small ones lie a sixth of a standard deviation apart "
                                       "(docs/LEARNING.md §8); off by default, so every earlier run observes what "
                                       "it did")
+    observe_withheld: tuple[str, ...] = option((), "what the observation withholds, for the control of "
+                                               "docs/LEARNING.md §8: `host_params` (feature 21 counts the live "
+                                               "seeds' parameters, not the host's) and/or `curves` (features "
+                                               "2–20, the host's losses and accuracies, read 0)")
     telemetry_level: TelemetryLevel = option(TelemetryLevel.NORMAL, "what goes into `events.jsonl`: `debug` adds "
                                              "every reward component of every epoch")
     # outputs
@@ -274,7 +278,7 @@ class TrainingConfig:
         for name, cls in enums.items():
             self._set(name, check.enum(name, cls, getattr(self, name)))
         NAMES.canonical(check.text("controller", self.controller))
-        for name in ("slots", "env_devices", "blueprint_menu", "static_seeds", "task_mix"):
+        for name in ("slots", "env_devices", "blueprint_menu", "static_seeds", "task_mix", "observe_withheld"):
             value = getattr(self, name)
             if value is not None:
                 self._set(name, check.string_list(name, value))
@@ -339,6 +343,11 @@ class TrainingConfig:
         if len(set(mix)) != len(mix):
             raise ValueError(f"task_mix lists a task twice (got {list(mix)})")
         self._set("task_mix", mix)
+        for name in self.observe_withheld:
+            if name not in WITHHOLDABLE:
+                raise ValueError(f"observe_withheld: unknown feature group {name!r}; choose from {list(WITHHOLDABLE)}")
+        if len(set(self.observe_withheld)) != len(self.observe_withheld):
+            raise ValueError(f"observe_withheld lists a group twice (got {list(self.observe_withheld)})")
 
     def _validate_data(self) -> None:
         if self.lr_schedule not in LR_SCHEDULES:

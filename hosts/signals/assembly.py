@@ -67,6 +67,7 @@ class SignalLayout:
     timings: LifecycleTimings = lifecycle_timings("reference", 1, None)  # the run's stage durations
     germination_deadline: bool = False  # GERMINATE (and each tempo) closes once its seed could not fossilize
     log_params: bool = False  # the observation's parameter count as ln(1 + count) (observe_log_params)
+    withheld: tuple[str, ...] = ()  # what the observation withholds, a control (observe_withheld)
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,8 @@ def _per_slot_extras(views: Sequence[EnvView], layout: SignalLayout, device) -> 
 def _observations(views: Sequence[EnvView], layout: SignalLayout, device) -> torch.Tensor:
     rows = [
         build_observation(v.tracker, layout.max_epochs, v.host_params, v.reports, layout.enabled,
-                          layout.slot_ids, layout.menu, layout.max_seeds, layout.use_telemetry, layout.log_params)
+                          layout.slot_ids, layout.menu, layout.max_seeds, layout.use_telemetry, layout.log_params,
+                          layout.withheld)
         for v in views
     ]
     return stack_observations(rows, device)

@@ -15,7 +15,8 @@ from typing import Iterable, Mapping, Sequence
 
 
 from esper_fx.contracts.actions import NUM_TEMPOS
-from esper_fx.contracts.observation import NUM_BASE_FEATURES, TELEMETRY_BLOCK, obs_dim, slot_block_size
+from esper_fx.contracts.observation import (NUM_BASE_FEATURES, OBS_CURVES, TELEMETRY_BLOCK, WITHHOLDABLE, obs_dim,
+                                            slot_block_size)
 from esper_fx.contracts.stages import SeedStage
 
 from hosts.seeds.slot_report import SlotReport
@@ -150,16 +151,23 @@ def build_observation(
     max_seeds: int | None,
     use_telemetry: bool,
     log_params: bool = False,
+    withheld: Iterable[str] = (),
 ) -> list[float]:
-    """The raw observation of one env, a list of D floats (BEHAVIOUR §8.1)."""
+    """The raw observation of one env, a list of D floats (BEHAVIOUR §8.1); `withheld` (names of
+    `WITHHOLDABLE`, a control): `host_params` leaves the host out of feature 21, `curves` zeroes features 2..20."""
+    withheld = frozenset(withheld)
+    if not withheld <= set(WITHHOLDABLE):
+        raise ValueError(f"cannot withhold {sorted(withheld - set(WITHHOLDABLE))}: only {list(WITHHOLDABLE)}")
     enabled = tuple(enabled_slot_ids)
     check_slot_ids(slot_ids, enabled, reports)
     if not menu:
         raise ValueError("the blueprint menu is empty")
     seeds = seeded_slots(reports, enabled)
-    total_params = host_params + active_seed_params(reports, enabled)
+    total_params = (0 if "host_params" in withheld else host_params) + active_seed_params(reports, enabled)
     utilization = seed_utilization(sum(count_seeds(reports, enabled)), max_seeds)
     obs = base_features(signals, total_params, utilization, log_params)
+    if "curves" in withheld:
+        obs[OBS_CURVES] = [0.0] * (OBS_CURVES.stop - OBS_CURVES.start)
     for sid in slot_ids:
         obs.extend(slot_block(seeds.get(sid), menu))
     if use_telemetry:

@@ -212,6 +212,7 @@ def test_the_seed_overlap_check_agrees_with_enumerating_every_training_seed():
     (["task=shapes10"], "task"), (["slots=[\"r0c0\"]"], "slots"), (["lstm_hidden_dim=64"], "lstm_hidden_dim"),
     (["controller=ppo_mlp"], "controller"), (["max_epochs=5"], "max_epochs"),
     (["use_telemetry=false"], "use_telemetry"), (["observe_log_params=true"], "observe_log_params"),
+    (['observe_withheld=["curves"]'], "observe_withheld"),
 ])
 def test_a_checkpoint_is_not_evaluated_with_other_shape_fields(tiny_prove, sets, field, tmp_path, capsys,
                                                                 monkeypatch):

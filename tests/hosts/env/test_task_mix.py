@@ -94,3 +94,39 @@ def test_the_observation_carries_each_hosts_size_raw_or_on_a_log_scale(log_param
     for env, row in zip(pool.envs, signals["obs"].tolist()):
         params = env.model.host_param_count()
         assert row[OBS_TOTAL_PARAMS] == pytest.approx(math.log1p(params) if log_params else params)
+
+
+def _first_observations(**extra) -> list[list[float]]:
+    config = TrainingConfig(task="shapes16", task_mix=MIX, n_envs=4, max_epochs=1, device="cpu",
+                            slots=("r0c0", "r0c1", "r0c2"), synthetic_train_samples=256, synthetic_test_samples=64,
+                            batch_size_per_env=32, max_train_batches=1, data_split="full", **extra)
+    torch.set_num_threads(1)
+    return EnvPool(pool_settings(config)).begin(0, 4)["obs"].tolist()
+
+
+@pytest.mark.parametrize("withheld", [("host_params",), ("curves",), ("host_params", "curves")])
+def test_a_withheld_feature_group_reads_what_the_control_says_and_the_rest_is_unchanged(withheld):
+    """observe_withheld (the control of LEARNING §8): `host_params` takes the host out of feature 21 (no seed
+    yet: 0 on every host), `curves` zeroes features 2..20; every other feature equals the full observation's."""
+    from esper_fx.contracts.observation import OBS_CURVES, OBS_TOTAL_PARAMS
+
+    full, control = _first_observations(), _first_observations(observe_withheld=withheld)
+    hidden = set()
+    if "host_params" in withheld:
+        hidden.add(OBS_TOTAL_PARAMS)
+        assert all(row[OBS_TOTAL_PARAMS] == 0.0 for row in control)
+        assert len({row[OBS_TOTAL_PARAMS] for row in full}) > 1  # the hosts differ in size
+    if "curves" in withheld:
+        hidden.update(range(OBS_CURVES.start, OBS_CURVES.stop))
+        assert all(v == 0.0 for row in control for v in row[OBS_CURVES])
+        assert any(v != 0.0 for row in full for v in row[OBS_CURVES])
+    for a, b in zip(full, control):
+        assert [v for k, v in enumerate(a) if k not in hidden] == [v for k, v in enumerate(b) if k not in hidden]
+
+
+@pytest.mark.parametrize("withheld, needle", [(("labels",), "unknown feature group 'labels'"),
+                                              (("curves", "curves"), "lists a group twice")])
+def test_an_unknown_or_repeated_withheld_group_is_refused_naming_the_field(withheld, needle):
+    with pytest.raises(ValueError, match="observe_withheld") as info:
+        TrainingConfig(task="shapes16", task_mix=MIX, observe_withheld=withheld)
+    assert needle in str(info.value)
