@@ -48,7 +48,8 @@ def config_summary(config: TrainingConfig) -> list[str]:
         f"{config.reward.reward_family.value}/{config.reward.reward_mode.value}"
         f"{' (' + ', '.join(changed) + ')' if changed else ''}; menu: {', '.join(config.menu[1:])}",
         f"Telemetry: {'enabled' if config.use_telemetry else 'disabled'} (level "
-        f"{config.telemetry_level.value}), obs dim {config.state_dim}",
+        f"{config.telemetry_level.value}), obs dim {config.state_dim}"
+        f"{'; withheld (a control): ' + ', '.join(config.observe_withheld) if config.observe_withheld else ''}",
         f"Data: split={config.data_split.value}, path={config.data_path.value}, device={config.device}",
         f"Env workers: {choose_workers(config).describe()}",
         f"Run dir: {config.run_dir or '(none)'}",

@@ -154,6 +154,13 @@ def test_summary_names_the_reward_constants_changed_from_their_defaults():
         in line
 
 
+def test_summary_names_the_feature_groups_a_control_withholds():
+    plain, _ = resolve_config(["--run-dir", "x"])
+    control, _ = resolve_config(["--set", 'observe_withheld=["curves"]', "--run-dir", "x"])
+    lines = [next(line for line in config_summary(c) if line.startswith("Telemetry:")) for c in (plain, control)]
+    assert "withheld" not in lines[0] and lines[1].endswith("; withheld (a control): curves")
+
+
 def test_summary_names_the_entropy_head_weights_that_differ_from_one():
     plain, _ = resolve_config(["--run-dir", "x"])
     weighted, _ = resolve_config(["--set", 'entropy_head_weights={"blueprint": 3, "op": 0.5}', "--run-dir", "x"])
