@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from esper_fx.contracts.actions import ACTION_HEADS, HEAD_OP, LifecycleOp, head_sizes
+from esper_fx.contracts.actions import ACTION_HEADS, HEAD_OP, NUM_HEADS, LifecycleOp, head_sizes
 from esper_fx.contracts.blueprints import DEFAULT_NUM_BLUEPRINTS
 from rl.config import (
     ADAM_B1,
@@ -319,6 +319,7 @@ class TorchPPOConfig:
     adam_eps: float
     entropy_coef: float
     entropy_coef_min: float
+    entropy_head_weights: tuple[float, ...] = (1.0,) * NUM_HEADS
     kl_stop_factor: float = KL_STOP_FACTOR
 
     @classmethod
@@ -385,7 +386,8 @@ def ppo_loss(net: TorchActorCritic, batch: TrainingData, cfg: TorchPPOConfig) ->
     sq = 0.5 * torch.maximum((values - batch.returns) ** 2, (v_clipped - batch.returns) ** 2)
     value_loss = torch.where(batch.valid, sq, 0.0).sum() / n
     entropy_h = torch.where(m, heads_entropy(logits, batch.masks), 0.0).sum(dim=(0, 1)) / n_h
-    loss = policy_h.sum() + cfg.value_coef * value_loss - cfg.beta * entropy_h.sum()
+    weights = torch.tensor(cfg.entropy_head_weights, dtype=entropy_h.dtype, device=entropy_h.device)
+    loss = policy_h.sum() + cfg.value_coef * value_loss - cfg.beta * (weights * entropy_h).sum()
     r_op = ratio[..., HEAD_OP]
     aux = {
         "policy_loss": policy_h.sum().detach(),

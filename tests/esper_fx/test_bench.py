@@ -144,6 +144,23 @@ def test_one_update_gives_the_same_loss_and_parameters_on_both_sides(pair):
     assert eq["params_step_max"] > 10 * eq["params_after_abs_diff"]  # the step itself was not trivial
 
 
+def test_an_update_with_entropy_weighted_per_head_matches_on_both_sides(pair):
+    """`entropy_head_weights` reaches the reference's loss too: both sides take the same weighted step, and
+    it differs from the unweighted one."""
+    import dataclasses
+
+    from esper_fx.bench import equivalence
+
+    weighted = dataclasses.replace(pair, cfg=dataclasses.replace(pair.cfg, entropy_head_weights={"blueprint": 5.0,
+                                                                                                "op": 0.0}))
+    eq = equivalence.update_differences(weighted, seed=7)
+    plain = equivalence.update_differences(pair, seed=7)
+    for term in equivalence.LOSS_TERMS:
+        assert eq[f"{term}_abs_diff"] < TOL, (term, eq)
+    assert eq["params_after_abs_diff"] < TOL
+    assert eq["loss_jax"] != plain["loss_jax"]
+
+
 @pytest.mark.parametrize(
     "truncated, bootstrap, advantages",
     [(True, 2.0, [2.82632, 2.606, 2.3]), (False, 0.0, [1.8932, 1.31, 0.5])],
