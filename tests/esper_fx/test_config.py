@@ -28,9 +28,11 @@ DEFAULTS = {
     "value_clip": 10.0, "value_coef": 0.5, "max_grad_norm": 1.0, "target_kl": 0.05, "update_epochs": 8, "kl_per_head": True,
     "num_minibatches": 1, "adam_eps": 1e-5, "weight_decay": 0.0, "entropy_coef": 0.02,
     "entropy_coef_start": None, "entropy_coef_end": None, "entropy_coef_min": 0.0,
-    "entropy_anneal_episodes": 0, "horizon_bootstrap": False, "reward_family": "contribution", "reward_mode": "shaped",
+    "entropy_anneal_episodes": 0, "entropy_head_weights": [1.0, 1.0, 1.0, 1.0, 1.0], "horizon_bootstrap": False,
+    "reward_family": "contribution", "reward_mode": "shaped",
     "param_budget": 500000, "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "flop_rent_weight": 0.0,
-    "discard_rolled_back_envs": False, "use_telemetry": True, "observe_log_params": False, "telemetry_level": "normal",
+    "discard_rolled_back_envs": False, "use_telemetry": True, "observe_log_params": False, "observe_withheld": [],
+    "telemetry_level": "normal",
     "run_dir": None, "resume_path": None,
     "checkpoint_every": 10, "tensorboard": True, "report": True, "wandb": "off", "wandb_project": "esper_fx",
 }

@@ -162,7 +162,7 @@ def test_summary_names_the_feature_groups_a_control_withholds():
 
 
 def test_summary_names_the_entropy_head_weights_that_differ_from_one():
-    plain, _ = resolve_config(["--run-dir", "x"])
+    plain, _ = resolve_config(["--set", "entropy_head_weights={}", "--run-dir", "x"])
     weighted, _ = resolve_config(["--set", 'entropy_head_weights={"blueprint": 3, "op": 0.5}', "--run-dir", "x"])
     entropy = [next(line for line in config_summary(c) if line.startswith("Entropy:")) for c in (plain, weighted)]
     assert "head weights" not in entropy[0]
@@ -217,6 +217,7 @@ SAMPLES = {
     "discard_rolled_back_envs": ([], True),
     "use_telemetry": ([], False),
     "observe_log_params": ([], True),
+    "observe_withheld": (["curves"], ["curves"]),
     "telemetry_level": (["debug"], "debug"),
     "run_dir": (["RUN"], "RUN"),
     "checkpoint_every": (["3"], 3),
@@ -340,7 +341,7 @@ NESTED_SAMPLES = [
     ("--reward.probation-base", ["4"], "reward.probation_base=4"),
     ("--reward.stage-potentials", ["0"] * len(STAGE_POTENTIALS),
      f"reward.stage_potentials={[0] * len(STAGE_POTENTIALS)}"),
-    ("--ppo.entropy-head-weights", ["1", "3", "1", "1", "1"], 'ppo.entropy_head_weights={"blueprint":3}'),
+    ("--ppo.entropy-head-weights", ["1", "2", "1", "1", "1"], 'ppo.entropy_head_weights={"blueprint":2}'),
     ("--heuristic.blend", ["linear"], "heuristic.blend=linear"),
     ("--heuristic.blueprint-rotation", ["norm", "conv_light"], 'heuristic.blueprint_rotation=["norm","conv_light"]'),
     ("--oracle.slot", ["r0c1"], "oracle.slot=r0c1"),
