@@ -386,8 +386,9 @@ def ppo_loss(net: TorchActorCritic, batch: TrainingData, cfg: TorchPPOConfig) ->
     sq = 0.5 * torch.maximum((values - batch.returns) ** 2, (v_clipped - batch.returns) ** 2)
     value_loss = torch.where(batch.valid, sq, 0.0).sum() / n
     entropy_h = torch.where(m, heads_entropy(logits, batch.masks), 0.0).sum(dim=(0, 1)) / n_h
-    weights = torch.tensor(cfg.entropy_head_weights, dtype=entropy_h.dtype, device=entropy_h.device)
-    loss = policy_h.sum() + cfg.value_coef * value_loss - cfg.beta * (weights * entropy_h).sum()
+    # the weights stay Python floats: a tensor built per call would be a host-to-device copy on every step
+    weighted = sum(w * e for w, e in zip(cfg.entropy_head_weights, entropy_h.unbind()))
+    loss = policy_h.sum() + cfg.value_coef * value_loss - cfg.beta * weighted
     r_op = ratio[..., HEAD_OP]
     aux = {
         "policy_loss": policy_h.sum().detach(),
