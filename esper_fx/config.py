@@ -224,7 +224,7 @@ class TrainingConfig:
                                       "(docs/LEARNING.md §8); off by default, so every earlier run observes what "
                                       "it did")
     observe_withheld: tuple[str, ...] = option((), "what the observation withholds, for the control of "
-                                               "docs/LEARNING.md §8: `host_params` (feature 21 counts the live "
+                                               "docs/LEARNING.md §10: `host_params` (feature 21 counts the live "
                                                "seeds' parameters, not the host's) and/or `curves` (features "
                                                "2–20, the host's losses and accuracies, read 0)")
     telemetry_level: TelemetryLevel = option(TelemetryLevel.NORMAL, "what goes into `events.jsonl`: `debug` adds "

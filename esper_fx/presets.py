@@ -55,7 +55,7 @@ FASHION_MNIST = {
 
 # mixed: the quickstart over a task mix (docs/LEARNING.md §8): each episode draws one of three hosts on
 # shapes16's images, one that cannot see space (the quickstart's), one that can, and a narrow one; the
-# controller has to tell them apart from what it observes. Six times the quickstart's episodes in batches of
+# controller tells them apart by the host's parameter count it observes (LEARNING §10's control). Six times the quickstart's episodes in batches of
 # 12 envs, with the entropy bonus annealed from 0.05 to 0.005 over all of them (row D of the ablation there;
 # 25 minutes of training). Its entropy is unweighted, as it was measured.
 MIXED = {

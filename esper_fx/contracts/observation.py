@@ -27,7 +27,7 @@ OBS_TOTAL_PARAMS = 21
 OBS_SEED_UTILIZATION = 22
 OBS_CURVES = slice(OBS_TRAIN_LOSS, OBS_TOTAL_PARAMS)  # 2..20: the host's losses, accuracies and their histories
 
-# What a control may withhold from the observation (`TrainingConfig.observe_withheld`, docs/LEARNING.md §8):
+# What a control may withhold from the observation (`TrainingConfig.observe_withheld`, docs/LEARNING.md §10):
 # `host_params`: feature 21 counts the live seeds' parameters only, not the host's; `curves`: features 2..20
 # read 0 at every epoch. The observation keeps its size.
 WITHHOLDABLE: tuple[str, ...] = ("host_params", "curves")
