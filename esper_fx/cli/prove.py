@@ -3,6 +3,7 @@
     python -m esper_fx.prove                                   # quickstart: train, then 6 arms × 8 seeds
     python -m esper_fx.prove --arms wait random heuristic oracle --n-eval-seeds 8
     python -m esper_fx.prove --checkpoint runs/quickstart-…    # evaluate a trained run instead
+    python -m esper_fx.prove --checkpoint out/train/ppo-seed42 out/train/ppo-seed7   # several, aggregated
     python -m esper_fx.prove --set reward_family=contribution --set update_epochs=1   # an ablation
     python -m esper_fx.prove --train-seeds 42 7 11             # one controller per training seed, aggregated
 
@@ -22,7 +23,9 @@ verdict. Output: the table on the console (with parameters and training GFLOPs p
 `--train-seeds S1 S2 …` trains one controller per seed (`<out>/train/ppo-seed<S>`, each resumable with
 `python -m esper_fx.train --resume`), runs each as `ppo[seed=S]` (and `static_final[seed=S]`, …) on the same
 evaluation seeds, the other arms once, and adds the aggregate across training seeds
-(`esper_fx.evaluation.across_seeds`); `prove.png` then shows the spread across training seeds.
+(`esper_fx.evaluation.across_seeds`); `prove.png` then shows the spread across training seeds. Several
+`--checkpoint` runs that differ in their training seed alone (a stopped `--train-seeds` finished with
+`train --resume`, or trainings of one configuration run apart) are played and aggregated the same way.
 
 A bad flag, seed set, arm, output path or (with `--checkpoint`) a change to a field that fixes the policy's
 shapes prints one line and exits 2, found before anything is trained or written. Ctrl-C or SIGTERM writes
@@ -43,7 +46,7 @@ from typing import Any, Sequence
 
 from bridge.jax_env import ensure_jax_env
 from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
-from esper_fx.config import AUTO, PRESET_NAMES, SEED_MAX, SEED_MIN, TrainingConfig
+from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, default_tuning_seeds
 from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
 from esper_fx.errors import EXIT_OK, CommandParser, ConfigError
@@ -89,7 +92,9 @@ def build_parser() -> CommandParser:
                         f"and for a task mix the first seeds from there that draw each task, "
                         f"{MIX_TUNING_SEEDS_PER_TASK} per task); "
                         f"disjoint from training and evaluation seeds")
-    p.add_argument("--checkpoint", metavar="RUN_DIR", help="evaluate this trained run instead of training one")
+    p.add_argument("--checkpoint", metavar="RUN_DIR", nargs="+",
+                   help="evaluate this trained run instead of training one; several runs that differ in their "
+                        "training seed alone are played as ppo[seed=S] each, with the aggregate across them")
     p.add_argument("--train-seeds", type=int, nargs="+", metavar="S",
                    help="train one controller per seed (instead of --seed), each on its own run directory, and "
                         "report each seed's rows and the aggregate across them")
@@ -107,7 +112,8 @@ def build_parser() -> CommandParser:
 
 
 def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list[int]]:
-    """(base config, the trained policy to evaluate or None, evaluation seeds). Raises ProveError."""
+    """(base config, the trained policy to evaluate or None, evaluation seeds). The policy of several
+    `--checkpoint` runs is a dict, training seed -> that run's policy. Raises ProveError."""
     sets = parse_sets(args.sets)
     check_nothing_ignored(args, sets)
     seeds = eval_seeds(args)
@@ -115,9 +121,9 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
     policy = None
     try:
         if args.checkpoint is not None:
-            from esper_fx.evaluation.episodes import load_policy
-
-            base, policy = load_policy(args.checkpoint)
+            loaded = load_checkpoints(args.checkpoint)
+            base = loaded[0][1]
+            policy = loaded[0][2] if len(loaded) == 1 else {config.seed: pol for _, config, pol in loaded}
         else:
             base = TrainingConfig.preset(args.preset)
         changes = with_sections(base, {**sets, **field_values(args)})
@@ -125,7 +131,9 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
     except (ValueError, TypeError, OSError, CheckpointError) as exc:
         raise ProveError(str(exc)) from None
     if policy is not None:
-        check_policy_fields(base, config, args.checkpoint)
+        check_policy_fields(base, config, " ".join(args.checkpoint))
+    if isinstance(policy, dict):
+        train_seeds = list(policy)
     explicit = config.env_workers != AUTO and config.env_workers > 0
     if explicit and not ray_installed():
         raise ProveError(f"--env-workers {config.env_workers}: {INSTALL_HINT}")
@@ -151,6 +159,33 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
     return config, policy, seeds
 
 
+# what may differ between several `--checkpoint` runs played together: where and how each ran, and its seed
+_RUN_ONLY = frozenset(RESUME_OVERRIDABLE) - {"n_episodes"} | {"seed", "resume_path"}
+
+
+def load_checkpoints(paths: Sequence[str]) -> list[tuple[str, TrainingConfig, Any]]:
+    """(path, training configuration, policy) of each `--checkpoint` run. Several must be runs of one
+    configuration (episodes included) with distinct training seeds. Raises ProveError."""
+    from esper_fx.evaluation.episodes import load_policy
+
+    loaded = [(path, *load_policy(path)) for path in paths]
+    first_path, first, _ = loaded[0]
+    theirs = first.to_dict(every_constant=True)
+    by_seed: dict[int, str] = {}
+    for path, config, _ in loaded:
+        if config.seed in by_seed:
+            raise ProveError(f"--checkpoint: {by_seed[config.seed]} and {path} were both trained with seed "
+                             f"{config.seed}; several runs must have distinct training seeds")
+        by_seed[config.seed] = path
+        mine = config.to_dict(every_constant=True)
+        differ = [name for name in sorted(set(mine) | set(theirs)) if name not in _RUN_ONLY
+                  and mine.get(name) != theirs.get(name)]
+        if differ:
+            raise ProveError(f"--checkpoint {path}: trained with {differ[0]} {mine.get(differ[0])!r}, {first_path} "
+                             f"with {theirs.get(differ[0])!r}; several runs must differ in their training seed alone")
+    return loaded
+
+
 def train_seed_list(args: argparse.Namespace) -> list[int] | None:
     """`--train-seeds` checked (`seed_sets.check_train_seeds`: distinct signed 64-bit seeds), or None."""
     from esper_fx.evaluation.seed_sets import check_train_seeds
@@ -166,17 +201,21 @@ def train_seed_list(args: argparse.Namespace) -> list[int] | None:
 def check_nothing_ignored(args: argparse.Namespace, sets: dict[str, Any]) -> None:
     """A flag or setting that would change nothing is refused, not silently ignored: `--episodes` or
     `--train-seeds` beside `--checkpoint` (nothing is trained), `--seed` (or `--set seed`) beside
-    `--train-seeds`, `--n-eval-seeds` or `--eval-seed-offset` beside `--eval-seeds`, an `oracle` setting
+    `--train-seeds` or several `--checkpoint` runs, `--n-eval-seeds` or `--eval-seed-offset` beside `--eval-seeds`, an `oracle` setting
     when no arm plays the oracle's schedule (`oracle`, or `best_fixed` with its blend)."""
     if args.checkpoint is not None and args.n_episodes is not None:
-        raise ProveError(f"--episodes: --checkpoint {args.checkpoint} is evaluated as trained, nothing is "
+        raise ProveError(f"--episodes: --checkpoint {' '.join(args.checkpoint)} is evaluated as trained, nothing is "
                          f"trained (drop --episodes, or --checkpoint to train a new run)")
     if args.eval_seeds is not None and (args.n_eval_seeds is not None or args.eval_seed_offset is not None):
         raise ProveError("--eval-seeds lists the evaluation seeds: --n-eval-seeds and --eval-seed-offset would be "
                          "ignored (drop them)")
     if args.train_seeds is not None and args.checkpoint is not None:
-        raise ProveError(f"--train-seeds: --checkpoint {args.checkpoint} is evaluated as trained, nothing is trained "
-                         f"(drop --train-seeds, or --checkpoint to train one controller per seed)")
+        raise ProveError(f"--train-seeds: --checkpoint {' '.join(args.checkpoint)} is evaluated as trained, nothing "
+                         f"is trained (drop --train-seeds, or --checkpoint to train one controller per seed)")
+    if args.checkpoint is not None and len(args.checkpoint) > 1 and (args.seed is not None or "seed" in sets):
+        flag = "--seed" if args.seed is not None else "--set seed"
+        raise ProveError(f"--checkpoint: each of several runs is played with its own training seed: {flag} would "
+                         f"be ignored (drop {flag})")
     if args.train_seeds is not None and (args.seed is not None or "seed" in sets):
         flag = "--seed" if args.seed is not None else "--set seed"
         raise ProveError(f"--train-seeds sets each training run's seed: {flag} would be ignored (drop {flag})")
@@ -258,7 +297,7 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict
     """Arm name -> a `compare` arm. Learned arms share one trained policy (trained once). Every arm is
     checked against the configuration here (e.g. the oracle's schedule against the enabled slots)."""
     from esper_fx.controller_names import NAMES
-    from esper_fx.evaluation.arms import STATIC_FINAL, Trained
+    from esper_fx.evaluation.arms import STATIC_FINAL, Trained, TrainedSeeds
     from esper_fx.evaluation.fair_controls import BEST_FIXED, STATIC_MATCHED
 
     if len(set(names)) != len(names):
@@ -266,7 +305,10 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict
     arms: dict[str, Any] = {}
     for name in names:
         if name in LEARNED_ARMS:
-            source = Trained(config, policy) if policy is not None else config.controller_name
+            if isinstance(policy, dict):  # several --checkpoint runs, one per training seed
+                source = TrainedSeeds({seed: Trained(config.replace(seed=seed), p) for seed, p in policy.items()})
+            else:
+                source = Trained(config, policy) if policy is not None else config.controller_name
             arms[name] = {"controller": source, "greedy": LEARNED_ARMS[name]}
         elif name in (STATIC_FINAL, STATIC_MATCHED, BEST_FIXED):
             if name != BEST_FIXED:  # the static arms rebuild the architecture an earlier arm ended with
@@ -324,7 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
             config, policy, seeds = resolve(args)
             arms = arm_table(args.arms, config, policy)
-            runs = arm_runs(arms, config, args.train_seeds)
+            train_seeds = list(policy) if isinstance(policy, dict) else args.train_seeds
+            runs = arm_runs(arms, config, train_seeds)
             out = out_dir(args)
             json_path = Path(os.path.abspath(args.json)) if args.json else None
             check_outputs(out, json_path)
@@ -334,19 +377,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nesper_fx.prove: interrupted ({_signal_name(stop_signal(stop))}) before anything ran",
                   file=sys.stderr)
             return exit_code(stop_signal(stop))
-        return run_prove(args, config, arms, list(seeds), out, json_path or out / "prove.json", runs)
+        return run_prove(args, config, arms, list(seeds), out, json_path or out / "prove.json", runs, train_seeds)
 
 
 def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, Any], seeds: list[int],
-              out: Path, json_path: Path, runs: int | None = None) -> int:
+              out: Path, json_path: Path, runs: int | None = None, train_seeds: list[int] | None = None) -> int:
     """Train, evaluate, write; a stop writes what finished, a setup problem or a failed run is one line.
-    `runs`: the arms that run on the evaluation seeds (`arm_runs`; default one per arm)."""
+    `runs`: the arms that run on the evaluation seeds (`arm_runs`; default one per arm); `train_seeds`:
+    those of `--train-seeds` or of several `--checkpoint` runs (None: one controller)."""
     from esper_fx.cli.run import _error_exit_code, one_line
     from esper_fx.training.run_state import Interrupted
 
     started = time.perf_counter()
     try:
-        return _run_prove(args, config, arms, seeds, out, json_path, started)
+        return _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds)
     except (KeyboardInterrupt, Interrupted) as stop:
         return _stopped(args, config, seeds, json_path, stop, started, runs or len(arms))
     except Exception as exc:  # noqa: BLE001 - sorted below; anything else is a bug and keeps its traceback
@@ -357,7 +401,7 @@ def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, 
         return code
 
 
-def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
+def _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds=None) -> int:
     from esper_fx.training.threads import limit_cpu_threads
     from esper_fx.evaluation.comparison import compare
     from esper_fx.training.preflight import check_data
@@ -368,15 +412,15 @@ def _run_prove(args, config, arms, seeds, out, json_path, started) -> int:
     limit_cpu_threads(config, say)
     say(f"prove: preset {args.preset}, task {config.task.value}, arms {', '.join(arms)}, "
         f"evaluation seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), output {out}")
-    say(workers_line(config, arms, seeds, args.tuning_seeds, args.train_seeds))
+    say(workers_line(config, arms, seeds, args.tuning_seeds, train_seeds))
     table = compare(arms, config, seeds, progress=say, train_dir=str(out / "train"), quiet_training=args.quiet,
-                    tuning_seeds=args.tuning_seeds, train_seeds=args.train_seeds)
+                    tuning_seeds=args.tuning_seeds, train_seeds=train_seeds)
     wall = time.perf_counter() - started
     print(table.to_text())
     with deferred_stops(reraise=False):  # the evaluation is complete: a late stop waits for its record
         write_json(json_path, report_of(table, config, wall))
     try:
-        trained = f"{len(args.train_seeds)} training seeds × " if args.train_seeds else ""
+        trained = f"{len(train_seeds)} training seeds × " if train_seeds else ""
         table.plot(out / "prove.png", title=f"{config.task.value}: {trained}{len(seeds)} evaluation seeds")
         from esper_fx.evaluation.compute_plot import accuracy_vs_compute
 

@@ -21,6 +21,13 @@ class Trained(NamedTuple):
     policy: Any
 
 
+class TrainedSeeds(NamedTuple):
+    """One trained learning controller per training seed (seed -> `Trained`), e.g. the runs of an earlier
+    `--train-seeds` read back: `per_seed_arms` plays each as that seed's arm, as if it had just trained it."""
+
+    by_seed: Mapping[int, Trained]
+
+
 def is_control(arm: Any, kind: str) -> bool:
     return arm == kind or (isinstance(arm, Mapping) and arm.get("controller") == kind)
 
@@ -101,9 +108,10 @@ def _bundle(spec: Mapping[str, Any], config: TrainingConfig) -> tuple[TrainingCo
 def per_seed_arms(arms: Mapping[str, Any], config: TrainingConfig, train_seeds: Sequence[int],
                   static_final_of: str | None = None) -> tuple[dict[str, Any], dict[str, dict[int, str]]]:
     """(the arms to run, arm -> {training seed: the name its episodes go under}). Each learning arm becomes
-    one arm per training seed S (`<arm>[seed=S]`, trained with config.seed = S); so does a `static_final` or
-    `static_matched` that rebuilds a learning arm's network (each rebuilding its seed's); every other arm
-    runs once, the same for every seed. ValueError when no arm learns or an arm is already `Trained`."""
+    one arm per training seed S (`<arm>[seed=S]`, trained with config.seed = S, or for a `TrainedSeeds` its
+    seed S's controller); so does a `static_final` or `static_matched` that rebuilds a learning arm's
+    network (each rebuilding its seed's); every other arm runs once, the same for every seed. ValueError
+    when no arm learns, an arm is already `Trained`, or a `TrainedSeeds` has other seeds than `train_seeds`."""
     learning = [name for name, arm in arms.items() if _learns(name, arm, config)]
     if not learning:
         raise ValueError(f"no arm learns ({', '.join(arms)}): there is nothing to train per training seed")
@@ -117,10 +125,29 @@ def per_seed_arms(arms: Mapping[str, Any], config: TrainingConfig, train_seeds: 
             continue
         layout[name] = {t: across_seeds.arm_name(name, t) for t in train_seeds}
         spec = dict(arm) if isinstance(arm, Mapping) else {"controller": arm}
+        runs = spec.get("controller")
+        if isinstance(runs, TrainedSeeds) and sorted(runs.by_seed) != sorted(train_seeds):
+            raise ValueError(f"arm {name!r} holds the controllers of training seeds {sorted(runs.by_seed)}, not of "
+                             f"{sorted(train_seeds)}")
         for t in train_seeds:
-            out[layout[name][t]] = ({**spec, "of": across_seeds.arm_name(source, t)} if static else
-                                    {**spec, "config": {**dict(spec.get("config") or {}), "seed": t}})
+            if static:
+                out[layout[name][t]] = {**spec, "of": across_seeds.arm_name(source, t)}
+            elif isinstance(runs, TrainedSeeds):
+                out[layout[name][t]] = {**spec, "controller": runs.by_seed[t]}
+            else:
+                out[layout[name][t]] = {**spec, "config": {**dict(spec.get("config") or {}), "seed": t}}
     return out, layout
+
+
+def trained_seeds_of(arms: Mapping[str, Any]) -> list[int] | None:
+    """The training seeds of the arms' `TrainedSeeds` (they must agree), or None when no arm holds any."""
+    controllers = (arm.get("controller") if isinstance(arm, Mapping) else arm for arm in arms.values())
+    held = [list(c.by_seed) for c in controllers if isinstance(c, TrainedSeeds)]
+    if not held:
+        return None
+    if any(sorted(seeds) != sorted(held[0]) for seeds in held):
+        raise ValueError(f"the trained arms hold controllers of different training seeds: {held}")
+    return held[0]
 
 
 def _learns(name: str, arm: Any, config: TrainingConfig) -> bool:
@@ -130,5 +157,7 @@ def _learns(name: str, arm: Any, config: TrainingConfig) -> bool:
     spec = _arm_spec(name, arm)
     if isinstance(spec.get("controller"), Trained):
         raise ValueError(f"arm {name!r} is trained already; training seeds train one controller per seed (give its "
-                         f"controller's name instead)")
+                         f"controller's name instead, or one `TrainedSeeds` of every seed's run)")
+    if isinstance(spec.get("controller"), TrainedSeeds):
+        return True
     return _bundle(spec, config)[1].learns

@@ -52,7 +52,7 @@ from typing import Any, Callable, Mapping, Sequence
 from bridge.jax_env import ensure_jax_env
 from esper_fx.config import TrainingConfig
 from esper_fx.evaluation.arm_runner import episode_runner, evaluation_episodes, run_arms
-from esper_fx.evaluation.arms import is_control, per_seed_arms
+from esper_fx.evaluation.arms import is_control, per_seed_arms, trained_seeds_of
 from esper_fx.evaluation.comparison_table import ComparisonTable, table_of
 from esper_fx.evaluation.fair_controls import BEST_FIXED, DEFAULT_TUNING_SEEDS, default_tuning_seeds
 from esper_fx.evaluation.seed_sets import check_seeds, check_train_seeds, check_training_seeds, check_tuning_seeds
@@ -72,13 +72,16 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     `train_dir`: where the learning arms' runs are written (`<train_dir>/<arm>`; None writes nothing).
     `tuning_seeds`: where `best_fixed` searches (disjoint from training and evaluation seeds; default
     `fair_controls.default_tuning_seeds(config)`). `train_seeds`: one trained controller per seed
-    (`per_seed_arms`), pairs within each seed and the aggregate across them (`table.aggregate`).
+    (`per_seed_arms`), pairs within each seed and the aggregate across them (`table.aggregate`); default
+    the seeds of an arm's `TrainedSeeds` (controllers trained earlier, one per seed), if an arm holds one.
     """
     ensure_jax_env(warn=False)
     if not arms:
         raise ValueError("compare needs at least one arm")
     seeds = check_seeds(seeds)
     layout = None
+    if train_seeds is None:
+        train_seeds = trained_seeds_of(arms)
     if train_seeds is not None:
         train_seeds = check_train_seeds(train_seeds)
         arms, layout = per_seed_arms(arms, config, train_seeds, static_final_of)

@@ -8,7 +8,7 @@ import pytest
 
 from esper_fx.config import TrainingConfig
 from esper_fx.evaluation import across_seeds, stats
-from esper_fx.evaluation.arms import Trained, per_seed_arms
+from esper_fx.evaluation.arms import Trained, TrainedSeeds, per_seed_arms, trained_seeds_of
 from esper_fx.evaluation.comparison import compare
 from esper_fx.evaluation.comparison_table import table_of
 from esper_fx.evaluation.episodes import Episode
@@ -56,6 +56,23 @@ def test_training_seeds_need_an_arm_that_learns_and_is_not_trained_yet():
     trained = Trained(config, None)
     with pytest.raises(ValueError, match="trained already"):
         per_seed_arms({"ppo": {"controller": trained}}, config, [1])
+
+
+def test_controllers_trained_earlier_play_as_their_seeds_arms():
+    config = TrainingConfig.preset("quickstart")
+    runs = TrainedSeeds({7: Trained(config.replace(seed=7), "policy 7"), 3: Trained(config.replace(seed=3), "policy 3")})
+    arms = {"ppo": {"controller": runs, "greedy": True}, "wait": "wait", "static_final": "static_final"}
+    assert trained_seeds_of(arms) == [7, 3] and trained_seeds_of({"wait": "wait"}) is None
+    out, layout = per_seed_arms(arms, config, [3, 7])
+    assert list(out) == ["ppo[seed=3]", "ppo[seed=7]", "wait", "static_final[seed=3]", "static_final[seed=7]"]
+    assert out["ppo[seed=7]"] == {"controller": runs.by_seed[7], "greedy": True}  # that seed's own policy
+    assert out["static_final[seed=3]"] == {"controller": "static_final", "of": "ppo[seed=3]"}
+    assert layout["ppo"] == {3: "ppo[seed=3]", 7: "ppo[seed=7]"}
+    with pytest.raises(ValueError, match=r"training seeds \[3, 7\], not of \[3, 8\]"):
+        per_seed_arms(arms, config, [3, 8])
+    other = TrainedSeeds({3: runs.by_seed[3]})
+    with pytest.raises(ValueError, match="different training seeds"):
+        trained_seeds_of({"ppo": {"controller": runs}, "ppo_sampled": {"controller": other, "greedy": False}})
 
 
 @pytest.mark.parametrize("train_seeds, needle", [

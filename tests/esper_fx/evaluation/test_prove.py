@@ -347,6 +347,8 @@ def test_the_overlap_check_of_many_listed_seeds_is_bounded():
     (["--train-seeds", "3", "--seed", "4"], "--seed would be ignored (drop --seed)"),
     (["--train-seeds", "3", "--set", "seed=4"], "--set seed would be ignored (drop --set seed)"),
     (["--train-seeds", "3", "--checkpoint", "nowhere"], "(drop --train-seeds, or --checkpoint"),
+    (["--checkpoint", "a", "b", "--seed", "4"], "each of several runs is played with its own training seed: --seed"),
+    (["--checkpoint", "a", "b", "--set", "seed=4"], "--set seed would be ignored (drop --set seed)"),
     (["--train-seeds", "3", "--arms", "wait", "oracle", "static_final"], "no arm learns"),
     # every training seed's env seeds stay off the evaluation and tuning seeds (seed 0, env 1: 1000)
     (["--train-seeds", "5", "0", "--eval-seeds", "7", "1000", "--set", "n_envs=2"], "from seed 0"),
@@ -392,6 +394,37 @@ def test_each_training_seeds_rows_equal_a_single_seed_prove(tiny_prove, tmp_path
         assert len(single) == len(mine) == 2 and all(_same_episode(a, b) for a, b in zip(mine, single)), (mine, single)
         trained = json.loads((out / "train" / f"ppo-seed{seed}" / "config.json").read_text())
         assert trained["seed"] == seed
+    # the same runs read back: several --checkpoint runs play as the training seeds' rows, aggregated alike
+    again = tmp_path / "again"
+    capsys.readouterr()
+    assert prove.main(["--checkpoint", str(out / "train" / "ppo-seed5"), str(out / "train" / "ppo-seed9"), "--arms",
+                       "ppo", "wait", "static_final", "--n-eval-seeds", "2", "--quiet", "--out", str(again)]) == 0
+    text = capsys.readouterr().out
+    assert "across training seeds 5 9" in text and "trained ppo" not in text  # nothing trained
+    replayed = json.loads((again / "prove.json").read_text())
+    assert replayed["train_seeds"] == [5, 9] and set(replayed["episodes"]) == set(report["episodes"])
+    for arm, episodes in report["episodes"].items():
+        assert all(_same_episode(a, b) for a, b in zip(episodes, replayed["episodes"][arm])), arm
+    assert replayed["aggregate"] == report["aggregate"]
+    assert not (again / "train").exists()
+
+
+def test_several_checkpoints_must_be_runs_of_one_configuration_with_distinct_seeds(monkeypatch):
+    from esper_fx.evaluation import episodes
+
+    base = TrainingConfig.preset("quickstart", n_episodes=8)
+    runs = {"a": base.replace(seed=5), "b": base.replace(seed=9, env_workers=0, run_dir="elsewhere"),
+            "c": base.replace(seed=5), "d": base.replace(seed=11, n_episodes=16), "e": base.replace(seed=12, lr=1e-3)}
+    monkeypatch.setattr(episodes, "load_policy", lambda path: (runs[path], f"policy of {path}"))
+    loaded = prove.load_checkpoints(["a", "b"])  # where and how a run ran may differ
+    assert [(path, config.seed, policy) for path, config, policy in loaded] == [("a", 5, "policy of a"),
+                                                                               ("b", 9, "policy of b")]
+    with pytest.raises(prove.ProveError, match="a and c were both trained with seed 5"):
+        prove.load_checkpoints(["a", "c"])
+    with pytest.raises(prove.ProveError, match="--checkpoint d: trained with n_episodes 16, a with 8"):
+        prove.load_checkpoints(["a", "d"])
+    with pytest.raises(prove.ProveError, match="--checkpoint e: trained with lr 0.001, a with 0.0003"):
+        prove.load_checkpoints(["a", "e"])
 
 
 def test_ctrl_c_during_the_second_training_seed_keeps_the_first_and_a_resumable_checkpoint(tmp_path, capsys,
