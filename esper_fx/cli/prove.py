@@ -201,8 +201,9 @@ def train_seed_list(args: argparse.Namespace) -> list[int] | None:
 def check_nothing_ignored(args: argparse.Namespace, sets: dict[str, Any]) -> None:
     """A flag or setting that would change nothing is refused, not silently ignored: `--episodes` or
     `--train-seeds` beside `--checkpoint` (nothing is trained), `--seed` (or `--set seed`) beside
-    `--train-seeds` or several `--checkpoint` runs, `--n-eval-seeds` or `--eval-seed-offset` beside `--eval-seeds`, an `oracle` setting
-    when no arm plays the oracle's schedule (`oracle`, or `best_fixed` with its blend)."""
+    `--train-seeds` or several `--checkpoint` runs, `--n-eval-seeds` or `--eval-seed-offset` beside
+    `--eval-seeds`, an `oracle` setting when no arm plays the oracle's schedule (`oracle`, or `best_fixed`
+    with its blend)."""
     if args.checkpoint is not None and args.n_episodes is not None:
         raise ProveError(f"--episodes: --checkpoint {' '.join(args.checkpoint)} is evaluated as trained, nothing is "
                          f"trained (drop --episodes, or --checkpoint to train a new run)")

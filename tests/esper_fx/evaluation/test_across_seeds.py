@@ -60,7 +60,8 @@ def test_training_seeds_need_an_arm_that_learns_and_is_not_trained_yet():
 
 def test_controllers_trained_earlier_play_as_their_seeds_arms():
     config = TrainingConfig.preset("quickstart")
-    runs = TrainedSeeds({7: Trained(config.replace(seed=7), "policy 7"), 3: Trained(config.replace(seed=3), "policy 3")})
+    runs = TrainedSeeds({7: Trained(config.replace(seed=7), "policy 7"),
+                         3: Trained(config.replace(seed=3), "policy 3")})
     arms = {"ppo": {"controller": runs, "greedy": True}, "wait": "wait", "static_final": "static_final"}
     assert trained_seeds_of(arms) == [7, 3] and trained_seeds_of({"wait": "wait"}) is None
     out, layout = per_seed_arms(arms, config, [3, 7])
