@@ -42,7 +42,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from bridge.jax_env import ensure_jax_env
 from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
@@ -111,9 +111,17 @@ def build_parser() -> CommandParser:
 # ----------------------------------------------------------------------------------------------
 
 
-def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list[int]]:
-    """(base config, the trained policy to evaluate or None, evaluation seeds). The policy of several
-    `--checkpoint` runs is a dict, training seed -> that run's policy. Raises ProveError."""
+class Resolved(NamedTuple):
+    """What a prove command line asks for, checked."""
+
+    config: TrainingConfig  # the base configuration every arm starts from
+    policy: Any  # the trained policy to evaluate, a dict training seed -> policy for several runs, or None
+    seeds: range | list[int]  # the evaluation seeds
+    train_seeds: list[int] | None  # `--train-seeds`, or the seeds of several `--checkpoint` runs; None: one
+
+
+def resolve(args: argparse.Namespace) -> Resolved:
+    """The command line's configuration, policy and seeds (`Resolved`). Raises ProveError."""
     sets = parse_sets(args.sets)
     check_nothing_ignored(args, sets)
     seeds = eval_seeds(args)
@@ -156,7 +164,7 @@ def resolve(args: argparse.Namespace) -> tuple[TrainingConfig, Any, range | list
                 check_tuning_seeds(config, tuning, seeds)
     except ValueError as exc:
         raise ProveError(str(exc)) from None
-    return config, policy, seeds
+    return Resolved(config, policy, seeds, train_seeds)
 
 
 # what may differ between several `--checkpoint` runs played together: where and how each ran, and its seed
@@ -365,9 +373,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with sigterm_stops():
         try:
             args = build_parser().parse_args(argv)
-            config, policy, seeds = resolve(args)
+            config, policy, seeds, train_seeds = resolve(args)
             arms = arm_table(args.arms, config, policy)
-            train_seeds = list(policy) if isinstance(policy, dict) else args.train_seeds
             runs = arm_runs(arms, config, train_seeds)
             out = out_dir(args)
             json_path = Path(os.path.abspath(args.json)) if args.json else None

@@ -513,7 +513,7 @@ def test_prove_reads_set_and_the_field_flags_through_the_same_code(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     args = prove.build_parser().parse_args(["--set", "lr=1e-3", "--set", "oracle.slot=r0c2", "--seed", "3",
                                             "--n-eval-seeds", "2"])
-    config, _, seeds = prove.resolve(args)
+    config, _, seeds, _ = prove.resolve(args)
     assert (config.ppo.lr, config.oracle.slot, config.seed) == (1e-3, "r0c2", 3) and len(seeds) == 2
     declared = {a.dest: (a.option_strings[0], a.markdown_help) for a in prove.build_parser()._actions if a.dest in FLAGS}
     # (--data-dir: README's Fashion-MNIST section passes it to prove too, issue 39; --episodes and --device as
