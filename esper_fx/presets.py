@@ -57,8 +57,8 @@ FASHION_MNIST = {
 # shapes16's images, one that cannot see space (the quickstart's), one that can, and a narrow one; the
 # controller tells them apart by the host's parameter count it observes (LEARNING §10's control). Six
 # times the quickstart's episodes in batches of 12 envs, with the entropy bonus annealed from 0.05 to 0.005
-# over all of them (row D of the ablation there; 25 minutes of training). Its entropy is unweighted, as it
-# was measured.
+# over all of them (row D of the ablation there; 25 minutes of training). Its entropy is unweighted: the
+# quickstart's blueprint weight was tried on it and not kept (LEARNING §10).
 MIXED = {
     **QUICKSTART, **_UNWEIGHTED, "task_mix": ("shapes16", "shapes16_spatial", "shapes16_narrow"), "n_episodes": 576,
     "n_envs": 12, "entropy_coef_start": 0.05, "entropy_coef_end": 0.005, "entropy_anneal_episodes": 576,
