@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 import warnings
@@ -191,8 +192,19 @@ def truncate_board(log_dir: Path, first_batch: int) -> None:
     for event in kept:
         writer.add_event(event)
     writer.close()
+    (written,) = set(log_dir.glob("events.out.tfevents.*")) - set(files)
     for path in files:
         path.unlink()
+    written.rename(log_dir / kept_file_name(files))
+
+
+def kept_file_name(files: list[Path]) -> str:
+    """The name of the file of kept events: readers load a directory's event files in name order, and a
+    writer names its file by the second it opens (then host, process id and a per-process counter, compared
+    as text), so the kept file takes a second before the earliest file it replaces and sorts before every
+    file written from now on, even one opened in the same second by the same process."""
+    seconds = [int(m.group(1)) for path in files if (m := re.match(r"events\.out\.tfevents\.(\d+)", path.name))]
+    return f"events.out.tfevents.{max(min(seconds, default=1) - 1, 0):010d}.kept"
 
 
 class Board:

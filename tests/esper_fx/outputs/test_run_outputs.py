@@ -165,6 +165,37 @@ def test_a_resume_from_an_earlier_checkpoint_replaces_the_later_scalars(tmp_path
     assert board["timing/batch_s"][2] != float(np.float32(first.history[2].wall_time_s))  # the second process's batch 2
 
 
+def test_the_kept_scalars_load_before_a_writer_opened_in_the_same_second_by_the_same_process(tmp_path,
+                                                                                              monkeypatch):
+    """Readers load event files in name order, and a writer names its file by the second, then host, process
+    id and a counter compared as text: the file a resume keeps must come first even when the writer that
+    follows opens within the same second under a name that sorts lower (here a host named "0"). A name
+    built like the writer's once let a counter passing 9 put batch 2 before batches 0 and 1."""
+    from tensorboard.summary.writer import event_file_writer
+
+    def batch(n: int) -> BatchSummary:
+        return BatchSummary(
+            batch=n, episodes_completed=2 * (n + 1), env_accuracies=[50.0], avg_accuracy=50.0,
+            rolling_avg_accuracy=50.0, avg_reward=0.5, env_rewards=[0.5], host_max_accuracies=[],
+            env_seed_params=[], action_counts={"WAIT": 1}, successful_action_counts={"WAIT": 1},
+            head_counts={}, menu=["noop"], slot_ids=["r0c0"], entropy_coef=0.05, seeds_created=0,
+            seeds_fossilized=0, contributing_fossilized=0, seeds_culled=0, rollbacks=0, ppo={}, wall_time_s=n,
+        )
+
+    monkeypatch.setattr(event_file_writer.time, "time", lambda: 1_800_000_000.0)
+    first = Board(tmp_path, {})
+    for n in range(3):
+        first.add_batch(batch(n))
+    first.close()
+    second = Board(tmp_path, {})
+    second.truncate(2)
+    monkeypatch.setattr(event_file_writer.socket, "gethostname", lambda: "0")
+    second.add_batch(batch(2))
+    second.close()
+    assert [step for step, _ in board_events(tmp_path, "timing/batch_s")] == [0, 1, 2]
+    assert len(list((tmp_path / TB_SUBDIR).glob("events.out.tfevents.*"))) == 2
+
+
 def _free_port() -> int:
     import socket
 
