@@ -156,6 +156,10 @@ class TrainingConfig:
                             "in epochs) or `proportional` (its proportions in 150-epoch episodes, scaled to "
                             "`max_epochs`; the blend ramps per training step at the chosen tempo; BEHAVIOUR §2.14)",
                             metavar="NAME")
+    fossil_release: bool | None = option(None, "an ablation of the clock's third change: does a fossil release "
+                                         "the host upstream of it (its input no longer detached)? Default: the "
+                                         "clock's own choice (`reference` never, `proportional` at "
+                                         "fossilization; BEHAVIOUR §2.14)")
     min_cull_age: int | None = option(None, "[fix] CULL waits until a seed could have finished blending; default: "
                                       "the lifecycle's earliest fossilize age (9 under the reference's clock; the "
                                       "reference itself: 1, later 5); read it as `cull_age`")
@@ -469,8 +473,12 @@ class TrainingConfig:
 
     @property
     def lifecycle_timings(self) -> LifecycleTimings:
-        """The run's stage durations (BEHAVIOUR §2.14): its lifecycle at T = max_epochs for its task's horizon."""
-        return lifecycle_timings(self.lifecycle, self.max_epochs, task_facts(self.task).lifecycle_horizon)
+        """The run's stage durations (BEHAVIOUR §2.14): its lifecycle at T = max_epochs for its task's horizon,
+        with `fossil_release` when set."""
+        timings = lifecycle_timings(self.lifecycle, self.max_epochs, task_facts(self.task).lifecycle_horizon)
+        if self.fossil_release is None:
+            return timings
+        return timings._replace(release_on_fossilize=bool(self.fossil_release))
 
     @property
     def cull_age(self) -> int:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from esper_fx.contracts.lifecycle import LifecycleTimings
+
 
 @dataclass(frozen=True)
 class PoolSettings:
@@ -31,7 +33,7 @@ class PoolSettings:
     enabled_slots: tuple[str, ...]  # the slots that may hold a seed
     menu: tuple[str, ...]  # the blueprint menu: blueprint-head index -> blueprint name
     max_seeds: int | None  # GERMINATE is masked once an env has this many seeds; None: no limit
-    lifecycle: str  # the seed lifecycle's clock: "reference" or "proportional"
+    lifecycle: LifecycleTimings  # the seed lifecycle's clock, its stage durations for this run and task
     cull_age: int  # CULL is masked for seeds younger than this (epochs)
     one_seed_at_a_time: bool  # GERMINATE is masked while a seed is developing
     germination_deadline: bool  # GERMINATE is masked once its seed could not be fossilized before T

@@ -24,7 +24,7 @@ def pool_settings(config: TrainingConfig) -> PoolSettings:
         task=config.task.value, task_mix=config.task_mix, seed=config.seed, max_epochs=config.max_epochs,
         policy_device=torch_device(config.device), env_devices=env_devices(config), amp=config.amp,
         amp_dtype=config.amp_dtype.value, slot_ids=config.slot_ids, enabled_slots=config.enabled_slots,
-        menu=config.menu, max_seeds=config.max_seeds, lifecycle=config.lifecycle, cull_age=config.cull_age,
+        menu=config.menu, max_seeds=config.max_seeds, lifecycle=config.lifecycle_timings, cull_age=config.cull_age,
         one_seed_at_a_time=config.one_seed_at_a_time, germination_deadline=config.germination_deadline,
         static_seeds=config.static_seeds, use_telemetry=config.use_telemetry,
         observe_log_params=config.observe_log_params, observe_withheld=config.observe_withheld,

@@ -34,11 +34,12 @@ class SeedClock:
     episode_steps: int = 0
 
     @classmethod
-    def for_run(cls, lifecycle: str, max_epochs: int, horizon: int | None, episode_steps: int) -> "SeedClock":
-        """The clock of a run: its lifecycle setting, T, the task's lifecycle horizon, its training steps."""
-        timings = lifecycle_timings(lifecycle, max_epochs, horizon)
+    def for_run(cls, timings: LifecycleTimings, episode_steps: int) -> "SeedClock":
+        """The clock of a run: its stage durations (`contracts.lifecycle.lifecycle_timings`) and its training
+        steps."""
         if timings.ramp_per_step and episode_steps < 1:
-            raise ValueError(f"a {lifecycle} lifecycle needs the episode's training steps (got {episode_steps})")
+            raise ValueError(f"a {timings.lifecycle} lifecycle needs the episode's training steps "
+                             f"(got {episode_steps})")
         return cls(timings, int(episode_steps))
 
     @property

@@ -15,7 +15,7 @@ from rl.config import REWARD_FROM_RUN, REWARD_SETTINGS
 # the PPO settings (rl.config.REFERENCE_PPO), horizon_bootstrap, min_cull_age, one_seed_at_a_time; static_seeds is new.
 DEFAULTS = {
     "task": "cifar10", "task_mix": [], "controller": "ppo_lstm", "n_episodes": 100, "n_envs": 4, "max_epochs": 25,
-    "seed": 42, "slots": ["r0c1"], "max_seeds": None, "lifecycle": "reference", "min_cull_age": None,
+    "seed": 42, "slots": ["r0c1"], "max_seeds": None, "lifecycle": "reference", "fossil_release": None, "min_cull_age": None,
     "one_seed_at_a_time": True, "germination_deadline": True,
     "static_seeds": [], "lr_schedule": "constant", "lr_schedule_steps": None, "lr_warmup_fraction": 0.0,
     "lr_decay_fraction": 0.2, "seed_lr_rewarm_steps": 0, "train_steps_budget": None,
@@ -314,6 +314,18 @@ def test_a_nested_setting_is_read_at_its_one_home():
     config = TrainingConfig(lr=1e-4, reward_mode="sparse")  # flat keys are the config's JSON keys
     assert config.ppo.lr == 1e-4 and config.reward.reward_mode == "sparse"
     assert not hasattr(config, "lr") and not hasattr(config, "reward_mode")
+
+
+def test_fossil_release_overrides_only_the_clocks_release_and_reaches_the_pool():
+    from esper_fx.training.pools import pool_settings
+
+    proportional = TrainingConfig.preset("quickstart", lifecycle="proportional")
+    assert proportional.fossil_release is None and proportional.lifecycle_timings.release_on_fossilize
+    held = proportional.replace(fossil_release=False)
+    assert held.lifecycle_timings == proportional.lifecycle_timings._replace(release_on_fossilize=False)
+    assert pool_settings(held).lifecycle == held.lifecycle_timings
+    assert proportional.replace(lifecycle="reference", fossil_release=True).lifecycle_timings.release_on_fossilize
+    assert not proportional.replace(lifecycle="reference").lifecycle_timings.release_on_fossilize
 
 
 def test_the_cull_age_follows_the_lifecycle_unless_it_is_set():

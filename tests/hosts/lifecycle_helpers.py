@@ -1,10 +1,11 @@
 """Drive a SeedSlot through its lifecycle with the public API, as the loop would (BEHAVIOUR §7.3)."""
 
 from esper_fx.contracts.stages import SeedStage
+from esper_fx.contracts.lifecycle import lifecycle_timings
 from hosts.seeds.lifecycle import SeedClock
 
 # the reference's clock of a 25-epoch task: dwell 2, G2 and G3 at 3 epochs, blend 5 epochs, probation timeout 5
-CIFAR_CLOCK = SeedClock.for_run("reference", 25, 25, 0)
+CIFAR_CLOCK = SeedClock.for_run(lifecycle_timings("reference", 25, 25), 0)
 
 
 def epoch(slot, acc, contribution=None, ratio=0.2, decide=None):

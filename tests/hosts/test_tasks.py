@@ -10,6 +10,7 @@ import torch
 
 from esper_fx.contracts.tasks import TASKS, TASK_NAMES
 from hosts.models.cnn import CNNHost
+from esper_fx.contracts.lifecycle import lifecycle_timings
 from hosts.seeds.lifecycle import SeedClock
 from hosts.tasks import TaskSpec, get_task
 from hosts.models.transformer import TransformerHost
@@ -70,7 +71,7 @@ def test_task_table_values(name, batch, horizon, max_batches, rg):
 )
 def test_lifecycle_horizon_gives_the_dwell_and_probation_timeout_of_the_table(name, dwell, timeout):
     task = get_task(name)
-    clock = SeedClock.for_run("reference", 25, task.lifecycle_horizon, 0)
+    clock = SeedClock.for_run(lifecycle_timings("reference", 25, task.lifecycle_horizon), 0)
     assert (clock.dwell, clock.probation_timeout) == (dwell, timeout)
 
 
@@ -136,7 +137,7 @@ def test_the_task_horizon_sets_the_clock_of_every_slot_of_a_morphogenetic_model(
 
     task = get_task(name)
     host = task.build_host() if name != "tinystories" else get_task("pytext").build_host()
-    clock = SeedClock.for_run("reference", 25, task.lifecycle_horizon, 0)
+    clock = SeedClock.for_run(lifecycle_timings("reference", 25, task.lifecycle_horizon), 0)
     model = MorphogeneticModel(host, ["r0c1"], task.topology, clock=clock)
     slot = model.slots["r0c1"]
     assert (slot.dwell_epochs, slot.probation_timeout, slot.clock.blend_ticks()) == (dwell, 5, 5)

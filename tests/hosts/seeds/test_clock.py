@@ -93,7 +93,7 @@ def test_an_unknown_lifecycle_is_refused_by_name():
     with pytest.raises(ValueError, match="lifecycle must be one of"):
         lifecycle_timings("fast", 12, 25)
     with pytest.raises(ValueError, match="training steps"):
-        SeedClock.for_run("proportional", 12, 25, 0)
+        SeedClock.for_run(lifecycle_timings("proportional", 12, 25), 0)
 
 
 # ------------------------------------------------------------------ a slot on each clock
@@ -113,7 +113,7 @@ def _train_steps(slot: SeedSlot, n: int) -> list[float]:
 
 
 def test_the_proportional_ramp_ticks_per_training_step_and_the_stage_moves_at_the_epoch_end():
-    clock = SeedClock.for_run("proportional", 12, 25, 12 * 32)  # ramps of 8, 13, 20 steps
+    clock = SeedClock.for_run(lifecycle_timings("proportional", 12, 25), 12 * 32)  # ramps of 8, 13, 20 steps
     slot = _slot(clock)
     slot.germinate("norm", blend="linear", accuracy=20.0)
     slot.step_epoch()  # GERMINATED -> TRAINING
@@ -133,7 +133,7 @@ def test_the_proportional_ramp_ticks_per_training_step_and_the_stage_moves_at_th
 
 @pytest.mark.parametrize("tempo, ticks", [(0, 8), (1, 13), (2, 20)])
 def test_the_tempo_sets_the_ramp_length(tempo, ticks):
-    slot = _slot(SeedClock.for_run("proportional", 12, 25, 12 * 32))
+    slot = _slot(SeedClock.for_run(lifecycle_timings("proportional", 12, 25), 12 * 32))
     slot.germinate("norm", blend="sigmoid", tempo=tempo, accuracy=20.0)
     slot.step_epoch()
     epoch(slot, 22.0)
@@ -143,14 +143,14 @@ def test_the_tempo_sets_the_ramp_length(tempo, ticks):
 
 
 def test_g2_counts_from_the_germination_accuracy_only_under_the_proportional_clock():
-    proportional = _slot(SeedClock.for_run("proportional", 12, 25, 384))
+    proportional = _slot(SeedClock.for_run(lifecycle_timings("proportional", 12, 25), 384))
     proportional.germinate("norm", accuracy=20.0)
     proportional.step_epoch()
     epoch(proportional, 20.4)  # +0.4 pp since germination: G2 fails
     assert proportional.stage == S.TRAINING
     epoch(proportional, 20.6)
     assert proportional.stage == S.BLENDING
-    reference = _slot(SeedClock.for_run("reference", 12, 25, 0))
+    reference = _slot(SeedClock.for_run(lifecycle_timings("reference", 12, 25), 0))
     reference.germinate("norm", accuracy=20.0)  # the reference's baseline is the first epoch's accuracy
     reference.step_epoch()
     for acc in (30.0, 30.2, 30.4):
@@ -160,9 +160,15 @@ def test_g2_counts_from_the_germination_accuracy_only_under_the_proportional_clo
     assert reference.stage == S.BLENDING
 
 
-@pytest.mark.parametrize("lifecycle, released", [("reference", False), ("proportional", True)])
-def test_a_fossil_releases_the_host_upstream_only_under_the_proportional_clock(lifecycle, released):
-    slot = _slot(SeedClock.for_run(lifecycle, 25, 25, 25 * 4))
+@pytest.mark.parametrize("lifecycle, release, released", [
+    ("reference", None, False), ("proportional", None, True),  # each clock's own choice
+    ("proportional", False, False), ("reference", True, True),  # `fossil_release`, the ablation
+])
+def test_a_fossil_releases_the_host_upstream_as_its_clock_says(lifecycle, release, released):
+    timings = lifecycle_timings(lifecycle, 25, 25)
+    if release is not None:
+        timings = timings._replace(release_on_fossilize=release)
+    slot = _slot(SeedClock.for_run(timings, 25 * 4))
     slot.germinate("conv_light", accuracy=10.0)
     slot.step_epoch()
     acc = 10.0
@@ -181,7 +187,7 @@ def test_a_fossil_releases_the_host_upstream_only_under_the_proportional_clock(l
 
 
 def test_the_reference_ramp_ignores_training_steps():
-    slot = _slot(SeedClock.for_run("reference", 25, 25, 0))
+    slot = _slot(SeedClock.for_run(lifecycle_timings("reference", 25, 25), 0))
     slot.germinate("norm", blend="linear")
     slot.step_epoch()
     for acc in (30.0, 31.0, 32.0):

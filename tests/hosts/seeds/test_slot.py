@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from esper_fx.contracts.stages import VALID_TRANSITIONS, SeedStage
 from hosts.seeds.blending import GatedBlend, LinearBlend, SigmoidBlend
+from esper_fx.contracts.lifecycle import lifecycle_timings
 from hosts.seeds.lifecycle import SeedClock, SeedState, evaluate_gate
 from hosts.seeds.slot import SeedSlot
 from tests.hosts.lifecycle_helpers import CIFAR_CLOCK, drive_to, epoch
@@ -146,7 +147,7 @@ def test_forward_alpha_follows_the_timeline_table():
 
 
 def test_tinystories_dwell_keeps_training_for_five_epochs():
-    slot = cnn_slot(clock=SeedClock.for_run("reference", 50, 50, 0))
+    slot = cnn_slot(clock=SeedClock.for_run(lifecycle_timings("reference", 50, 50), 0))
     assert slot.dwell_epochs == 5 and slot.probation_timeout == 5
     slot.germinate("norm")
     slot.step_epoch()
@@ -664,7 +665,7 @@ def test_slot_follows_device_and_dtype_moves():
 
 
 def test_lifecycle_timing_rules():
-    clock = lambda h: SeedClock.for_run("reference", 25, h, 0)  # noqa: E731
+    clock = lambda h: SeedClock.for_run(lifecycle_timings("reference", 25, h), 0)  # noqa: E731
     assert clock(25).dwell == 2 and clock(50).dwell == 5 and clock(None).dwell == 1
     assert clock(25).probation_timeout == 5 and clock(50).probation_timeout == 5
     assert clock(75).probation_timeout == 7
