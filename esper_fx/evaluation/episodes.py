@@ -53,7 +53,7 @@ class Episode:
     params_added: float  # seed parameters held at the end, fossils included
     germinated: int
     fossilized: int
-    culled: int
+    culls: tuple[str, ...]  # "slot@epoch: reason" of every seed culled, in order (`culls`)
     fossils: tuple[str, ...]  # "slot=blueprint" of the seeds fossilized at the end (the grown architecture)
     wall_s: float
     params: float = float("nan")  # host and seed parameters at the end
@@ -61,6 +61,10 @@ class Episode:
     compute_units: dict[str, float] = field(default_factory=dict)  # hosts.env.compute.ComputeMeter.units
     task: str = ""  # the task the episode ran (a task mix draws it from the seed)
     germinations: tuple[str, ...] = ()  # "slot=blueprint/blend@epoch" of every seed germinated, in order
+
+    @property
+    def culled(self) -> int:
+        return len(self.culls)
 
     @property
     def training_flops(self) -> float:
@@ -75,10 +79,17 @@ class Episode:
     def to_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "seed": self.seed, "accuracy": self.accuracy, "val_accs": list(self.val_accs),
                 "params_added": self.params_added, "germinated": self.germinated, "fossilized": self.fossilized,
-                "culled": self.culled, "fossils": list(self.fossils), "wall_s": self.wall_s, "params": self.params,
+                "culled": self.culled, "culls": list(self.culls), "fossils": list(self.fossils), "wall_s": self.wall_s, "params": self.params,
                 "training_flops": self.training_flops, "flops": dict(self.flops),
                 "compute_units": dict(self.compute_units), "task": self.task,
                 "germinations": list(self.germinations)}
+
+
+def culls(events: Sequence[Any]) -> tuple[str, ...]:
+    """The episode's culls from its events, "slot@epoch: reason": `controller` when the controller chose it,
+    else the lifecycle's (`negative_counterfactual`, `probation_timeout`) or the governor's (`governor_rollback`)."""
+    return tuple(f"{e.slot_id}@{e.epoch}: {e.data.get('reason') or 'controller'}"
+                 for e in events if e.event_type == EventType.SEED_CULLED)
 
 
 def germinations(events: Sequence[Any]) -> tuple[str, ...]:
@@ -146,9 +157,8 @@ class Arm:
         for t in range(1, config.max_epochs + 1):
             episode, signals = run_epoch(runner, learner, episode, signals, 0, t, record)
         result = runner.pool.episode_results()[0]
-        culled = sum(1 for e in record.events if e.event_type == EventType.SEED_CULLED)
         return Episode(self.name, int(seed), tuple(result.val_accs), float(record.seed_params[0]),
-                       result.seeds_created, result.seeds_fossilized, culled, tuple(result.fossils),
+                       result.seeds_created, result.seeds_fossilized, culls(record.events), tuple(result.fossils),
                        time.perf_counter() - started, float(record.host_params[0] + record.seed_params[0]),
                        {k: float(v) for k, v in result.flops.items()}, dict(result.compute_units), result.task,
                        germinations(record.events))

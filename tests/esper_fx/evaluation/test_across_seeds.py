@@ -22,7 +22,7 @@ ACCURACY = {"ppo[seed=42]": [50.0, 52.0, 51.0], "ppo[seed=7]": [40.0, 45.0, 41.0
 
 
 def _episode(arm: str, seed: int, accuracy: float) -> Episode:
-    return Episode(arm, seed, (accuracy,) * 3, 10.0, 1, 1, 0, ("r0c0=conv_light",), 1.0, 836.0,
+    return Episode(arm, seed, (accuracy,) * 3, 10.0, 1, 1, (), ("r0c0=conv_light",), 1.0, 836.0,
                    {"training_flops": 1e9})
 
 

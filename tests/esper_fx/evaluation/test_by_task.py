@@ -6,12 +6,12 @@ import pytest
 
 from esper_fx.contracts.events import EventType
 from esper_fx.evaluation.comparison_table import by_task, choices, table_of
-from esper_fx.evaluation.episodes import Episode, germinations
+from esper_fx.evaluation.episodes import Episode, culls, germinations
 from esper_fx.outputs.events import Event
 
 
 def _episode(arm: str, seed: int, acc: float, task: str, grown: tuple[str, ...] = ()) -> Episode:
-    return Episode(arm, seed, (acc,) * 3, 0.0, len(grown), len(grown), 0, (), 0.0, 0.0, task=task,
+    return Episode(arm, seed, (acc,) * 3, 0.0, len(grown), len(grown), (), (), 0.0, 0.0, task=task,
                    germinations=grown)
 
 
@@ -52,6 +52,17 @@ def test_germinations_read_the_episodes_events_in_order():
               Event(EventType.SEED_GERMINATED, slot_id="r0c0", epoch=9, data={"blueprint": "conv_light",
                                                                               "blend": "gated"})]
     assert germinations(events) == ("r0c2=norm/linear@4", "r0c0=conv_light/gated@9")
+
+
+def test_culls_read_who_culled_each_seed_and_when():
+    events = [Event(EventType.SEED_GERMINATED, slot_id="r0c2", epoch=2, data={"blueprint": "norm", "blend": "linear"}),
+              Event(EventType.SEED_CULLED, slot_id="r0c2", epoch=5, data={"reason": "probation_timeout", "auto": True}),
+              Event(EventType.SEED_CULLED, slot_id="r0c0", epoch=7, data={"reason": "", "auto": False}),
+              Event(EventType.SEED_CULLED, slot_id="r0c1", epoch=9, data={"reason": "governor_rollback"})]
+    got = culls(events)
+    assert got == ("r0c2@5: probation_timeout", "r0c0@7: controller", "r0c1@9: governor_rollback")
+    episode = Episode("oracle", 1, (50.0,) * 3, 0.0, 1, 0, got, (), 0.0, 0.0)
+    assert episode.culled == 3 and episode.to_dict()["culls"] == list(got) and episode.to_dict()["culled"] == 3
 
 
 def test_a_task_mix_tunes_best_fixed_on_two_seeds_per_task_by_default():

@@ -43,7 +43,7 @@ def test_matched_steps_by_hand():
     # host 100 FLOPs a sample, a fossil of 50; batches of 4; the grown run spent 3·4·(100·90 + 150·30) FLOPs
     grown = 3 * 4 * (100 * 90 + 150 * 30)
     units = {"host": 100.0, "r0c0=conv_light": 50.0, "train_steps": 120.0, "train_samples": 480.0}
-    e = Episode("oracle", 1, (50.0,), 0.0, 1, 1, 0, ("r0c0=conv_light",), 0.0, 0.0,
+    e = Episode("oracle", 1, (50.0,), 0.0, 1, 1, (), ("r0c0=conv_light",), 0.0, 0.0,
                 {"training_flops": float(grown)}, units)
     steps, ratio = matched_steps(e)
     assert steps == 90 and ratio == pytest.approx(3 * 4 * 150 * 90 / grown)  # 13500/13500 = 1 exactly
