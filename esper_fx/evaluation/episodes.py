@@ -79,7 +79,8 @@ class Episode:
     def to_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "seed": self.seed, "accuracy": self.accuracy, "val_accs": list(self.val_accs),
                 "params_added": self.params_added, "germinated": self.germinated, "fossilized": self.fossilized,
-                "culled": self.culled, "culls": list(self.culls), "fossils": list(self.fossils), "wall_s": self.wall_s, "params": self.params,
+                "culled": self.culled, "culls": list(self.culls), "fossils": list(self.fossils),
+                "wall_s": self.wall_s, "params": self.params,
                 "training_flops": self.training_flops, "flops": dict(self.flops),
                 "compute_units": dict(self.compute_units), "task": self.task,
                 "germinations": list(self.germinations)}

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -182,14 +183,14 @@ def test_the_kept_scalars_load_before_a_writer_opened_in_the_same_second_by_the_
             seeds_fossilized=0, contributing_fossilized=0, seeds_culled=0, rollbacks=0, ppo={}, wall_time_s=n,
         )
 
-    monkeypatch.setattr(event_file_writer.time, "time", lambda: 1_800_000_000.0)
+    monkeypatch.setattr(event_file_writer, "time", SimpleNamespace(time=lambda: 1_800_000_000.0))  # one second
     first = Board(tmp_path, {})
     for n in range(3):
         first.add_batch(batch(n))
     first.close()
     second = Board(tmp_path, {})
     second.truncate(2)
-    monkeypatch.setattr(event_file_writer.socket, "gethostname", lambda: "0")
+    monkeypatch.setattr(event_file_writer, "socket", SimpleNamespace(gethostname=lambda: "0"))
     second.add_batch(batch(2))
     second.close()
     assert [step for step, _ in board_events(tmp_path, "timing/batch_s")] == [0, 1, 2]
