@@ -186,6 +186,7 @@ SAMPLES = {
     "slots": (["r0c2", "r0c0"], ["r0c2", "r0c0"]),
     "lifecycle": (["reference"], "reference"),
     "max_seeds": (["2"], 2),
+    "fossil_release": ([], True),
     "min_cull_age": (["4"], 4),
     "one_seed_at_a_time": ([], False),
     "germination_deadline": ([], False),
