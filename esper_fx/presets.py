@@ -59,7 +59,7 @@ FASHION_MNIST = {
 # times the quickstart's episodes in batches of 12 envs, with the entropy bonus annealed from 0.05 to 0.005
 # over all of them (row D of the ablation there; 25 minutes of training). Its entropy is unweighted: the
 # quickstart's blueprint weight was tried on it and not kept (LEARNING §10). The quickstart's lifecycle and
-# rate (proportional, `wsd`): the cell §9's grid chose for the mix on its tuning seeds; its controller
+# rate (proportional, `wsd`): the cell LEARNING §9's grid chose for the mix on its tuning seeds; its controller
 # results in LEARNING §8 and §10 were measured under the reference clock with a constant rate.
 MIXED = {
     **QUICKSTART, **_UNWEIGHTED, "task_mix": ("shapes16", "shapes16_spatial", "shapes16_narrow"), "n_episodes": 576,
