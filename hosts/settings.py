@@ -33,7 +33,7 @@ class PoolSettings:
     enabled_slots: tuple[str, ...]  # the slots that may hold a seed
     menu: tuple[str, ...]  # the blueprint menu: blueprint-head index -> blueprint name
     max_seeds: int | None  # GERMINATE is masked once an env has this many seeds; None: no limit
-    lifecycle: LifecycleTimings  # the seed lifecycle's clock, its stage durations for this run and task
+    lifecycle_timings: LifecycleTimings  # the seed lifecycle's clock: its stage durations for this run and task
     cull_age: int  # CULL is masked for seeds younger than this (epochs)
     one_seed_at_a_time: bool  # GERMINATE is masked while a seed is developing
     germination_deadline: bool  # GERMINATE is masked once its seed could not be fossilized before T

@@ -121,7 +121,7 @@ class EnvPool:
                      for d in dict.fromkeys(settings.env_devices)}
         self.data: PoolData = build_pool_data(settings, self.task, data)
         # the seed clock every slot of every episode runs on (the tasks of a mix share the lifecycle horizon)
-        self.clock = SeedClock.for_run(settings.lifecycle, self.episode_steps)
+        self.clock = SeedClock.for_run(settings.lifecycle_timings, self.episode_steps)
         self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, settings.max_epochs, settings.max_seeds,
                                    settings.use_telemetry, settings.cull_age, settings.one_seed_at_a_time,
                                    self.clock.timings, settings.germination_deadline, settings.observe_log_params,

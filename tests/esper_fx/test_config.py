@@ -323,7 +323,7 @@ def test_fossil_release_overrides_only_the_clocks_release_and_reaches_the_pool()
     assert proportional.fossil_release is None and proportional.lifecycle_timings.release_on_fossilize
     held = proportional.replace(fossil_release=False)
     assert held.lifecycle_timings == proportional.lifecycle_timings._replace(release_on_fossilize=False)
-    assert pool_settings(held).lifecycle == held.lifecycle_timings
+    assert pool_settings(held).lifecycle_timings == held.lifecycle_timings
     assert proportional.replace(lifecycle="reference", fossil_release=True).lifecycle_timings.release_on_fossilize
     assert not proportional.replace(lifecycle="reference").lifecycle_timings.release_on_fossilize
 
