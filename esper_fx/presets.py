@@ -55,7 +55,8 @@ FASHION_MNIST = {
 
 # mixed: the quickstart over a task mix (docs/LEARNING.md §8): each episode draws one of three hosts on
 # shapes16's images, one that cannot see space (the quickstart's), one that can, and a narrow one; the
-# controller tells them apart by the host's parameter count it observes (LEARNING §10's control). Six
+# observation carries the host's parameter count (under the former cell the controller grew by host reading
+# it, LEARNING §10; in this one it grows the blind host's schedule everywhere, LEARNING §9). Six
 # times the quickstart's episodes in batches of 12 envs, with the entropy bonus annealed from 0.05 to 0.005
 # over all of them (row D of the ablation there; 25 minutes of training). Its entropy is unweighted: the
 # quickstart's blueprint weight was tried on it and not kept (LEARNING §10). The quickstart's lifecycle and
