@@ -55,13 +55,13 @@ FASHION_MNIST = {
 
 # mixed: the quickstart over a task mix (docs/LEARNING.md §8): each episode draws one of three hosts on
 # shapes16's images, one that cannot see space (the quickstart's), one that can, and a narrow one; the
-# observation carries the host's parameter count (under the former cell the controller grew by host reading
-# it, LEARNING §10; in this one it grows the blind host's schedule everywhere, LEARNING §9). Six
-# times the quickstart's episodes in batches of 12 envs, with the entropy bonus annealed from 0.05 to 0.005
-# over all of them (row D of the ablation there; 25 minutes of training). Its entropy is unweighted: the
-# quickstart's blueprint weight was tried on it and not kept (LEARNING §10). The quickstart's lifecycle and
-# rate (proportional, `wsd`): the cell LEARNING §9's grid chose for the mix on its tuning seeds; its controller
-# results in LEARNING §8 and §10 were measured under the reference clock with a constant rate.
+# observation carries the host's parameter count. Six times the quickstart's episodes in batches of 12 envs,
+# with the entropy bonus annealed from 0.05 to 0.005 over all of them (row D of the ablation there; 25 minutes
+# of training). Its entropy is unweighted: the quickstart's blueprint weight was tried on it and not kept
+# (LEARNING §10). The quickstart's lifecycle and rate (proportional, `wsd`): the cell LEARNING §9's grid chose
+# for the mix on its tuning seeds. In it the controller grows the blind host's schedule everywhere (LEARNING
+# §9); §8's and §10's results, a controller growing by host, were measured under the reference clock with a
+# constant rate.
 MIXED = {
     **QUICKSTART, **_UNWEIGHTED, "task_mix": ("shapes16", "shapes16_spatial", "shapes16_narrow"), "n_episodes": 576,
     "n_envs": 12, "entropy_coef_start": 0.05, "entropy_coef_end": 0.005, "entropy_anneal_episodes": 576,
