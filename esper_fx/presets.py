@@ -59,9 +59,9 @@ FASHION_MNIST = {
 # with the entropy bonus annealed from 0.05 to 0.005 over all of them (row D of the ablation there; 25 minutes
 # of training). Its entropy is unweighted: the quickstart's blueprint weight was tried on it and not kept
 # (LEARNING §10). The quickstart's lifecycle and rate (proportional, `wsd`): the cell LEARNING §9's grid chose
-# for the mix on its tuning seeds. In it the controller grows the blind host's schedule everywhere (LEARNING
-# §9); §8's and §10's results, a controller growing by host, were measured under the reference clock with a
-# constant rate.
+# for the mix on its tuning seeds. In it the controller grows the blind host's schedule everywhere
+# (LEARNING §9); LEARNING §8's and LEARNING §10's results, a controller growing by host, were measured under
+# the reference clock with a constant rate.
 MIXED = {
     **QUICKSTART, **_UNWEIGHTED, "task_mix": ("shapes16", "shapes16_spatial", "shapes16_narrow"), "n_episodes": 576,
     "n_envs": 12, "entropy_coef_start": 0.05, "entropy_coef_end": 0.005, "entropy_anneal_episodes": 576,
