@@ -108,6 +108,9 @@ RETIRED_TELEMETRY_LEVELS: Mapping[str, str] = {
 }
 
 
+# A host-initialised seed's optimiser state at germination (`seed_optimizer_state`).
+SEED_OPTIMIZER_STATES: tuple[str, ...] = ("reset", "carry")
+
 # env_workers' default: the number of Ray env workers is decided when the run starts (distributed.auto)
 AUTO = "auto"
 
@@ -153,8 +156,10 @@ class TrainingConfig:
     slots: tuple[str, ...] = option(("r0c1",), "enabled slots, e.g. `r0c0 r0c1`", metavar="SLOT")
     max_seeds: int | None = option(None, "at most this many seeds germinated per episode (default: no limit)")
     lifecycle: str = option("reference", "the seed lifecycle's clock: `reference` (the reference's stage durations, "
-                            "in epochs) or `proportional` (its proportions in 150-epoch episodes, scaled to "
-                            "`max_epochs`; the blend ramps per training step at the chosen tempo; BEHAVIOUR §2.14)",
+                            "in epochs), `proportional` (its proportions in 150-epoch episodes, scaled to "
+                            "`max_epochs`; the blend ramps per training step at the chosen tempo) or `immediate` "
+                            "(no isolated phase: a seed trains with the host from its first step and ramps in over "
+                            "at most 5% of the episode; for the host-initialised blueprints; BEHAVIOUR §2.14)",
                             metavar="NAME")
     fossil_release: bool | None = option(None, "an ablation of the clock's third change: does a fossil release "
                                          "the host upstream of it (its input no longer detached)? Default: the "
@@ -175,6 +180,13 @@ class TrainingConfig:
     lr_warmup_fraction: float = option(0.0, "wsd: the first fraction of the steps warms the rate up from lr₀/W")
     lr_decay_fraction: float = option(0.2, "wsd: the last fraction of the steps decays the rate linearly to zero")
     seed_lr_rewarm_steps: int = option(0, "a seed's rate warms up over its first N training steps (0: at once)")
+    seed_lr_scale: float = option(1.0, "a seed's own SGD rate: the task's seed rate times this (the host keeps "
+                                  "its own; both follow `lr_schedule`)")
+    seed_optimizer_state: str = option("reset", "a host-initialised seed's optimiser state at germination: `reset` "
+                                       "(fresh momentum) or `carry` (the momentum of the host weights it was copied "
+                                       "from)", metavar="NAME")
+    host_width: float = option(1.0, "the CNN host's channel widths times this (at least 1 channel each): a host "
+                               "that starts small; 1 is the task's own host", metavar="X")
     train_steps_budget: int | None = option(None, "at most this many training steps per episode, spread evenly "
                                             "over its epochs (static_matched's compute budget; default: every "
                                             "epoch's steps)")
@@ -367,6 +379,17 @@ class TrainingConfig:
         self._set("seed_lr_rewarm_steps", check.int_between("seed_lr_rewarm_steps", self.seed_lr_rewarm_steps, 0,
                                                             2**31 - 1))
         self._set("train_steps_budget", check.optional_at_least("train_steps_budget", self.train_steps_budget, 1))
+        for name in ("seed_lr_scale", "host_width"):
+            value = check.number(name, getattr(self, name))
+            if not 0.0 < value <= 64.0:
+                raise ValueError(f"{name} must be in (0, 64] (got {value})")
+            self._set(name, value)
+        if self.seed_optimizer_state not in SEED_OPTIMIZER_STATES:
+            raise ValueError(f"seed_optimizer_state must be one of {list(SEED_OPTIMIZER_STATES)} "
+                             f"(got {self.seed_optimizer_state!r})")
+        if self.host_width != 1.0 and self.topology != "cnn":
+            raise ValueError(f"host_width scales a CNN host's channels; task {self.task.value!r} has a "
+                             f"{self.topology} host (leave host_width at 1)")
         for name in ("batch_size_per_env", "val_samples", "val_batch_size", "num_workers"):
             self._set(name, check.optional_at_least(name, getattr(self, name), 1 if name != "num_workers" else 0))
         self._set("max_train_batches", check.optional_at_least("max_train_batches", self.max_train_batches, 0))

@@ -48,6 +48,9 @@ class PoolSettings:
     lr_warmup_fraction: float  # wsd: the first fraction of the steps warms the rate up
     lr_decay_fraction: float  # wsd: the last fraction of the steps decays the rate linearly to zero
     seed_lr_rewarm_steps: int  # a seed's rate warms up over its first N training steps (0: at once)
+    seed_lr_scale: float  # a seed's SGD rate: the task's seed rate times this
+    carry_seed_state: bool  # a host-initialised seed starts with the momentum of the host weights it copies
+    host_width: float  # the CNN host's channel widths times this
     train_steps_budget: int | None  # at most this many training steps per episode, spread over its epochs
     # the data
     data_path: str  # "device" (the data on every env device) or "loader" (DataLoader workers)

@@ -45,9 +45,10 @@ class TaskSpec:
             raise AttributeError(name)
         return getattr(self.facts, name)
 
-    def build_host(self) -> nn.Module:
-        """A freshly initialised host (uses the global torch RNG, which the loop seeds per env)."""
-        return self.host_factory()
+    def build_host(self, width: float = 1.0) -> nn.Module:
+        """A freshly initialised host (uses the global torch RNG, which the loop seeds per env); `width`
+        multiplies a CNN host's channels (the run's `host_width`)."""
+        return self.host_factory() if width == 1.0 else self.host_factory(width=width)
 
     @property
     def output_size(self) -> int:
@@ -68,6 +69,7 @@ HOST_FACTORIES: dict[str, Callable[[], nn.Module]] = {
     "cifar10": CNNHost.cifar10, "cifar10_deep": CNNHost.cifar10_deep, "shapes10": CNNHost.cifar10,
     "shapes16": CNNHost.pointwise, "tinystories": _tinystories_host, "pytext": TransformerHost.pytext,
     "fashion_mnist": CNNHost.fashion, "shapes16_spatial": CNNHost.spatial, "shapes16_narrow": CNNHost.narrow,
+    "fashion_growth": CNNHost.growth,
 }
 
 

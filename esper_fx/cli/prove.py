@@ -20,6 +20,11 @@ verdict. Output: the table on the console (with parameters and training GFLOPs p
 (every per-seed number, training FLOPs included, and the controls' search table and FLOP ratios),
 `<out>/prove.png` and `<out>/prove_compute.png` (accuracy against training compute, every arm).
 
+`--static-budgets 0.4 0.6 0.8` adds `static_final@0.4`, … (static_final's network on that fraction of its own
+training steps, decayed over them) and, for every grown arm, the compute it saved at equal accuracy against
+that curve, with a bootstrap interval over the evaluation seeds (`esper_fx.evaluation.iso_accuracy`; table,
+`prove.json`'s `iso_accuracy_saving`, the dashed curve in `prove_compute.png`).
+
 `--train-seeds S1 S2 …` trains one controller per seed (`<out>/train/ppo-seed<S>`, each resumable with
 `python -m esper_fx.train --resume`), runs each as `ppo[seed=S]` (and `static_final[seed=S]`, …) on the same
 evaluation seeds, the other arms once, and adds the aggregate across training seeds
@@ -98,6 +103,10 @@ def build_parser() -> CommandParser:
     p.add_argument("--train-seeds", type=int, nargs="+", metavar="S",
                    help="train one controller per seed (instead of --seed), each on its own run directory, and "
                         "report each seed's rows and the aggregate across them")
+    p.add_argument("--static-budgets", type=float, nargs="+", metavar="F", default=None,
+                   help="also train static_final on these fractions of its own budget (e.g. 0.4 0.6 0.8), each "
+                        "decayed over its own steps, and report every grown arm's compute saved at equal accuracy "
+                        "against that curve (needs static_final in --arms)")
     add_set_option(p)
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/prove-<preset>-<UTC time>)")
     p.add_argument("--json", metavar="PATH", help="JSON results (default <out>/prove.json)")
@@ -302,15 +311,20 @@ def check_outputs(out: Path, json_path: Path | None) -> None:
         raise ProveError(f"--json {json_path}: not writable")
 
 
-def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict[str, Any]:
+def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any,
+              static_budgets: Sequence[float] | None = None) -> dict[str, Any]:
     """Arm name -> a `compare` arm. Learned arms share one trained policy (trained once). Every arm is
-    checked against the configuration here (e.g. the oracle's schedule against the enabled slots)."""
+    checked against the configuration here (e.g. the oracle's schedule against the enabled slots).
+    `static_budgets`: `static_final` on those fractions of its budget, right after it (`arms.budget_arms`)."""
     from esper_fx.controller_names import NAMES
-    from esper_fx.evaluation.arms import STATIC_FINAL, Trained, TrainedSeeds
+    from esper_fx.evaluation.arms import STATIC_FINAL, Trained, TrainedSeeds, budget_arms
     from esper_fx.evaluation.fair_controls import BEST_FIXED, STATIC_MATCHED
 
     if len(set(names)) != len(names):
         raise ProveError(f"--arms lists an arm twice: {list(names)}")
+    if static_budgets and STATIC_FINAL not in names:
+        raise ProveError("--static-budgets trains static_final on fractions of its budget: list static_final in "
+                         "--arms (it is the full budget)")
     arms: dict[str, Any] = {}
     for name in names:
         if name in LEARNED_ARMS:
@@ -326,6 +340,11 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any) -> dict
                     raise ProveError(f"--arms: {name} rebuilds the architecture {source!r} ended with; list "
                                      f"{source!r} before it")
             arms[name] = name
+            if name == STATIC_FINAL and static_budgets:
+                try:
+                    arms.update(budget_arms(static_budgets))
+                except ValueError as exc:
+                    raise ProveError(f"--static-budgets: {exc}") from None
         else:
             try:
                 NAMES.canonical(name)
@@ -374,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             args = build_parser().parse_args(argv)
             config, policy, seeds, train_seeds = resolve(args)
-            arms = arm_table(args.arms, config, policy)
+            arms = arm_table(args.arms, config, policy, args.static_budgets)
             runs = arm_runs(arms, config, train_seeds)
             out = out_dir(args)
             json_path = Path(os.path.abspath(args.json)) if args.json else None

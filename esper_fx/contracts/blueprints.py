@@ -6,10 +6,11 @@ from typing import Mapping
 
 TOPOLOGIES: tuple[str, ...] = ("cnn", "transformer")
 
-# Every registered blueprint per topology (BEHAVIOUR §4.3, §4.4). hosts.seeds.blueprints registers exactly these.
+# Every registered blueprint per topology (BEHAVIOUR §4.3–§4.5). hosts.seeds.blueprints registers exactly these.
 BLUEPRINT_NAMES: Mapping[str, tuple[str, ...]] = {
     "cnn": (
         "noop", "norm", "attention", "depthwise", "bottleneck", "conv_small", "conv_light", "conv_heavy",
+        "copy_block", "widen",
     ),
     "transformer": (
         "noop", "norm", "lora", "lora_large", "attention", "flex_attention", "mlp_small", "mlp",

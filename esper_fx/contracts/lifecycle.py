@@ -23,8 +23,14 @@ GOVERNOR_DEATH_PENALTY = 10.0  # reward units: a governor panic (the `panic` sig
 # its seed (the reference keeps a CNN seed's input detached for ever, so the host upstream of a fossil
 # never learns again, while a static copy's planted seed trains with it). At T = 150 its durations are the
 # reference's there.
+# `immediate` (for seeds that preserve the network's function when germinated, BEHAVIOUR §2.14): no isolated
+# phase. A seed enters BLENDING at its first training step, trains with the host from then on (neither its
+# input nor its output detached), ramps in over at most IMMEDIATE_RAMP of the episode's training steps (the
+# tempo picks the share), and may be fossilized two decisions after its germination; probation as in
+# `proportional`.
 
-LIFECYCLES: tuple[str, ...] = ("reference", "proportional")
+LIFECYCLES: tuple[str, ...] = ("reference", "proportional", "immediate")
+IMMEDIATE_RAMP: tuple[float, ...] = (0.01, 0.025, 0.05)  # the immediate ramp per tempo, a share of the episode
 TEMPO_BLEND_EPOCHS: tuple[int, ...] = (3, 5, 8)  # the reference's blend per tempo, in epochs
 PROPORTIONAL_EPISODE = 150  # the reference's episode length the proportional lifecycle scales from
 PROPORTIONAL_DWELL = 10  # epochs in TRAINING there
@@ -48,6 +54,7 @@ class LifecycleTimings(NamedTuple):
     baseline_at_germination: bool  # G2's improvement counts from the accuracy at germination
     tempos: tuple[int, ...]  # the tempos a controller may choose (the reference: standard only)
     release_on_fossilize: bool  # a fossil's input stops being detached: the host upstream co-adapts through it
+    isolated: bool = True  # a seed first trains unseen (TRAINING, input detached); False: `immediate`
 
     def blend_epochs(self, tempo: int = DEFAULT_TEMPO) -> int:
         """Whole epochs a blend of `tempo` spans."""
@@ -56,7 +63,7 @@ class LifecycleTimings(NamedTuple):
     def earliest_fossilize_age(self, tempo: int = DEFAULT_TEMPO) -> int:
         """Epochs from a germination to the first decision that can fossilize its seed if every gate passes
         at once: TRAINING, BLENDING, then the next decision (9 for the reference at the standard tempo)."""
-        training = max(self.dwell, self.min_stage)
+        training = max(self.dwell, self.min_stage) if self.isolated else 0
         return training + max(self.blend_epochs(tempo), self.min_stage) + 1
 
     def blend_ticks(self, tempo: int, episode_steps: int) -> int:
@@ -108,6 +115,12 @@ def lifecycle_timings(lifecycle: str, max_epochs: int, horizon: int | None) -> L
 
     def epochs(n: int, floor: int = 1) -> int:
         return max(floor, _round_half_up(n * scale))
+
+    if lifecycle == "immediate":
+        return LifecycleTimings(
+            "immediate", int(max_epochs), 0, 1, tuple(share * int(max_epochs) for share in IMMEDIATE_RAMP), True,
+            epochs(PROPORTIONAL_PROBATION, PROPORTIONAL_MIN_PROBATION_TIMEOUT), epochs(MIN_PROBATION_EPOCHS), True,
+            tuple(range(NUM_TEMPOS)), True, isolated=False)
 
     return LifecycleTimings(
         "proportional", int(max_epochs), epochs(PROPORTIONAL_DWELL), epochs(REFERENCE_MIN_STAGE_EPOCHS),

@@ -52,6 +52,10 @@ TASKS: Mapping[str, TaskFacts] = {
     # fashion_mnist: the real Fashion-MNIST files and a small 3x3 host (1 grey channel) at SGD 0.02, whose
     # 12-epoch accuracy is steadier than at 0.05 (`python -m hosts.data.difficulty fashion_mnist`)
     "fashion_mnist": TaskFacts(batch_size=128, host_lr=0.02, seed_lr=0.02, **_CNN_TASK),
+    # fashion_growth: Fashion-MNIST's files and a host built to be grown (three 3x3 blocks of 16 channels, each
+    # after the first mapping its width to itself, so a host-initialised seed copies one; docs/LEARNING.md §11),
+    # at SGD 0.05 for episodes of thousands of steps
+    "fashion_growth": TaskFacts(batch_size=128, host_lr=0.05, seed_lr=0.05, data="fashion_mnist", **_CNN_TASK),
     # host variants on shapes16's images, for a task mix (TrainingConfig.task_mix; docs/LEARNING.md): a host
     # that sees space (3x3 blocks of 16), and a narrow one (3x3 blocks of 4 channels)
     "shapes16_spatial": TaskFacts(batch_size=128, host_lr=0.05, seed_lr=0.05, data="shapes16", **_CNN_TASK),

@@ -13,8 +13,8 @@ from esper_fx.config import TrainingConfig
 from esper_fx.evaluation.arms import (STATIC_FINAL, build_arm, fossils_of, is_control, is_static_final, per_seed_arms,
                                       source_named, static_source)
 from esper_fx.evaluation.fair_controls import (BEST_FIXED, DEFAULT_TUNING_SEEDS, STATIC_MATCHED, best_by_task,
-                                               fixed_for, flop_ratios, matched_overrides, schedule_arm, schedule_name,
-                                               search_best_fixed, search_episodes)
+                                               budget_overrides, fixed_for, flop_ratios, matched_overrides,
+                                               schedule_arm, schedule_name, search_best_fixed, search_episodes)
 
 
 def warn(line: str) -> None:
@@ -97,7 +97,10 @@ def run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_trainin
     for name, arm in arms.items():
         if is_static_final(arm):
             source = static_source(static_final_of, learned, arms, name)
-            built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=fossils_of(finished[source]))
+            budget = arm.get("budget") if isinstance(arm, Mapping) else None
+            per_seed = (fossils_of(finished[source]) if budget is None
+                        else budget_overrides(finished[source], budget, config.lr_schedule))
+            built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=per_seed)
         elif is_control(arm, STATIC_MATCHED):
             source = static_source(static_final_of, learned, arms, name, STATIC_MATCHED)
             built[name] = ev.Arm.build(name, config, STATIC_FINAL,

@@ -51,6 +51,14 @@ def source_named(arm: Any) -> str | None:
     return arm.get("of") if isinstance(arm, Mapping) else None
 
 
+def budget_arms(fractions: Sequence[float]) -> dict[str, dict[str, Any]]:
+    """`static_final` on each fraction of its own budget (`iso_accuracy.budget_arm` names them); listed after
+    `static_final`, they rebuild its source's network (`fair_controls.budget_overrides`)."""
+    from esper_fx.evaluation.iso_accuracy import budget_arm, check_budgets
+
+    return {budget_arm(f): {"controller": STATIC_FINAL, "budget": f} for f in check_budgets(fractions)}
+
+
 def fossils_of(source: list[Any]) -> Callable[[int], dict[str, Any]]:
     by_seed = {e.seed: tuple(e.fossils) for e in source}
     return lambda seed: {"static_seeds": by_seed[seed]}

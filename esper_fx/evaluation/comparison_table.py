@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from esper_fx.evaluation import across_seeds, stats
+from esper_fx.evaluation import across_seeds, iso_accuracy, stats
 
 
 @dataclass
@@ -27,6 +27,7 @@ class ComparisonTable:
     by_task: dict[str, dict[str, Any]] = field(default_factory=dict)  # a task mix: per task, its rows and pairs
     arms_by_train_seed: dict[str, dict[int, str]] = field(default_factory=dict)  # arm -> {training seed: row}
     aggregate: list[dict[str, Any]] = field(default_factory=list)  # across training seeds (across_seeds)
+    savings: list[dict[str, Any]] = field(default_factory=list)  # iso-accuracy savings against a static curve
 
     @property
     def train_seeds(self) -> list[int]:
@@ -69,6 +70,10 @@ class ComparisonTable:
                       for p in part["pairs"]]
         if self.train_seeds:
             lines += ["", *across_seeds.text(self.aggregate, self.train_seeds)]
+        if self.savings:
+            lines += ["", "compute saved at equal accuracy (against static_final trained on fractions of its budget; "
+                          "95% interval over resampled seeds):"]
+            lines += [iso_accuracy.line(entry) for entry in self.savings]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -101,6 +106,8 @@ class ComparisonTable:
         out = {"seeds": self.seeds, "partial": self.partial, "rows": self.rows, "pairs": pairs,
                "controls": self.controls, "by_task": by_task,
                "episodes": {arm: [e.to_dict() for e in eps] for arm, eps in self.episodes.items()}}
+        if self.savings:  # a static curve (`--static-budgets`): every grown arm's saving against it
+            out["iso_accuracy_saving"] = [_json_pair(entry) for entry in self.savings]
         if self.train_seeds:  # several training seeds: which row is whose, and the aggregate
             out.update(train_seeds=self.train_seeds,
                        arms_by_train_seed={arm: {str(t): name for t, name in by_seed.items()}
@@ -172,10 +179,19 @@ def table_of(episodes: Mapping[str, list[Any]], trained: dict[str, Any], learned
     episodes = {name: list(eps) for name, eps in episodes.items() if eps}
     rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
     learned_arm = learned[0] if learned else None
+    saved = iso_accuracy.savings(episodes, grown_arms(episodes, baseline))
     if layout is not None:
-        return _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, partial, controls, layout)
+        table = _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, partial, controls, layout)
+        table.savings = saved
+        return table
     return ComparisonTable(rows, paired(episodes, baseline, learned_arm), episodes, trained, seeds, partial,
-                           dict(controls or {}), by_task(episodes, baseline, learned_arm))
+                           dict(controls or {}), by_task(episodes, baseline, learned_arm), savings=saved)
+
+
+def grown_arms(episodes: Mapping[str, Any], baseline: str | None) -> list[str]:
+    """The arms whose network may grow: all but the baseline and the static controls."""
+    return [name for name in episodes if name != baseline
+            and not name.startswith((iso_accuracy.STATIC_FINAL, "static_matched"))]
 
 
 def _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, partial, controls,

@@ -78,6 +78,23 @@ def matched_overrides(source: Sequence[Any], grown_schedule: str = "constant") -
     return lambda seed: dict(by_seed[seed])
 
 
+def budget_overrides(source: Sequence[Any], fraction: float, grown_schedule: str = "constant"
+                     ) -> Callable[[int], dict[str, Any]]:
+    """Per evaluation seed, the config changes of `static_final@fraction` (LEARNING §3): the source's final
+    architecture trained on `fraction` of the steps its episode took, spread over the same epochs, its rate
+    decayed over those steps as `static_matched`'s is (`matched_schedule`). With `static_final` (the whole
+    budget) these episodes draw the static network's accuracy against its training compute
+    (`esper_fx.evaluation.iso_accuracy`)."""
+    by_seed = {}
+    for e in source:
+        steps = e.compute_units.get("train_steps") if e.compute_units else None
+        if not steps:
+            raise ValueError(f"static_final@{fraction:g}: the {e.arm} episode on seed {e.seed} has no step count")
+        by_seed[e.seed] = {"static_seeds": tuple(e.fossils), "train_steps_budget": max(1, round(fraction * steps)),
+                           "lr_schedule": matched_schedule(grown_schedule), "lr_schedule_steps": None}
+    return lambda seed: dict(by_seed[seed])
+
+
 def flop_ratios(matched: Sequence[Any], source: Sequence[Any]) -> dict[int, float]:
     """Per seed, the measured training FLOPs of static_matched over those of the grown run."""
     grown = {e.seed: e.training_flops for e in source}

@@ -32,6 +32,8 @@ def pool_settings(config: TrainingConfig) -> PoolSettings:
         lr_schedule=config.lr_schedule,
         lr_schedule_steps=config.lr_schedule_steps, lr_warmup_fraction=config.lr_warmup_fraction,
         lr_decay_fraction=config.lr_decay_fraction, seed_lr_rewarm_steps=config.seed_lr_rewarm_steps,
+        seed_lr_scale=config.seed_lr_scale, carry_seed_state=config.seed_optimizer_state == "carry",
+        host_width=config.host_width,
         train_steps_budget=config.train_steps_budget, data_path=config.data_path.value, data_root=config.data_root,
         data_seed=config.data_seed, synthetic_train_samples=config.synthetic_train_samples,
         synthetic_test_samples=config.synthetic_test_samples, data_split=config.data_split.value,

@@ -29,7 +29,7 @@ def build_env(settings: PoolSettings, i: int, env_seed: int, *, task: TaskSpec, 
     task = mix_task(settings.task_mix, env_seed) if settings.task_mix else task
     torch.manual_seed(env_seed)
     random.seed(env_seed)
-    model = MorphogeneticModel(task.build_host(), settings.enabled_slots, task.topology, clock=clock).to(device)
+    model = MorphogeneticModel(task.build_host(settings.host_width), settings.enabled_slots, task.topology, clock=clock).to(device)
     for slot_id in settings.enabled_slots:
         model.slot(slot_id).isolate_gradients = True
     rng = EnvRng(device)
@@ -41,7 +41,8 @@ def build_env(settings: PoolSettings, i: int, env_seed: int, *, task: TaskSpec, 
     return EnvState(
         index=i, device=device, model=model, host_optimizer=host_opt,
         governor=Governor(model, random_guess_loss=task.random_guess_loss),
-        tracker=SignalTracker(), rng=rng, seed_lr=task.seed_lr,
+        tracker=SignalTracker(), rng=rng, seed_lr=task.seed_lr * settings.seed_lr_scale,
+        carry_seed_state=settings.carry_seed_state,
         scaler=torch.amp.GradScaler("cuda") if amp.use_scaler else None,
         stream=stream, task=task.name,
     )
@@ -54,4 +55,5 @@ def plant_static_seeds(model: MorphogeneticModel, rng: EnvRng, i: int, static_se
     with rng.activate():
         for entry in static_seeds:
             slot_id, _, blueprint = entry.partition("=")
-            model.slot(slot_id).plant_fossil(blueprint, f"env{i}_static_{slot_id}", host_param_count=host_params)
+            model.slot(slot_id).plant_fossil(blueprint, f"env{i}_static_{slot_id}", host_param_count=host_params,
+                                             source=model.neighbour_block(slot_id))

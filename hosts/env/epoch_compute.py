@@ -230,15 +230,18 @@ def read_back(envs: Sequence) -> list[EpochReadback]:
 
 
 def advance_germinated(env, slot_ids, epoch: int) -> None:
-    """The safety advance GERMINATED -> TRAINING at the start of every training step (BEHAVIOUR §7.3 phase 1.1)."""
+    """The safety advance GERMINATED -> TRAINING at the start of every training step (BEHAVIOUR §7.3 phase 1.1),
+    and on to BLENDING under a clock without an isolated phase (`SeedSlot.start_training`)."""
     for slot_id in slot_ids:
         slot = env.slot(slot_id)
         if slot.stage == SeedStage.GERMINATED:
-            result = slot.advance_stage(SeedStage.TRAINING)
-            if not result.passed:
-                raise RuntimeError(f"env {env.index} slot {slot_id}: G1 failed ({result.message})")
-            env.event(EventType.SEED_STAGE_CHANGED, epoch, slot_id, slot.state.seed_id, "safety advance",
-                      from_stage="GERMINATED", to_stage="TRAINING")
+            try:
+                moves = slot.start_training()
+            except RuntimeError as exc:
+                raise RuntimeError(f"env {env.index} {exc}") from None
+            for before, after in moves:
+                env.event(EventType.SEED_STAGE_CHANGED, epoch, slot_id, slot.state.seed_id, "safety advance",
+                          from_stage=before.name, to_stage=after.name)
 
 
 def _optimizers(env, slot_ids) -> list[torch.optim.Optimizer]:

@@ -181,6 +181,7 @@ class EnvState:
     tracker: SignalTracker
     rng: EnvRng
     seed_lr: float
+    carry_seed_state: bool = False  # a host-initialised seed's optimizer starts with its source's momentum
     scaler: Any = None  # torch.amp.GradScaler for fp16 AMP on CUDA, else None
     stream: Any = None  # torch.cuda.Stream on CUDA, else None
     seed_optimizers: dict[str, SeedOptimizer] = field(default_factory=dict)
@@ -223,6 +224,8 @@ class EnvState:
             params = list(self.model.seed_parameters(slot_id))
             entry = SeedOptimizer(state.seed_id, _seed_sgd(params, self.seed_lr, self.scaler is not None)
                                   if params else None)
+            if self.carry_seed_state and entry.optimizer is not None:
+                self._carry_momentum(slot, entry.optimizer)
             self.seed_optimizers[slot_id] = entry
         if not entry.gate_added and state.stage == SeedStage.BLENDING:
             gate = list(self.model.gate_parameters(slot_id))
@@ -232,6 +235,17 @@ class EnvState:
                 else:  # an extra group with the seed defaults; the seed momentum buffers are kept
                     entry.optimizer.add_param_group({"params": gate})
                 entry.gate_added = True
+
+    def _carry_momentum(self, slot, optimizer: torch.optim.SGD) -> None:
+        """`seed_optimizer_state = carry`: each copied seed weight starts with the momentum buffer of the host
+        weight it was copied from (`SeedSlot.carried_state`), the others fresh."""
+        host_state = self.host_optimizer.state
+
+        def state_of(param):
+            return host_state.get(param, {}).get("momentum_buffer")
+
+        for param, buffer in slot.carried_state(state_of).items():
+            optimizer.state[param]["momentum_buffer"] = buffer
 
     def seed_optimizers_in_order(self, slot_order) -> list[torch.optim.SGD]:
         """The existing seed optimizers in canonical slot order."""

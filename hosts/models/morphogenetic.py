@@ -84,7 +84,13 @@ class MorphogeneticModel(nn.Module):
     def germinate(self, slot: str, blueprint: str, blend: str | int = DEFAULT_BLEND, seed_id: str | None = None,
                   *, tempo: int = DEFAULT_TEMPO, accuracy: float | None = None) -> GateResult:
         return self.slot(slot).germinate(blueprint, seed_id, blend, host_param_count=self.host_param_count(),
-                                         tempo=tempo, accuracy=accuracy)
+                                         tempo=tempo, accuracy=accuracy, source=self.neighbour_block(slot))
+
+    def neighbour_block(self, slot: str) -> nn.Module | None:
+        """The host block a host-initialised seed in `slot` copies (the host's `neighbour_block`), or None for
+        a host without one (BEHAVIOUR §4.5)."""
+        find = getattr(self.host, "neighbour_block", None)
+        return None if find is None else find(slot)
 
     def cull(self, slot: str, reason: str = "") -> bool:
         return self.slot(slot).cull(reason)

@@ -2,6 +2,9 @@
 
 Every blueprint maps (B, C, H, W) (cnn) or (B, T, D) (transformer) to the same shape. Layers
 without an explicit init rule keep PyTorch defaults; the zero-init ones are exact identities at init.
+Two CNN blueprints are initialised from the host (`from_host`): `copy_block` (depth) and `widen` (width) copy
+the host block next to their slot and cancel it in pairs, so the network computes exactly what it did before
+the germination while every new weight gets a gradient at the first step (BEHAVIOUR §4.5).
 Every ReLU that follows a convolution or a GroupNorm works in place: neither reads its output in the
 backward pass, so autograd allows it and it saves one pass over the activation.
 """
@@ -141,6 +144,116 @@ def _cnn_conv_heavy(c: int) -> nn.Module:
 
 
 # ------------------------------------------------------------------------------------------
+# CNN blueprints initialised from the host (BEHAVIOUR §4.5)
+# ------------------------------------------------------------------------------------------
+
+
+class CopiedConv(nn.Sequential):
+    """Conv3x3(C, C', pad 1, no bias) -> BatchNorm2d -> ReLU: the layout of a host block, so one can be copied."""
+
+    def __init__(self, c_in: int, c_out: int) -> None:
+        super().__init__(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
+                         nn.ReLU(inplace=True))
+
+
+def _copyable(source: nn.Module | None, channels: int) -> bool:
+    """`source` is a host block (3×3 conv without bias, then a batch norm) mapping `channels` to `channels`."""
+    if source is None or len(source) < 2:
+        return False
+    conv, norm = source[0], source[1]
+    return (isinstance(conv, nn.Conv2d) and isinstance(norm, nn.BatchNorm2d) and conv.bias is None
+            and tuple(conv.kernel_size) == (3, 3) and conv.in_channels == channels == conv.out_channels)
+
+
+@torch.no_grad()
+def _copy_block(target: CopiedConv, source: nn.Module, repeat: int = 1) -> None:
+    """`target`'s conv and norm (weights and running statistics) from `source`'s, its output channels the
+    source's `repeat` times over."""
+    conv, norm = source[0], source[1]
+    target[0].weight.copy_(conv.weight.repeat(repeat, 1, 1, 1))
+    for name in ("weight", "bias", "running_mean", "running_var"):
+        getattr(target[1], name).copy_(getattr(norm, name).repeat(repeat))
+    target[1].num_batches_tracked.copy_(norm.num_batches_tracked)
+
+
+class CancellingPair(nn.Module):
+    """`copy_block` (depth): x + a(x) − b(x), where a and b start as two copies of the neighbouring host block.
+
+    At germination a(x) = b(x) exactly, so the network's function is unchanged (bit for bit). The gradients
+    into a and b are equal and opposite and not zero, so from its first step the new block moves away from
+    zero: a new layer of the host's own shape that starts where the trained host is (not at a random point)."""
+
+    def __init__(self, channels: int, source: nn.Module | None = None) -> None:
+        super().__init__()
+        self.a, self.b = CopiedConv(channels, channels), CopiedConv(channels, channels)
+        if _copyable(source, channels):
+            _copy_block(self.a, source)
+        self.b.load_state_dict(self.a.state_dict())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + (self.a(x) - self.b(x))  # the difference first: exactly 0 at germination
+
+    def copied_from(self, source: nn.Module) -> list[tuple[nn.Parameter, nn.Parameter, int]]:
+        """(seed parameter, the host parameter it was copied from, repeats) per copied parameter."""
+        pairs = []
+        for half in (self.a, self.b):
+            pairs += [(half[0].weight, source[0].weight, 1), (half[1].weight, source[1].weight, 1),
+                      (half[1].bias, source[1].bias, 1)]
+        return pairs
+
+
+class SplitWidening(nn.Module):
+    """`widen` (width): x + P(ReLU(BN(K x))), K's 2C channels the neighbouring host block's C channels twice and
+    the 1×1 projection P = [I, −I] splitting each duplicated pair into cancelling halves.
+
+    Each new channel is a duplicate of a host channel, and the two copies' outgoing weights cancel: at
+    germination the output is x exactly, yet K, the norm and P all get non-zero gradients at the first step
+    (P is trained, so the widened layer learns how to mix its channels back into the host's)."""
+
+    def __init__(self, channels: int, source: nn.Module | None = None) -> None:
+        super().__init__()
+        self.expand = CopiedConv(channels, 2 * channels)
+        self.project = nn.Conv2d(2 * channels, channels, 1, bias=False)
+        with torch.no_grad():
+            if _copyable(source, channels):
+                _copy_block(self.expand, source, repeat=2)
+            else:  # no host block to copy: a fresh conv, duplicated so that the pairs still cancel
+                half = CopiedConv(channels, channels)
+                _copy_block(self.expand, half, repeat=2)
+            eye = torch.eye(channels).reshape(channels, channels, 1, 1)
+            self.project.weight.copy_(torch.cat([eye, -eye], dim=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.project(self.expand(x))
+
+    def copied_from(self, source: nn.Module) -> list[tuple[nn.Parameter, nn.Parameter, int]]:
+        e = self.expand
+        return [(e[0].weight, source[0].weight, 2), (e[1].weight, source[1].weight, 2), (e[1].bias, source[1].bias, 2)]
+
+
+def _cnn_copy_block(c: int, source: nn.Module | None = None) -> nn.Module:
+    return CancellingPair(c, source)
+
+
+def _cnn_widen(c: int, source: nn.Module | None = None) -> nn.Module:
+    return SplitWidening(c, source)
+
+
+def carried_state(module: nn.Module, source: nn.Module | None, state_of) -> dict[nn.Parameter, torch.Tensor]:
+    """The optimiser state a host-initialised seed may carry over from the host: seed parameter -> the
+    momentum buffer of the host parameter it was copied from (repeated as its channels were), for every one
+    that `state_of(host parameter)` has. {} for any other seed, or without a source block."""
+    if source is None or not hasattr(module, "copied_from") or not _copyable(source, source[0].in_channels):
+        return {}
+    out = {}
+    for mine, theirs, repeat in module.copied_from(source):
+        buffer = state_of(theirs)
+        if buffer is not None and buffer.shape[0] * repeat == mine.shape[0]:
+            out[mine] = buffer.repeat(repeat, *([1] * (buffer.dim() - 1))).clone()
+    return out
+
+
+# ------------------------------------------------------------------------------------------
 # Transformer blueprints (BEHAVIOUR §4.4)
 # ------------------------------------------------------------------------------------------
 
@@ -234,9 +347,10 @@ class BlueprintSpec:
     param_formula: Callable[[int], int]  # exact trainable-parameter count at default kwargs
     identity_at_init: bool
     description: str
+    from_host: bool = False  # initialised from the host block next to its slot (`create(..., source=block)`)
 
-    def create(self, dim: int, **kw) -> nn.Module:
-        return self.factory(dim, **kw)
+    def create(self, dim: int, source: nn.Module | None = None, **kw) -> nn.Module:
+        return self.factory(dim, source=source, **kw) if self.from_host else self.factory(dim, **kw)
 
 
 def _bottleneck_params(c: int) -> int:
@@ -254,6 +368,10 @@ _SPECS = (
     ("cnn", "conv_small", _cnn_conv_small, 18000, lambda c: c * c + 2 * c, True, "x + ReLU(GN(conv1x1(x)))"),
     ("cnn", "conv_light", _cnn_conv_light, 37000, lambda c: 9 * c * c + 2 * c, False, "x + SeedConvBlock(x)"),
     ("cnn", "conv_heavy", _cnn_conv_heavy, 74000, lambda c: 18 * c * c + 4 * c, False, "x + 2×SeedConvBlock(x)"),
+    ("cnn", "copy_block", _cnn_copy_block, 74000, lambda c: 18 * c * c + 4 * c, True,
+     "x + a(x) − b(x), a = b = the neighbouring host block", True),
+    ("cnn", "widen", _cnn_widen, 82000, lambda c: 20 * c * c + 4 * c, True,
+     "x + [I, −I]·BN(K x), K = the neighbouring block's channels twice", True),
     # transformer
     ("transformer", "noop", _tf_noop, 0, lambda d: 0, True, "x"),
     ("transformer", "norm", _tf_norm, 800, lambda d: 2 * d + 1, False, "x + tanh(s)·(LN(x) − x)"),
@@ -267,8 +385,7 @@ _SPECS = (
 )
 
 _REGISTRY: dict[tuple[str, str], BlueprintSpec] = {
-    (topo, name): BlueprintSpec(topo, name, factory, est, formula, ident, desc)
-    for topo, name, factory, est, formula, ident, desc in _SPECS
+    (spec[0], spec[1]): BlueprintSpec(*spec) for spec in _SPECS
 }
 
 
@@ -294,9 +411,11 @@ def get(topology: str, name: str) -> BlueprintSpec:
         ) from None
 
 
-def create(topology: str, name: str, dim: int, **kw) -> nn.Module:
-    """Build blueprint `name` for a slot of width `dim` (channels C or embedding D)."""
-    return get(topology, name).create(dim, **kw)
+def create(topology: str, name: str, dim: int, source: nn.Module | None = None, **kw) -> nn.Module:
+    """Build blueprint `name` for a slot of width `dim` (channels C or embedding D); a `from_host` blueprint
+    copies `source` (the host block next to the slot; None or a block of another shape: a fresh init, still
+    cancelling), any other ignores it."""
+    return get(topology, name).create(dim, source=source, **kw)
 
 
 def param_count(topology: str, name: str, dim: int) -> int:

@@ -56,6 +56,7 @@ class SeedSlot(nn.Module):
         self.blend = DEFAULT_BLEND
         self.last_culled: SeedState | None = None  # final state of the latest cull, for logging
         self._alpha_forced = False
+        self._source: tuple[nn.Module | None] = (None,)  # the host block a host-initialised seed was copied from
         self.register_buffer("_device_anchor", torch.empty(0), persistent=False)
 
     # ---------------------------------------------------------------- the clock's durations
@@ -153,17 +154,19 @@ class SeedSlot(nn.Module):
     def germinate(
         self, blueprint_id: str, seed_id: str | None = None, blend: str | int = DEFAULT_BLEND, *,
         host_param_count: int = 0, tempo: int = DEFAULT_TEMPO, accuracy: float | None = None,
+        source: nn.Module | None = None,
     ) -> GateResult:
         """Build, shape-check and plant a seed at GERMINATED, its blend to ramp at `tempo`. Occupied slot ->
         RuntimeError. `accuracy` (the env's validation accuracy now) is G2's baseline under a clock that
-        counts from germination (BEHAVIOUR §2.14); otherwise the seed's first epoch sets it."""
+        counts from germination (BEHAVIOUR §2.14); otherwise the seed's first epoch sets it. `source`: the host
+        block a host-initialised blueprint copies (BEHAVIOUR §4.5; the others ignore it)."""
         tempo = int(tempo)
         if not 0 <= tempo < NUM_TEMPOS:
             raise ValueError(f"slot {self.slot_id}: tempo index {tempo} is outside [0, {NUM_TEMPOS})")
         self.blend = blend_name(blend)
         if self.is_active and self.state.stage not in FAILURE_STAGES:
             raise RuntimeError(f"slot {self.slot_id} already holds seed {self.state.seed_id!r}")
-        module = self._place(blueprints.create(self.topology, blueprint_id, self.channels))
+        module = self._place(blueprints.create(self.topology, blueprint_id, self.channels, source=source))
         self._probe_shape(module, blueprint_id)
         state = SeedState(seed_id=f"{self.slot_id}-{blueprint_id}" if seed_id is None else seed_id,
                           blueprint_id=blueprint_id, slot_id=self.slot_id)
@@ -178,16 +181,25 @@ class SeedSlot(nn.Module):
         state.transition(SeedStage.GERMINATED)
         module.train(self.training)
         self.seed, self.state, self.alpha_schedule = module, state, None
+        self._source = (source if blueprints.get(self.topology, blueprint_id).from_host else None,)
         return result
 
-    def plant_fossil(self, blueprint_id: str, seed_id: str | None = None, *, host_param_count: int = 0) -> None:
+    def carried_state(self, state_of) -> dict[nn.Parameter, torch.Tensor]:
+        """Seed parameter -> the optimiser state (momentum buffer) of the host parameter it was copied from,
+        where `state_of(host parameter)` has one (`blueprints.carried_state`); {} for a seed not copied."""
+        if self.seed is None:
+            return {}
+        return blueprints.carried_state(self.seed, self._source[0], state_of)
+
+    def plant_fossil(self, blueprint_id: str, seed_id: str | None = None, *, host_param_count: int = 0,
+                     source: nn.Module | None = None) -> None:
         """A seed built already FOSSILIZED at α = 1, for a static architecture (the `static_final` control).
 
         It goes through germinate (build, shape check, G0) and then the legal chain of stages without their
         gates, timing or blending, so from the first training step it is a permanent, trained-with-the-host
         part of the network, exactly like a fossil grown in an episode.
         """
-        self.germinate(blueprint_id, seed_id, host_param_count=host_param_count)
+        self.germinate(blueprint_id, seed_id, host_param_count=host_param_count, source=source)
         for stage in (SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY, SeedStage.FOSSILIZED):
             self.state.transition(stage)
         self.isolate_gradients = False
@@ -227,11 +239,30 @@ class SeedSlot(nn.Module):
     def _is_legal(self, target: SeedStage) -> bool:
         return is_valid_transition(self.state.stage, target)
 
+    def start_training(self) -> list[tuple[SeedStage, SeedStage]]:
+        """A GERMINATED seed's first training step: GERMINATED -> TRAINING through G1, and under a clock
+        without an isolated phase (`immediate`, BEHAVIOUR §2.14) straight on to BLENDING, without G2 (there is
+        nothing for it to measure yet). Returns the transitions made; G1 failing raises RuntimeError."""
+        result = self.advance_stage(SeedStage.TRAINING)
+        if not result.passed:
+            raise RuntimeError(f"slot {self.slot_id}: G1 failed ({result.message})")
+        moves = [(SeedStage.GERMINATED, SeedStage.TRAINING)]
+        if not self.clock.timings.isolated:
+            self._blend_at_once()
+            moves.append((SeedStage.TRAINING, SeedStage.BLENDING))
+        return moves
+
+    def _blend_at_once(self) -> None:
+        """TRAINING -> BLENDING without G2, under a clock without an isolated phase."""
+        self.state.transition(SeedStage.BLENDING)
+        self._on_enter(SeedStage.BLENDING)
+
     def _on_enter(self, stage: SeedStage) -> None:
+        isolated = self.clock.timings.isolated
         if stage == SeedStage.TRAINING:
-            self.isolate_gradients = True
+            self.isolate_gradients = isolated
         elif stage == SeedStage.BLENDING:
-            self.isolate_gradients = self.topology == "cnn"
+            self.isolate_gradients = isolated and self.topology == "cnn"
             self.state.metrics.accuracy_at_blending_start = self.state.metrics.current_val_accuracy
             self.state.metrics.blending_started = True
             self.start_blending(self.clock.blend_ticks(self.state.tempo))
@@ -281,7 +312,8 @@ class SeedSlot(nn.Module):
         if state is None:
             return False
         if state.stage == SeedStage.GERMINATED:
-            self.advance_stage(SeedStage.TRAINING)
+            if self.advance_stage(SeedStage.TRAINING).passed and not self.clock.timings.isolated:
+                self._blend_at_once()
         elif state.stage == SeedStage.TRAINING:
             if state.metrics.epochs_in_current_stage >= self.dwell_epochs:
                 self.advance_stage(SeedStage.BLENDING)
@@ -334,6 +366,7 @@ class SeedSlot(nn.Module):
         self.seed, self.state, self.alpha_schedule = None, None, None
         self.isolate_gradients = False
         self._alpha_forced = False
+        self._source = (None,)
         return True
 
     # ---------------------------------------------------------------- report

@@ -18,6 +18,8 @@ CNN_TABLE = {  # BEHAVIOUR §4.3 at C = 8 / 16 / 32 / 64 / 128
     "conv_small": (80, 288, 1088, 4224, 16640),
     "conv_light": (592, 2336, 9280, 36992, 147712),
     "conv_heavy": (1184, 4672, 18560, 73984, 295424),
+    "copy_block": (1184, 4672, 18560, 73984, 295424),
+    "widen": (1312, 5184, 20608, 82176, 328192),
 }
 TF_TABLE = {  # BEHAVIOUR §4.4 at D = 384 / 128
     "noop": (0, 0),
@@ -29,14 +31,14 @@ TF_TABLE = {  # BEHAVIOUR §4.4 at D = 384 / 128
     "mlp_small": (590976, 65920),
     "mlp": (1181568, 131712),
 }
-CNN_IDENTITY = ("noop", "conv_small", "bottleneck")
+CNN_IDENTITY = ("noop", "conv_small", "bottleneck", "copy_block", "widen")
 TF_IDENTITY = ("noop", "lora", "lora_large", "attention", "flex_attention", "mlp_small", "mlp")
 
 
 @pytest.mark.parametrize("topology", ["cnn", "transformer"])
 def test_registered_names_equal_the_contract(topology):
     assert set(bp.names(topology)) == set(BLUEPRINT_NAMES[topology])
-    assert len(bp.names(topology)) == 8
+    assert len(bp.names(topology)) == {"cnn": 10, "transformer": 8}[topology]
 
 
 def test_num_groups_rule():

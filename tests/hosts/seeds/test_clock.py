@@ -212,3 +212,48 @@ def test_the_tempo_mask_and_the_germination_deadline_agree(lifecycle, t, data):
         assert [k for k, ok in enumerate(mask) if ok] == in_time
     if not deadline:
         assert [k for k, ok in enumerate(mask) if ok] == list(timings.tempos)
+
+
+# ------------------------------------------------------------------ the immediate clock (no isolated phase)
+
+
+@settings(deadline=None)
+@given(t=EPISODES, steps=STEPS)
+def test_the_immediate_ramp_is_at_most_a_twentieth_of_the_episode(t, steps):
+    timings = lifecycle_timings("immediate", t, 25)
+    assert not timings.isolated and timings.dwell == 0 and timings.ramp_per_step
+    for tempo in range(NUM_TEMPOS):
+        assert 1 <= timings.blend_ticks(tempo, t * steps) <= max(1, 0.05 * t * steps + 0.5)
+    assert timings.earliest_fossilize_age() == 1 + max(timings.blend_epochs(), 1)
+
+
+def test_the_growth_episode_under_the_immediate_clock():
+    timings = lifecycle_timings("immediate", 20, 25)
+    assert (timings.dwell, timings.min_stage, timings.probation_timeout) == (0, 1, 2)
+    assert [timings.blend_ticks(k, 20 * 150) for k in range(3)] == [30, 75, 150]
+    assert timings.earliest_fossilize_age() == 2 and timings.germinate_until() == 18
+
+
+def test_under_the_immediate_clock_a_seed_trains_with_the_host_from_its_first_step():
+    clock = SeedClock.for_run(lifecycle_timings("immediate", 20, 25), 20 * 10)  # ramps of 2, 5 and 10 steps
+    slot = _slot(clock)
+    slot.germinate("conv_light", blend="linear", accuracy=20.0)
+    moves = slot.start_training()
+    assert moves == [(S.GERMINATED, S.TRAINING), (S.TRAINING, S.BLENDING)]
+    assert slot.stage == S.BLENDING and not slot.isolate_gradients
+    assert _train_steps(slot, 6) == [0.2, 0.4, 0.6, 0.8, 1.0, 1.0]
+    h = torch.randn(2, 8, 4, 4, requires_grad=True)
+    slot(h).sum().backward()
+    assert h.grad.abs().sum().item() > 0  # the host upstream learns through the seed at once
+    epoch(slot, 21.0, contribution=2.0)  # the epoch's end: the ramp is done
+    assert slot.stage == S.PROBATIONARY
+    slot.record_accuracy(22.0)
+    slot.set_contribution(2.0)
+    assert slot.fossilize().passed
+
+
+def test_the_isolating_clocks_still_start_a_seed_unseen():
+    slot = _slot(SeedClock.for_run(lifecycle_timings("proportional", 12, 25), 12 * 32))
+    slot.germinate("conv_light", accuracy=20.0)
+    assert slot.start_training() == [(S.GERMINATED, S.TRAINING)]
+    assert slot.stage == S.TRAINING and slot.isolate_gradients
