@@ -243,6 +243,10 @@ class TrainingConfig:
                                                "docs/LEARNING.md §10: `host_params` (feature 21 counts the live "
                                                "seeds' parameters, not the host's) and/or `curves` (features "
                                                "2–20, the host's losses and accuracies, read 0)")
+    observe_fit_gap: bool = option(False, "one more observation feature, the epoch's training accuracy minus its "
+                                   "validation accuracy (pp): how well the host fits its data, the signal FRAGrow "
+                                   "found growth to need (BEHAVIOUR §8.7); off by default, so every earlier run "
+                                   "observes what it did")
     telemetry_level: TelemetryLevel = option(TelemetryLevel.NORMAL, "what goes into `events.jsonl`: `debug` adds "
                                              "every reward component of every epoch")
     # outputs
@@ -308,7 +312,7 @@ class TrainingConfig:
                 self._set(name, section.from_dict(value))
             elif not isinstance(value, section):
                 raise ValueError(f"{name} must be a {section.__name__} or a mapping (got {value!r})")
-        for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "observe_log_params", "one_seed_at_a_time",
+        for name in ("amp", "discard_rolled_back_envs", "use_telemetry", "observe_log_params", "observe_fit_gap", "one_seed_at_a_time",
                      "germination_deadline", "tensorboard", "report"):
             check.boolean(name, getattr(self, name))
 
@@ -492,7 +496,7 @@ class TrainingConfig:
 
     @property
     def state_dim(self) -> int:
-        return obs_dim(self.num_slots, self.use_telemetry, self.num_blueprints)
+        return obs_dim(self.num_slots, self.use_telemetry, self.num_blueprints, self.observe_fit_gap)
 
     @property
     def lifecycle_timings(self) -> LifecycleTimings:

@@ -42,6 +42,7 @@ class PoolSettings:
     use_telemetry: bool  # each slot's gradient features are in the observation
     observe_log_params: bool  # the observation's parameter count as ln(1 + count)
     observe_withheld: tuple[str, ...]  # what the observation withholds ("host_params", "curves"), a control
+    observe_fit_gap: bool  # the observation ends with the epoch's train_acc − val_acc
     # the learning rate and the training steps of an episode
     lr_schedule: str  # the network's rate within an episode: "constant", "cosine" or "wsd"
     lr_schedule_steps: int | None  # the training steps a cosine or wsd schedule spans; None: the episode's

@@ -437,6 +437,9 @@ class HeuristicConfig:
     ransomware_improvement_threshold: float = option(0.0, "pp of improvement below which")
     blueprint_rotation: tuple[str, ...] | None = option(None, "the blueprints it germinates in turn (default: the "
                                                         "topology's default rotation)", metavar="NAME")
+    min_fit_gap: float | None = option(None, "GERMINATE also waits until the epoch's training accuracy exceeds its "
+                                       "validation accuracy by this many pp, once the host fits its data (the fit "
+                                       "gap, BEHAVIOUR §8.7; FRAGrow); default: no such wait, as the reference")
 
     def __post_init__(self) -> None:
         if self.blueprint_rotation is not None:
@@ -454,6 +457,8 @@ class HeuristicConfig:
         for name in ("cull_if_accuracy_drops_by", "min_improvement_to_fossilize",
                      "ransomware_contribution_threshold", "ransomware_improvement_threshold"):
             check.number(f"heuristic.{name}", getattr(self, name))
+        if self.min_fit_gap is not None:
+            _store(self, "min_fit_gap", check.number("heuristic.min_fit_gap", self.min_fit_gap))
 
     def rotation(self, topology: str) -> tuple[str, ...]:
         return self.blueprint_rotation or default_rotation(topology)

@@ -147,6 +147,13 @@ def _first(mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jnp.argmax(mask, axis=1).astype(jnp.int32), mask.any(axis=1)
 
 
+def fits(signals: Signals, min_fit_gap: float | None) -> jax.Array:
+    """[E] bool: the host fits its data, train_acc − val_acc ≥ `min_fit_gap` pp (BEHAVIOUR §8.7); every env
+    when the rule is off (None)."""
+    gap = jnp.asarray(signals["train_acc"], jnp.float32) - jnp.asarray(signals["val_acc"], jnp.float32)
+    return jnp.ones_like(gap, bool) if min_fit_gap is None else gap >= min_fit_gap
+
+
 def germination(state: HeuristicState, signals: Signals, params: HeuristicParams):
     """Rule 2 (no live seed): (Decision, new rotation index)."""
     assert_state(state, assert_signals(signals)[0])
@@ -158,6 +165,7 @@ def germination(state: HeuristicState, signals: Signals, params: HeuristicParams
           & (jnp.asarray(signals["host_stabilized"]) != 0)
           & (epoch >= params.rules.min_epochs_before_germinate)
           & (jnp.asarray(signals["plateau_epochs"]) >= params.rules.plateau_epochs_to_germinate)
+          & fits(signals, params.rules.min_fit_gap)
           & has_empty)
     blueprint, advanced = next_blueprint(state.penalties, state.rotation_index, params)
     decision = Decision(

@@ -32,6 +32,11 @@ OBS_CURVES = slice(OBS_TRAIN_LOSS, OBS_TOTAL_PARAMS)  # 2..20: the host's losses
 # read 0 at every epoch. The observation keeps its size.
 WITHHOLDABLE: tuple[str, ...] = ("host_params", "curves")
 
+# The fit gap (`TrainingConfig.observe_fit_gap`, BEHAVIOUR §8.7): when observed, the last feature is the epoch's
+# training accuracy minus its validation accuracy, in pp (positive once the host fits its training data better
+# than data it never saw; FRAGrow, AAAI 2024: growth helps a network that fits and hurts one that underfits).
+OBS_FIT_GAP = -1
+
 # Offsets within a slot block (BEHAVIOUR §8.3).
 SLOT_IS_ACTIVE = 0
 SLOT_STAGE = 1
@@ -61,10 +66,11 @@ def slot_tempo_onehot(num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> int:
     return SLOT_BLOCK_FIXED + num_blueprints
 
 
-def obs_dim(num_slots: int, telemetry: bool = True, num_blueprints: int = DEFAULT_NUM_BLUEPRINTS) -> int:
-    """D = 23 + (4 + B + 3)·S + 10·S·[telemetry]; 89 for the cifar10 defaults."""
+def obs_dim(num_slots: int, telemetry: bool = True, num_blueprints: int = DEFAULT_NUM_BLUEPRINTS,
+            fit_gap: bool = False) -> int:
+    """D = 23 + (4 + B + 3)·S + 10·S·[telemetry] + [fit_gap]; 89 for the cifar10 defaults."""
     if num_slots < 1:
         raise ValueError(f"num_slots must be >= 1 (got {num_slots})")
     dim = NUM_BASE_FEATURES + slot_block_size(num_blueprints) * num_slots
-    return dim + (TELEMETRY_BLOCK * num_slots if telemetry else 0)
+    return dim + (TELEMETRY_BLOCK * num_slots if telemetry else 0) + int(bool(fit_gap))
 

@@ -62,7 +62,7 @@ _PREFERENCE = {None: 2, "tmp": 1, "old": 0}  # of two copies of one batch: insta
 # Fields that fix the shapes of the controller and the observation, or what an observation means: a resume
 # must not change them (nor `prove --checkpoint`, but for n_envs).
 SHAPE_FIELDS = ("task", "n_envs", "max_epochs", "slots", "use_telemetry", "observe_log_params", "observe_withheld",
-                "blueprint_menu", "controller", "lstm_hidden_dim", "lifecycle")
+                "observe_fit_gap", "blueprint_menu", "controller", "lstm_hidden_dim", "lifecycle")
 # The action heads of a checkpoint written before the manifest named them (before the tempo head).
 FOUR_HEADS = ("slot", "blueprint", "blend", "op")
 

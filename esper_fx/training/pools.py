@@ -29,6 +29,7 @@ def pool_settings(config: TrainingConfig) -> PoolSettings:
         one_seed_at_a_time=config.one_seed_at_a_time, germination_deadline=config.germination_deadline,
         static_seeds=config.static_seeds, use_telemetry=config.use_telemetry,
         observe_log_params=config.observe_log_params, observe_withheld=config.observe_withheld,
+        observe_fit_gap=config.observe_fit_gap,
         lr_schedule=config.lr_schedule,
         lr_schedule_steps=config.lr_schedule_steps, lr_warmup_fraction=config.lr_warmup_fraction,
         lr_decay_fraction=config.lr_decay_fraction, seed_lr_rewarm_steps=config.seed_lr_rewarm_steps,

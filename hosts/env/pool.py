@@ -125,7 +125,7 @@ class EnvPool:
         self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, settings.max_epochs, settings.max_seeds,
                                    settings.use_telemetry, settings.cull_age, settings.one_seed_at_a_time,
                                    self.clock.timings, settings.germination_deadline, settings.observe_log_params,
-                                   settings.observe_withheld)
+                                   settings.observe_withheld, settings.observe_fit_gap)
         self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
         self.use_streams = bool(use_streams)
         self.streams = EnvStreams(self.use_streams)

@@ -68,6 +68,7 @@ class SignalLayout:
     germination_deadline: bool = False  # GERMINATE (and each tempo) closes once its seed could not fossilize
     log_params: bool = False  # the observation's parameter count as ln(1 + count) (observe_log_params)
     withheld: tuple[str, ...] = ()  # what the observation withholds, a control (observe_withheld)
+    fit_gap: bool = False  # the observation ends with train_acc − val_acc (observe_fit_gap)
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ def _observations(views: Sequence[EnvView], layout: SignalLayout, device) -> tor
     rows = [
         build_observation(v.tracker, layout.max_epochs, v.host_params, v.reports, layout.enabled,
                           layout.slot_ids, layout.menu, layout.max_seeds, layout.use_telemetry, layout.log_params,
-                          layout.withheld)
+                          layout.withheld, layout.fit_gap)
         for v in views
     ]
     return stack_observations(rows, device)

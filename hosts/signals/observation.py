@@ -152,9 +152,11 @@ def build_observation(
     use_telemetry: bool,
     log_params: bool = False,
     withheld: Iterable[str] = (),
+    fit_gap: bool = False,
 ) -> list[float]:
     """The raw observation of one env, a list of D floats (BEHAVIOUR §8.1); `withheld` (names of
-    `WITHHOLDABLE`, a control): `host_params` leaves the host out of feature 21, `curves` zeroes features 2..20."""
+    `WITHHOLDABLE`, a control): `host_params` leaves the host out of feature 21, `curves` zeroes features 2..20;
+    `fit_gap`: one more feature at the end, `fit_gap(signals)` (BEHAVIOUR §8.7)."""
     withheld = frozenset(withheld)
     if not withheld <= set(WITHHOLDABLE):
         raise ValueError(f"cannot withhold {sorted(withheld - set(WITHHOLDABLE))}: only {list(WITHHOLDABLE)}")
@@ -173,6 +175,13 @@ def build_observation(
     if use_telemetry:
         for sid in slot_ids:
             obs.extend(telemetry_block(seeds.get(sid), signals.epoch, max_epochs))
-    assert len(obs) == obs_dim(len(slot_ids), use_telemetry, len(menu))
+    if fit_gap:
+        obs.append(0.0 if "curves" in withheld else fit_gap_feature(signals))
+    assert len(obs) == obs_dim(len(slot_ids), use_telemetry, len(menu), fit_gap)
     return obs
+
+
+def fit_gap_feature(signals: TrackerSignals) -> float:
+    """train_acc − val_acc of the epoch, pp (BEHAVIOUR §8.7), clipped like every feature."""
+    return safe(float(signals.train_acc) - float(signals.val_acc), DELTA_DEFAULT)
 

@@ -337,3 +337,19 @@ def test_batched_observation_and_slot_fields_on_cuda_match_cpu():
 def test_the_slot_block_ends_in_the_seed_tempo_one_hot(tempo):
     obs = observe(reports={"r0c1": report(tempo=tempo)})
     assert slot_part(obs, 1)[-3:] == [1.0 if k == tempo else 0.0 for k in range(3)]
+
+
+# ------------------------------------------------------------------ the fit gap (BEHAVIOUR §8.7)
+
+
+@given(train=st.floats(0, 100), val=st.floats(0, 100))
+def test_the_fit_gap_is_one_more_feature_at_the_end(train, val):
+    signals = SignalTracker().update(1, 40, 2.4, train, 2.3, val, 0, 1)
+    plain = observe(signals)
+    gapped = build_observation(signals, T, HOST_PARAMS, {}, ("r0c1",), SLOTS, MENU, None, True, fit_gap=True)
+    assert len(gapped) == len(plain) + 1 == obs_dim(len(SLOTS), True, len(MENU), fit_gap=True)
+    assert gapped[:-1] == plain  # nothing else moves
+    assert gapped[-1] == pytest.approx(safe(train - val, 0.0))
+    withheld = build_observation(signals, T, HOST_PARAMS, {}, ("r0c1",), SLOTS, MENU, None, True,
+                                 withheld=("curves",), fit_gap=True)
+    assert withheld[-1] == 0.0  # the curves withheld: so is the gap between them
