@@ -14,7 +14,8 @@ fixed growth schedule.
 - `best_fixed`: one fixed schedule (slot, blueprint, blend, tempo, germination epoch), or no growth at all,
   played in every episode whatever happens, found on tuning seeds that are neither training nor evaluation
   seeds in up to three rounds: every schedule of `schedule_grid` (each slot × blueprint × germination epoch
-  with the oracle's blend and tempo, and no growth), then every other blend on the `BLEND_FINALISTS` best
+  — epoch 1 and a quarter in, and under the `immediate` clock also half and three quarters in — with the
+  oracle's blend and tempo, and no growth), then every other blend on the `BLEND_FINALISTS` best
   growing schedules of that round (`blend_round`), then, where the lifecycle lets a controller choose the
   tempo, every other tempo on the `BLEND_FINALISTS` best growing schedules so far (`tempo_round`). The best
   mean accuracy of all rounds wins and is then run on the evaluation seeds. The budget is (len(grid) +
@@ -106,19 +107,25 @@ def flop_ratios(matched: Sequence[Any], source: Sequence[Any]) -> dict[int, floa
 # ----------------------------------------------------------------------------------------------
 
 
-def germination_epochs(max_epochs: int) -> tuple[int, ...]:
-    """Epoch 1 and a quarter into the episode (once a seed could still fossilize by the end)."""
-    return tuple(sorted({1, max(1, max_epochs // 4)}))
+def germination_epochs(max_epochs: int, isolated: bool = True, until: int | None = None) -> tuple[int, ...]:
+    """Epoch 1 and a quarter into the episode. Under a clock without an isolated phase (`immediate`), where a
+    late seed works at once and growing late is what saves compute, also half and three quarters into it,
+    each only while a seed germinated then could still be fossilized (`until`: the clock's last such epoch)."""
+    if isolated:
+        return tuple(sorted({1, max(1, max_epochs // 4)}))
+    epochs = {1} | {max(1, int(max_epochs * q)) for q in (0.25, 0.5, 0.75)}
+    return tuple(sorted(e for e in epochs if until is None or e <= until or e == 1))
 
 
 def schedule_grid(config: TrainingConfig) -> list[dict[str, Any] | None]:
     """Every schedule the search tries: None (no growth), then each enabled slot × menu blueprint ×
     germination epoch with the oracle's blend."""
     blueprints = [b for b in config.menu if b != "noop"]
+    timings = config.lifecycle_timings
     grid: list[dict[str, Any] | None] = [None]
     for slot in config.enabled_slots:
         for blueprint in blueprints:
-            for epoch in germination_epochs(config.max_epochs):
+            for epoch in germination_epochs(config.max_epochs, timings.isolated, timings.germinate_until()):
                 grid.append({"slot": slot, "blueprint": blueprint, "blend": config.oracle.blend,
                              "germinate_epoch": epoch, "tempo": config.oracle.tempo})
     return grid

@@ -94,3 +94,15 @@ def test_the_table_gains_parameters_and_training_gflops(table):
 def test_tuning_seeds_must_not_be_evaluation_seeds():
     with pytest.raises(ValueError, match="tuning seeds"):
         compare({"best_fixed": "best_fixed"}, TrainingConfig(**TINY), seeds=[5], progress=None, tuning_seeds=[5])
+
+
+def test_the_immediate_clock_searches_late_germinations_too():
+    from esper_fx.evaluation.fair_controls import germination_epochs
+
+    assert germination_epochs(12) == (1, 3)  # an isolating clock: as before
+    assert germination_epochs(20, isolated=False, until=18) == (1, 5, 10, 15)
+    assert germination_epochs(20, isolated=False, until=12) == (1, 5, 10)  # only while it can still fossilize
+    config = TrainingConfig(task="shapes16_spatial", slots=("r0c0",), lifecycle="immediate", max_epochs=20,
+                            blueprint_menu=("noop", "copy_block"))
+    epochs = [row["germinate_epoch"] for row in schedule_grid(config) if row is not None]
+    assert epochs == [1, 5, 10, 15]
