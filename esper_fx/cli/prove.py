@@ -9,7 +9,8 @@
 
 Arms: `ppo` (the trained controller, greedy), `ppo_sampled` (the same policy, sampling), `wait` (the static
 host), `random`, `heuristic`, `oracle` (the configured fixed schedule), `static_final` (per seed, the
-architecture the first learned arm ended with — or the oracle's — trained from scratch as a static
+architecture the first learned arm ended with — or the oracle's, or best_fixed's when it is listed without
+the oracle — trained from scratch as a static
 network), `static_matched` (that architecture trained for the grown run's training FLOPs, lr cosine-decayed
 over its own steps), `best_fixed` (the best fixed schedule found on --tuning-seeds, then run on the
 evaluation seeds; `esper_fx.evaluation.fair_controls`), or any registered controller name. Evaluation
@@ -317,7 +318,7 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any,
     checked against the configuration here (e.g. the oracle's schedule against the enabled slots).
     `static_budgets`: `static_final` on those fractions of its budget, right after it (`arms.budget_arms`)."""
     from esper_fx.controller_names import NAMES
-    from esper_fx.evaluation.arms import STATIC_FINAL, Trained, TrainedSeeds, budget_arms
+    from esper_fx.evaluation.arms import STATIC_FINAL, Trained, TrainedSeeds, budget_arms, default_source
     from esper_fx.evaluation.fair_controls import BEST_FIXED, STATIC_MATCHED
 
     if len(set(names)) != len(names):
@@ -335,7 +336,7 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any,
             arms[name] = {"controller": source, "greedy": LEARNED_ARMS[name]}
         elif name in (STATIC_FINAL, STATIC_MATCHED, BEST_FIXED):
             if name != BEST_FIXED:  # the static arms rebuild the architecture an earlier arm ended with
-                source = next((n for n in names if n in LEARNED_ARMS), "oracle")
+                source = next((n for n in names if n in LEARNED_ARMS), default_source(names))
                 if source not in names[:names.index(name)]:
                     raise ProveError(f"--arms: {name} rebuilds the architecture {source!r} ended with; list "
                                      f"{source!r} before it")

@@ -39,12 +39,18 @@ def is_static_final(arm: Any) -> bool:
 def static_source(static_final_of: str | None, learned: list[str], arms: Mapping[str, Any], name: str,
                   kind: str = STATIC_FINAL) -> str:
     """The arm whose architecture the static arm `name` rebuilds: its own "of" (one training seed's learned
-    arm, `per_seed_arms`), else `static_final_of`, else the first learned arm, else "oracle"."""
-    source = source_named(arms[name]) or static_final_of or (learned[0] if learned else "oracle")
+    arm, `per_seed_arms`), else `static_final_of`, else the first learned arm, else `default_source`."""
+    source = source_named(arms[name]) or static_final_of or (learned[0] if learned else default_source(arms))
     names = list(arms)
     if source not in arms or names.index(source) > names.index(name):
         raise ValueError(f"{kind} needs the arm whose architecture it rebuilds ({source!r}) listed before it")
     return source
+
+
+def default_source(names: Any) -> str:
+    """A static arm's source when no arm learns: "oracle", or "best_fixed" when that is listed and the oracle
+    is not (the static curve of the best fixed schedule's network)."""
+    return BEST_FIXED if BEST_FIXED in names and "oracle" not in names else "oracle"
 
 
 def source_named(arm: Any) -> str | None:

@@ -106,3 +106,11 @@ def test_the_immediate_clock_searches_late_germinations_too():
                             blueprint_menu=("noop", "copy_block"))
     epochs = [row["germinate_epoch"] for row in schedule_grid(config) if row is not None]
     assert epochs == [1, 5, 10, 15]
+
+
+def test_without_a_learned_arm_the_static_arms_rebuild_the_oracle_or_else_best_fixed():
+    from esper_fx.evaluation.arms import default_source
+
+    assert default_source(["oracle", "best_fixed", "static_final"]) == "oracle"
+    assert default_source(["best_fixed", "wait", "static_final"]) == "best_fixed"
+    assert default_source(["wait", "static_final"]) == "oracle"  # (refused later: list it first)
