@@ -33,7 +33,7 @@ DEFAULTS = {
     "reward_family": "contribution", "reward_mode": "shaped",
     "param_budget": 500000, "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "flop_rent_weight": 0.0,
     "discard_rolled_back_envs": False, "use_telemetry": True, "observe_log_params": False, "observe_withheld": [],
-    "telemetry_level": "normal",
+    "observe_fit_gap": False, "telemetry_level": "normal",
     "run_dir": None, "resume_path": None,
     "checkpoint_every": 10, "tensorboard": True, "report": True, "wandb": "off", "wandb_project": "esper_fx",
 }
