@@ -25,7 +25,6 @@ from enum import StrEnum
 from typing import Any, Callable, Mapping, Sequence
 
 from esper_fx.contracts.actions import ACTION_HEADS, BLEND_NAMES, TEMPO_NAMES
-from esper_fx.contracts.blueprints import BLUEPRINT_MENUS
 from esper_fx.contracts.lifecycle import GOVERNOR_DEATH_PENALTY, MIN_FOSSILIZE_CONTRIBUTION, MIN_PROBATION_EPOCHS
 from esper_fx.contracts.stages import SeedStage
 from esper_fx.contracts.tasks import TASKS, task_facts
@@ -400,9 +399,9 @@ def _stage_potentials(value: Any) -> tuple[float, ...]:
 # ------------------------------------------------------------------------------------------
 
 
-def default_rotation(topology: str) -> tuple[str, ...]:
-    """The heuristic's default blueprint rotation: the topology's default menu without noop."""
-    return tuple(BLUEPRINT_MENUS[topology][1:])
+def default_rotation(menu: Sequence[str]) -> tuple[str, ...]:
+    """The heuristic's default blueprint rotation: the run's blueprint menu without noop (its first entry)."""
+    return tuple(name for name in menu if name != "noop")
 
 
 def check_rotation(rotation: Sequence[str], menu: Sequence[str]) -> None:
@@ -436,7 +435,7 @@ class HeuristicConfig:
                                                       "below the next, a seed is not fossilized")
     ransomware_improvement_threshold: float = option(0.0, "pp of improvement below which")
     blueprint_rotation: tuple[str, ...] | None = option(None, "the blueprints it germinates in turn (default: the "
-                                                        "topology's default rotation)", metavar="NAME")
+                                                        "run's blueprint menu without noop)", metavar="NAME")
     min_fit_gap: float | None = option(None, "GERMINATE also waits until the epoch's training accuracy exceeds its "
                                        "validation accuracy by this many pp, once the host fits its data (the fit "
                                        "gap, BEHAVIOUR §8.7; FRAGrow); default: no such wait, as the reference")
@@ -460,8 +459,8 @@ class HeuristicConfig:
         if self.min_fit_gap is not None:
             _store(self, "min_fit_gap", check.number("heuristic.min_fit_gap", self.min_fit_gap))
 
-    def rotation(self, topology: str) -> tuple[str, ...]:
-        return self.blueprint_rotation or default_rotation(topology)
+    def rotation(self, menu: Sequence[str]) -> tuple[str, ...]:
+        return self.blueprint_rotation or default_rotation(menu)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

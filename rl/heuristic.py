@@ -55,10 +55,10 @@ class HeuristicParams(NamedTuple):
     tempo_index: int = DEFAULT_TEMPO  # index of rules.tempo in ("fast", "standard", "slow")
 
     @classmethod
-    def from_config(cls, heuristic: HeuristicConfig, menu: Sequence[str], topology: str) -> "HeuristicParams":
+    def from_config(cls, heuristic: HeuristicConfig, menu: Sequence[str]) -> "HeuristicParams":
         """Resolve a `HeuristicConfig` against a blueprint menu; the rotation must lie in the menu."""
         menu = tuple(menu)
-        rotation = heuristic.rotation(topology)
+        rotation = heuristic.rotation(menu)
         check_rotation(rotation, menu)
         return cls(rules=heuristic, rotation=tuple(menu.index(name) for name in rotation),
                    blend_index=BLEND_NAMES.index(heuristic.blend), num_blueprints=len(menu),
@@ -71,7 +71,7 @@ class HeuristicParams(NamedTuple):
         timings = config.lifecycle_timings
         horizon = task_facts(config.task).lifecycle_horizon
         waits = {name: timings.scale_epochs(getattr(config.heuristic, name), horizon) for name in EPOCH_WAITS}
-        return cls.from_config(dataclasses.replace(config.heuristic, **waits), config.menu, config.topology)
+        return cls.from_config(dataclasses.replace(config.heuristic, **waits), config.menu)
 
 
 class HeuristicState(NamedTuple):

@@ -233,7 +233,7 @@ def test_params_resolve_rotation_and_blend_against_the_menu():
     assert CNN_PARAMS.rotation == (1, 2, 3, 4) and TRANSFORMER_PARAMS.rotation == (1, 2, 3, 4)
     assert CNN_PARAMS.blend_index == SIGMOID and CNN_PARAMS.num_blueprints == 5
     custom = heuristic.HeuristicParams.from_config(HeuristicConfig(blueprint_rotation=("norm", "attention"), blend="gated"),
-                                           CNN.menu, "cnn")
+                                           CNN.menu)
     assert custom.rotation == (3, 2) and custom.blend_index == BLEND_NAMES.index("gated")
     assert CNN_PARAMS.tempo_index == custom.tempo_index == TEMPO_NAMES.index("standard")
 
@@ -259,11 +259,20 @@ def test_an_unknown_tempo_is_rejected():
 @pytest.mark.parametrize("rotation, menu", [
     (("noop", "norm"), BLUEPRINT_MENUS["cnn"]),
     (("conv_heavy",), BLUEPRINT_MENUS["cnn"]),
-    (None, ("noop", "norm", "attention")),  # the default rotation is not inside this menu
+    (("norm", "attention"), ("noop", "norm")),
 ])
 def test_rotation_outside_the_menu_or_with_noop_is_rejected(rotation, menu):
     with pytest.raises(ValueError, match="heuristic.blueprint_rotation"):
-        heuristic.HeuristicParams.from_config(HeuristicConfig(blueprint_rotation=rotation), menu, "cnn")
+        heuristic.HeuristicParams.from_config(HeuristicConfig(blueprint_rotation=rotation), menu)
+
+
+def test_the_default_rotation_is_the_runs_menu_without_noop():
+    """A run with its own menu (the growth preset's) germinates that menu's blueprints in menu order."""
+    params = heuristic.HeuristicParams.from_config(HeuristicConfig(), ("noop", "copy_block", "widen"))
+    assert params.rotation == (1, 2)
+    config = TrainingConfig(task="fashion_growth", controller="heuristic", slots=["r0c0"],
+                            blueprint_menu=("noop", "widen", "copy_block"))
+    assert heuristic.HeuristicParams.from_training_config(config).rotation == (1, 2)
 
 
 # ------------------------------------------------------------------------------------------
