@@ -68,7 +68,7 @@ class CommandParser(argparse.ArgumentParser):
         super().__init__(prog=f"python -m {name}", **kwargs)
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
-        """As argparse's, with `help` written in markdown: plain in `--help`, kept for README's table."""
+        """As argparse's, with `help` written in markdown: plain in `--help`, kept for docs/CLI.md's table."""
         return with_markdown_help(super().add_argument, args, kwargs)
 
     def error(self, message: str) -> typing.NoReturn:
@@ -120,7 +120,7 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
 
 def with_markdown_help(add: Any, args: tuple, kwargs: dict[str, Any]) -> argparse.Action:
     """argparse's `add(*args, **kwargs)` with `help` written in markdown: plain (backticks dropped, % escaped:
-    help is text, never a format string) in `--help`, kept as `action.markdown_help` for README's table."""
+    help is text, never a format string) in `--help`, kept as `action.markdown_help` for docs/CLI.md's table."""
     text = kwargs.get("help")
     if isinstance(text, str):
         kwargs["help"] = text.replace("`", "").replace("%", "%%")  # argparse formats help with %

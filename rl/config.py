@@ -62,7 +62,7 @@ COUNT_MAX = 2**62  # the bound of every other count (episodes to anneal over, th
 def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING,
            flag: str | None = None, metavar: str | None = None, resume: bool = False) -> Any:
     """A setting declared with its command-line facts, in one place (`esper_fx.cli.parser` builds the flags,
-    `--help` and README's table from them): `default` (or `factory` for a nested config), `help` (markdown),
+    `--help` and docs/CLI.md's table from them): `default` (or `factory` for a nested config), `help` (markdown),
     `flag` (its spelling when not the one derived from its name), `metavar`, and `resume` (the value may
     change when a run is resumed; every other field must equal the checkpoint's)."""
     meta = {"help": help, "flag": flag, "metavar": metavar, "resume": resume}

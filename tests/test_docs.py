@@ -6,6 +6,10 @@ number a numbered heading of it (`## 3. ...`, `### 3.2 ...`). A citation without
 last named earlier on the same line; failing that, inside docs/NAME.md it means that document itself, and
 anywhere else it is an error, since the reader could not tell which document it means. The outside
 specification the project started from is not in the repository, so it is never cited by name either.
+
+The links of README.md and docs/*.md lead somewhere: a relative link names a file of the repository, and its
+`#anchor` a heading of that file (as GitHub spells headings' anchors). README.md fits a screen, then points:
+at most 250 lines, its contents list before line 40 (issue 56).
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ MORE = rf"(?:\s*(?:,|and|or)\s*{SECTION}\s*{NUMBER}|\s*[\u2013-]\s*{SECTION}?\s*
 CITATION = re.compile(rf"(?:\b{DOC})?{SECTION}\s*(?P<numbers>{NUMBER}{MORE}*)")
 OUTSIDE_SPEC = re.compile(r"\bS[P]EC\b")  # the outside specification, by its file's name
 HEADING = re.compile(rf"^#{{1,6}}\s+(?P<number>{NUMBER})[.\s]", re.MULTILINE)
+LINK = re.compile(r"\[[^\]\n]*\]\((?P<target>[^)\s]+)\)")  # [text](target), markdown's inline link
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+MARKDOWN_HEADING = re.compile(r"^#{1,6}\s+(?P<title>.+?)\s*$", re.MULTILINE)
+README_MAX_LINES = 250
+README_CONTENTS_BEFORE_LINE = 40
 
 
 def scanned_files() -> list[Path]:
@@ -112,3 +121,57 @@ def test_the_checker_catches_what_it_is_for():
     assert len(citation_problems(learning, f"see {s}42")) == 1
     assert OUTSIDE_SPEC.search("S" + "PEC \u00a71") and not OUTSIDE_SPEC.search("_S" + "PECS = (")
     assert {"1", "1.6", "12.11"} <= sections_of(ROOT / "docs" / "BEHAVIOUR.md")
+
+
+def anchors_of(doc: Path) -> set[str]:
+    """The `#anchor` of every heading of a markdown file, as GitHub makes them: lower case, punctuation
+    dropped, spaces as hyphens, `-1`, `-2`, ... after a repeated one; lines of code blocks are no headings."""
+    anchors, seen = set(), {}
+    for match in MARKDOWN_HEADING.finditer(FENCE.sub("", doc.read_text(encoding="utf-8"))):
+        slug = re.sub(r"[^\w\- ]", "", match["title"].lower()).replace(" ", "-")
+        anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def link_problems(path: Path, text: str) -> list[str]:
+    """One line per relative link of the markdown `text` (the content of `path`) that leads nowhere: a file
+    that does not exist, or an anchor no heading of its file has; [] when every one leads somewhere."""
+    problems = []
+    for match in LINK.finditer(FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)):
+        target = match["target"]
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...: outside the repository
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (path.parent / file).resolve() if file else path
+        where = f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}: {target!r}"
+        if not linked.exists():
+            problems.append(f"{where}: no such file")
+        elif anchor and (linked.suffix != ".md" or anchor not in anchors_of(linked)):
+            problems.append(f"{where}: {linked.name} has no heading #{anchor}")
+    return problems
+
+
+def test_every_link_of_the_markdown_docs_leads_somewhere():
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    problems = [p for path in docs for p in link_problems(path, path.read_text(encoding="utf-8"))]
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_link_checker_catches_what_it_is_for():
+    readme = ROOT / "README.md"
+    assert link_problems(readme, "[guide](docs/USAGE.md#command-line), [web](https://example.org/#x)") == []
+    assert link_problems(readme, "```\n[not a link](nowhere.md)\n```") == []  # code, not a link
+    for bad in ("[a](docs/NOWHERE.md)", "[a](docs/USAGE.md#no-such-heading)", "[a](#no-such-heading)",
+                "[a](LICENSE#anchor)"):
+        assert len(link_problems(readme, bad)) == 1, bad
+    usage = ROOT / "docs" / "USAGE.md"
+    assert link_problems(usage, "[readme](../README.md#what-the-main-command-prints)") == []
+    assert {"scaling-out-envs-as-ray-actors", "progress-threads-and-the-warm-start"} <= anchors_of(usage)
+
+
+def test_the_readme_fits_a_screen_then_points():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
+    assert "## Contents" in lines, "README.md has no '## Contents' heading"
+    assert lines.index("## Contents") + 1 < README_CONTENTS_BEFORE_LINE, "README's contents list comes too late"

@@ -1,5 +1,5 @@
 """The command line built from the config: the flags generated from the fields of `TrainingConfig` and of
-its nested configs, `--set KEY=VALUE` (train and prove), and README's flag table. The parser base is
+its nested configs, `--set KEY=VALUE` (train and prove), and the flag table of docs/CLI.md. The parser base is
 `esper_fx.errors.CommandParser`.
 
 Every setting is declared once, on its field, with `rl.config.option(default, help, flag=..., metavar=...,
@@ -7,12 +7,13 @@ resume=...)`: the run's in `esper_fx.config`, the nested configs' (`ppo`, `rewar
 in `rl.config`. `add_field_flags` turns those declarations into argparse flags, one argument group per config
 (the number of values and the switch direction read from the field's annotation and default; a nested one is
 `--group.key`, the dashed `--set` key), `field_values` reads them back through the same reading and key
-resolution as `--set` (`_set_value`, `_put`), and `flag_table` renders README's table from the same parser.
+resolution as `--set` (`_set_value`, `_put`), and `flag_table` renders docs/CLI.md's table from the same parser.
 We generate the flags ourselves rather than with a library such as tyro: none is installed, the project adds
 no dependency for a few dozen lines, and today's flag spellings (`--episodes`, `--data-dir`,
 `--no-tensorboard`) are a contract that a generic tool would rename.
 
-    python -m esper_fx.cli.flag_table      # print README's flag table for `python -m esper_fx.train`
+    python -m esper_fx.cli.flag_table          # print the flag table of `python -m esper_fx.train`
+    python -m esper_fx.cli.flag_table --write  # write it, with its introduction, to docs/CLI.md
 
 Imports neither torch nor jax: a bad command line is rejected before either loads.
 """
@@ -249,12 +250,12 @@ def with_sections(base: TrainingConfig, changes: Mapping[str, Any]) -> dict[str,
 
 
 # ----------------------------------------------------------------------------------------------
-# README's flag table
+# The flag table (docs/CLI.md)
 # ----------------------------------------------------------------------------------------------
 
 
 def flag_table(parser: argparse.ArgumentParser) -> str:
-    """The parser's options as README's markdown table, a row per option and a heading row per config group:
+    """The parser's options as docs/CLI.md's markdown table, a row per option and a heading row per config group:
     flag, the config key it sets (its `--set` key; — for options of the command itself), whether it may change
     on `--resume`, and its help."""
     by_key = {ff.key: ff for ff in field_flags()}

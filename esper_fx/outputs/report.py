@@ -425,7 +425,7 @@ def write_report_or_warn(run_dir: str | Path, say: Callable[[str], None] = print
 
 def main(argv: Sequence[str] | None = None) -> int:
     """0 when every report was written; 2 for a bad command line, a path that holds no run, or a report that
-    could not be written (one line each: README's exit-code table)."""
+    could not be written (one line each: docs/USAGE.md's exit codes)."""
     ensure_jax_env(warn=False)
     parser = CommandParser("esper_fx.report", description="Write plots/*.png and report.html for run directories "
                                                           "(finished, interrupted or still running).")

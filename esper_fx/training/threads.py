@@ -3,7 +3,7 @@ line alike, so a notebook gets the command line's speed and its numbers (issue 3
 
 On a run whose envs are all on the CPU, torch uses one intra-op thread unless `OMP_NUM_THREADS` says
 otherwise. The hosts are tiny: on a small CPU, OpenMP oversubscription made epochs up to 10x slower as soon
-as anything else ran on the machine (README's Python snippet: 551 s with torch's default threads, 59 s
+as anything else ran on the machine (docs/USAGE.md's Python snippet: 551 s with torch's default threads, 59 s
 with one), while one thread lost little when it was idle. The thread count also decides how some CPU
 kernels split their sums, so a run's numbers are the command line's only with the same count.
 """

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from esper_fx.cli import flag_table as flag_table_module
 from esper_fx.cli import parser as cli_parser
 from esper_fx.cli import train
 from esper_fx.cli.train import config_summary, main, resolve_config
@@ -449,22 +450,24 @@ def test_the_resume_overridable_fields_are_todays_and_fix_no_shape():
     assert set(RESUME_OVERRIDABLE).isdisjoint(SHAPE_FIELDS)
 
 
-def _readme_table() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    start = text.index("| flag | field |")
-    return text[start:text.index("\n\n", start)]
+def _cli_doc_table() -> str:
+    text = (REPO / "docs" / "CLI.md").read_text(encoding="utf-8")
+    return text[text.index("| flag | field |"):].rstrip("\n")
 
 
-def test_readme_flag_table_is_the_generated_one():
-    assert _readme_table() == cli_parser.flag_table(train.build_parser())
+def test_the_cli_doc_is_the_generated_one():
+    """docs/CLI.md is `python -m esper_fx.cli.flag_table --write`'s output, character for character: after
+    changing a declaration, run that command."""
+    assert (REPO / "docs" / "CLI.md").read_text(encoding="utf-8") == flag_table_module.document()
+    assert _cli_doc_table() == cli_parser.flag_table(train.build_parser())
 
 
-def test_readme_flag_table_lists_every_field_flag_with_its_declared_help():
-    rows = {row.split(" | ")[1]: row for row in _readme_table().splitlines()[2:]}
+def test_the_cli_doc_lists_every_field_flag_with_its_declared_help():
+    rows = {row.split(" | ")[1]: row for row in _cli_doc_table().splitlines()[2:]}
     for ff in ALL_FLAGS.values():
         assert ff.help.replace("|", "\\|") in rows[ff.key]
         assert ("may change" in rows[ff.key]) == ff.resume
-    groups = [row.split(" | ")[0] for row in _readme_table().splitlines() if row.startswith("| **")]
+    groups = [row.split(" | ")[0] for row in _cli_doc_table().splitlines() if row.startswith("| **")]
     assert groups == ["| **run**", "| **ppo**", "| **reward**", "| **heuristic**", "| **oracle**"]
 
 
@@ -472,7 +475,18 @@ def test_the_flag_table_prints_as_a_module(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-m", "esper_fx.cli.flag_table"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip() == _readme_table()
+    assert proc.returncode == 0 and proc.stdout.strip() == _cli_doc_table()
+
+
+def test_the_flag_table_writes_the_cli_doc(tmp_path, capsys):
+    written = tmp_path / "CLI.md"
+    assert flag_table_module.main(["--write", str(written)]) == 0
+    assert written.read_text(encoding="utf-8") == (REPO / "docs" / "CLI.md").read_text(encoding="utf-8")
+    assert flag_table_module.CLI_DOC == REPO / "docs" / "CLI.md"  # --write without PATH rewrites this file
+    assert capsys.readouterr().out == ""
+    assert flag_table_module.main(["--write", str(tmp_path / "no" / "CLI.md")]) == EXIT_SETUP_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("esper_fx.cli.flag_table: error:")
 
 
 def test_help_names_the_shapes16_quickstart_every_field_flag_and_its_help(capsys):
@@ -521,7 +535,7 @@ def test_prove_reads_set_and_the_field_flags_through_the_same_code(tmp_path, mon
     config, _, seeds, _ = prove.resolve(args)
     assert (config.ppo.lr, config.oracle.slot, config.seed) == (1e-3, "r0c2", 3) and len(seeds) == 2
     declared = {a.dest: (a.option_strings[0], a.markdown_help) for a in prove.build_parser()._actions if a.dest in FLAGS}
-    # (--data-dir: README's Fashion-MNIST section passes it to prove too, issue 39; --episodes and --device as
+    # (--data-dir: docs/USAGE.md's Fashion-MNIST section passes it to prove too, issue 39; --episodes and --device as
     # train spells them, issue 37)
     assert declared == {name: (FLAGS[name].flag, FLAGS[name].help)
                         for name in ("n_episodes", "seed", "device", "env_workers", "ray_address", "data_root")}

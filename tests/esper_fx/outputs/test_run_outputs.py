@@ -546,7 +546,7 @@ def test_the_report_command_builds_the_page_of_a_run_with_every_damage_at_once(f
         assert word in page
 
 def test_report_command_fails_cleanly_on_a_directory_without_a_run(tmp_path, capsys):
-    """README's exit-code table: a path that is no run directory is a bad input, exit 2 (it was 1)."""
+    """docs/USAGE.md's exit codes: a path that is no run directory is a bad input, exit 2 (it was 1)."""
     assert report.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"esper_fx.report: error: {tmp_path} is not a run directory (no config.json, no metrics.csv)"]
