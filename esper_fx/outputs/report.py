@@ -305,13 +305,16 @@ def status_line(record: RunRecord) -> str:
 
 def provenance_line(p: Mapping[str, Any]) -> str:
     """The header's compact line of where the run came from (provenance.json): versions, commit (and whether
-    the checkout was dirty), host, torch threads, devices and the command; empty without a provenance."""
+    the checkout was dirty, or why there is none), host, torch threads, devices and the command of the first
+    start, then how often it was resumed and the last resume's time and host; empty without a provenance."""
     if not p:
         return ""
     versions, git, devices = (_mapping(p.get(key)) for key in ("versions", "git", "devices"))
     esc = html.escape
     commit = git.get("commit")
-    shown = f'<code title="{esc(str(commit))}">{esc(str(commit)[:12])}</code>' if commit else "–"
+    note = p.get("git_note")
+    shown = (f'<code title="{esc(str(commit))}">{esc(str(commit)[:12])}</code>' if commit
+             else f'<span title="{esc(str(note))}">–</span>' if note else "–")
     parts = [esc(", ".join(f"{name} {v}" for name, v in versions.items() if v is not None)),
              f"commit {shown}{' (dirty)' if git.get('dirty') else ''}",
              esc(f"host {p.get('host')}"), esc(f"torch threads {p.get('torch_threads')}"),
@@ -319,6 +322,11 @@ def provenance_line(p: Mapping[str, Any]) -> str:
                                         for kind, v in devices.items() if v is not None))]
     if isinstance(p.get("command"), list):
         parts.append(f"command <code>{esc(shlex.join(map(str, p['command'])))}</code>")
+    resumes = [r for r in p.get("resumes") or () if isinstance(r, Mapping)]
+    if resumes:
+        last = resumes[-1]
+        parts.append(esc(f"resumed {len(resumes)}× (last {last.get('started_utc')}, host {last.get('host')}; "
+                         f"provenance.json lists each)"))
     return f'<p class="status">{" · ".join(parts)}</p>'
 
 

@@ -19,7 +19,7 @@ from esper_fx.outputs.durable import append_text, replace_text
 from esper_fx.outputs.events import EVENTS_NAME, Event, to_jsonable
 from esper_fx.outputs.history import BatchSummary
 from esper_fx.outputs.metrics_csv import _cell, _csv_text, flatten_metrics, metric_rows, rows_by_batch
-from esper_fx.outputs.provenance import PROVENANCE_NAME, collect, run_devices
+from esper_fx.outputs.provenance import PROVENANCE_NAME, RESUMES, collect, run_devices, with_resume
 
 
 @contextmanager
@@ -31,6 +31,15 @@ def _writing(path: Path):
         raise
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _read_provenance(path: Path) -> Any:
+    """provenance.json as read, or None when it is missing or not JSON (a resume then records that the first
+    start's facts are unknown, rather than failing)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 LOCK_NAME = ".lock"  # flock()ed for the life of a run; the only file a fresh run directory may hold
@@ -104,13 +113,21 @@ class RunDirectory:
             header = next(csv.reader(fh), None)
         return header or None
 
-    def write_config(self, config_dict: Mapping[str, Any]) -> None:
-        """config.json, and beside it provenance.json: where this process runs it from (`outputs.provenance`;
-        a file of its own, since config.json must stay a config `TrainingConfig.from_dict` reads). Both are
-        written at the run's start, so a run that stops early keeps them; a resume rewrites both."""
+    def write_config(self, config_dict: Mapping[str, Any], resumed: Path | None = None,
+                     from_batch: int = 0) -> None:
+        """config.json, and beside it provenance.json: where the run comes from (`outputs.provenance`; a file
+        of its own, since config.json must stay a config `TrainingConfig.from_dict` reads). Both are written
+        at the run's start, so a run that stops early keeps them. A resume (`resumed`: the directory of the
+        run it continues, this one or another; `from_batch`: its first batch, 0 for a restart) rewrites
+        config.json but keeps the first start's provenance and appends this process's to its `resumes`."""
         with _writing(self.path / CONFIG_NAME):
             replace_text(self.path / CONFIG_NAME, json.dumps(to_jsonable(config_dict), indent=2) + "\n")
-        self.provenance = collect(run_devices(config_dict.get("device"), config_dict.get("env_devices")))
+        own = collect(run_devices(config_dict.get("device"), config_dict.get("env_devices")))
+        if resumed is None:
+            self.provenance = {**own, RESUMES: []}
+        else:
+            source = Path(resumed) / PROVENANCE_NAME
+            self.provenance = with_resume(_read_provenance(source), {**own, "from_batch": from_batch}, source)
         with _writing(self.path / PROVENANCE_NAME):
             replace_text(self.path / PROVENANCE_NAME, json.dumps(self.provenance, indent=2) + "\n")
 

@@ -36,7 +36,9 @@ def start(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSp
     if config.resume_path and not restart:
         learner, progress, manifest = restore(config, bundle, learner)
     if out.dir is not None:
-        out.dir.write_config(config.to_dict())
+        # a resume keeps the first start's provenance, in the directory of the run it continues
+        out.dir.write_config(config.to_dict(), preflight.resumed_run_dir(config.resume_path),
+                             progress.next_batch_idx)
         out.dir.use_columns(metric_columns(config.n_envs, update_metric_names(bundle, spec, learner)))
         if config.resume_path:
             with deferred_stops():  # tb/: the kept scalars are written before the old files go

@@ -1,5 +1,7 @@
 """Every run says where it came from: provenance.json and summary.json's "provenance", the report's header,
-prove.json, and TensorBoard's HParams dashboard (asked over HTTP of a real server).
+prove.json, and TensorBoard's HParams dashboard (asked over HTTP of a real server); a resumed run keeps the
+first start's facts and lists each resume's; torch's version keeps its build tag; no git metadata, no commit
+and a note why.
 
 One tiny run, finished and then resumed to a third batch, is shared by the tests of this module.
 """
@@ -8,7 +10,9 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,10 +30,12 @@ from esper_fx.bench.bench_default_workers import untimed
 from esper_fx.cli import prove
 from esper_fx.config import TrainingConfig
 from esper_fx.outputs import provenance, report
+from esper_fx.outputs.run_directory import RunDirectory
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR, config_hparams
 from tests.esper_fx.outputs.test_run_outputs import REPO, tiny
 
-KEYS = {"versions", "git", "command", "host", "platform", "torch_threads", "devices", "started_utc"}
+KEYS = {"versions", "git", "git_note", "command", "host", "platform", "torch_threads", "devices", "started_utc"}
+RUN_KEYS = KEYS | {"resumes"}  # provenance.json: the first start's facts and each resume's
 
 
 def head_commit() -> str:
@@ -56,10 +62,12 @@ def test_provenance_has_every_key_and_this_checkout_s_commit_quickly():
     started = time.perf_counter()
     found = provenance.collect(provenance.run_devices("cpu", None))
     assert time.perf_counter() - started < 0.5
-    assert set(found) == KEYS
+    assert set(found) == KEYS and tuple(found) == provenance.FACTS
     assert json.loads(json.dumps(found)) == found  # plain JSON
     assert found["git"]["commit"] == head_commit() and isinstance(found["git"]["dirty"], bool)
+    assert found["git_note"] is None
     assert set(found["versions"]) == {"python", *provenance.PACKAGES}
+    assert found["versions"]["torch"] == str(torch.__version__)  # its build tag (+cpu, +cu...) kept
     assert all(found["versions"][name] for name in ("python", "esper_fx", "torch", "jax", "numpy"))
     assert found["command"] == sys.argv and found["torch_threads"] >= 1
     assert found["devices"]["policy"] == "cpu" and found["devices"]["envs"] == ["cpu"]
@@ -70,10 +78,28 @@ def test_what_cannot_be_read_is_null_never_an_error(tmp_path, monkeypatch):
     assert provenance.version("no-such-package-esper") is None
     monkeypatch.setenv("PATH", str(tmp_path))  # no git program
     assert provenance.git_state() is None
+    assert provenance.git_lookup()[1].startswith("no commit recorded: `git rev-parse HEAD`")
     monkeypatch.setattr(socket, "gethostname", lambda: 1 / 0)
     found = provenance.collect()
     assert found["git"] is None and found["host"] is None and found["devices"] is None
+    assert "could not run" in found["git_note"]
 
+
+def test_a_copy_of_the_source_without_git_metadata_records_no_commit_and_says_why(tmp_path):
+    """The esper_fx package copied out of its checkout (no .git above it), imported in a fresh process that
+    has not imported torch: no commit, a note naming the copy, and torch's version read with its build tag."""
+    import torch
+
+    shutil.copytree(REPO / "esper_fx", tmp_path / "esper_fx", ignore=shutil.ignore_patterns("__pycache__"))
+    script = ("import json, sys; from esper_fx.outputs import provenance; "
+              "print(json.dumps([provenance.__file__, provenance.collect(), 'torch' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)}, check=True)
+    where, found, imported_torch = json.loads(done.stdout)
+    assert Path(where).resolve() == (tmp_path / "esper_fx/outputs/provenance.py").resolve()
+    assert found["git"] is None and not imported_torch
+    assert found["git_note"].startswith(f"no git metadata: {tmp_path.resolve()} has no .git")
+    assert found["versions"]["torch"] == str(torch.__version__)  # from torch/version.py, tag and all
 
 def test_auto_devices_resolve_as_the_run_resolves_them():
     import torch
@@ -89,9 +115,13 @@ def test_the_run_directory_keeps_it_from_the_start_and_summary_json_holds_it(res
     run_dir, first, result = resumed
     kept = json.loads((run_dir / provenance.PROVENANCE_NAME).read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert set(kept) == KEYS and summary["provenance"] == kept and summary["batches"] == 3
+    assert set(kept) == RUN_KEYS and summary["provenance"] == kept and summary["batches"] == 3
     assert kept["git"]["commit"] == head_commit() and kept["devices"]["policy"] in ("cpu", "cuda:0")
-    assert kept["started_utc"] >= first["started_utc"]  # the resume's own
+    assert set(first) == RUN_KEYS and first["resumes"] == []
+    assert {key: kept[key] for key in KEYS} == {key: first[key] for key in KEYS}  # the first start's, kept
+    (resume,) = kept["resumes"]
+    assert set(resume) == KEYS | {"from_batch"} and resume["from_batch"] == 2
+    assert resume["started_utc"] >= first["started_utc"] and resume["git"]["commit"] == head_commit()
     # config.json stays a config its readers take (the resume above read it, and so does this)
     config = json.loads((run_dir / "config.json").read_text())
     assert "provenance" not in config and TrainingConfig.from_saved(config).n_episodes == 6
@@ -106,6 +136,63 @@ def test_the_report_header_shows_the_commit_and_the_command(resumed):
     assert f"command <code>{html.escape(shlex.join(sys.argv))}</code>" in page
     assert f"host {kept['host']}" in page and f"torch threads {kept['torch_threads']}" in page
     assert f"torch {kept['versions']['torch']}" in page
+    resume = kept["resumes"][-1]
+    assert html.escape(f"resumed 1× (last {resume['started_utc']}, host {resume['host']};") in page
+
+
+def test_a_run_resumed_twice_keeps_its_first_start_and_lists_both_resumes_in_order(tmp_path, monkeypatch):
+    """Two batches, resumed to a third and then to a fourth (that one from a source copy without git
+    metadata, as `SOURCE_ROOT` says): the first start's facts unchanged, one entry per resume in order, each
+    with its time, host, versions, command and commit (or why there is none)."""
+    import torch
+
+    run_dir, argv = tmp_path / "run", list(sys.argv)
+    config = tiny(controller="random", report=False, tensorboard=False)
+    esper_fx.run(config, run_dir=run_dir, quiet=True)
+    first = json.loads((run_dir / provenance.PROVENANCE_NAME).read_text())
+    commands = [["esper_fx.train", "--resume", str(run_dir), "--episodes", str(n)] for n in (6, 8)]
+    for n_episodes, command in zip((6, 8), commands):
+        monkeypatch.setattr(sys, "argv", command)
+        if n_episodes == 8:
+            monkeypatch.setattr(provenance, "SOURCE_ROOT", tmp_path)  # no .git here
+        esper_fx.run(config.replace(n_episodes=n_episodes, resume_path=str(run_dir)), run_dir=run_dir, quiet=True)
+    kept = json.loads((run_dir / provenance.PROVENANCE_NAME).read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["batches"] == 4 and summary["provenance"] == kept
+    assert {key: kept[key] for key in RUN_KEYS - {"resumes"}} == {key: first[key] for key in KEYS}
+    assert first["git"]["commit"] == head_commit() and first["command"] == argv
+    one, two = kept["resumes"]
+    assert [one["from_batch"], two["from_batch"]] == [2, 3]
+    assert [one["command"], two["command"]] == commands
+    assert first["started_utc"] <= one["started_utc"] <= two["started_utc"]
+    for resume in (one, two):
+        assert resume["host"] == socket.gethostname()
+        assert resume["versions"]["torch"] == str(torch.__version__) and resume["versions"]["esper_fx"]
+    assert one["git"]["commit"] == head_commit() and one["git_note"] is None
+    assert two["git"] is None and two["git_note"].startswith(f"no git metadata: {tmp_path} has no .git")
+
+
+def test_a_resume_whose_first_record_is_lost_says_so_and_one_elsewhere_copies_it(tmp_path):
+    """provenance.json unreadable: the first start's facts null and a note naming the file, not a failure; a
+    resume into another run directory carries the history of the run it continues (which stays as it was)."""
+    config = {"device": "cpu", "env_devices": None}
+    broken = RunDirectory(tmp_path / "broken")
+    (broken.path / provenance.PROVENANCE_NAME).write_text("{not json")
+    broken.write_config(config, resumed=broken.path, from_batch=1)
+    record = json.loads((broken.path / provenance.PROVENANCE_NAME).read_text())
+    assert all(record[key] is None for key in KEYS)
+    assert record["first_start_note"] == (f"the first start's facts are unknown: "
+                                          f"{broken.path / provenance.PROVENANCE_NAME} was missing or unreadable")
+    assert [r["from_batch"] for r in record["resumes"]] == [1] and record["resumes"][0]["versions"]["python"]
+
+    origin, elsewhere = RunDirectory(tmp_path / "origin"), RunDirectory(tmp_path / "elsewhere")
+    origin.write_config(config)
+    before = (origin.path / provenance.PROVENANCE_NAME).read_text()
+    elsewhere.write_config(config, resumed=origin.path, from_batch=5)
+    copied = json.loads((elsewhere.path / provenance.PROVENANCE_NAME).read_text())
+    assert {key: copied[key] for key in KEYS} == {key: origin.provenance[key] for key in KEYS}
+    assert [r["from_batch"] for r in copied["resumes"]] == [5] and copied == elsewhere.provenance
+    assert (origin.path / provenance.PROVENANCE_NAME).read_text() == before
 
 
 def test_prove_json_holds_the_provenance_beside_its_command():
