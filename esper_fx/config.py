@@ -27,6 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from esper_fx.command import did_you_mean
 from esper_fx.contracts.blueprints import BLUEPRINT_MENUS, BLUEPRINT_NAMES
 from esper_fx.contracts.lifecycle import LIFECYCLES, LifecycleTimings, lifecycle_timings
 from esper_fx.contracts.observation import WITHHOLDABLE, obs_dim
@@ -35,7 +36,6 @@ from esper_fx.contracts.tasks import (
     DEFAULT_DATA_ROOT, LR_SCHEDULES, TASK_NAMES, mix_mismatch, task_facts, task_slot_ids,
 )
 from esper_fx.controller_names import NAMES
-from esper_fx.errors import did_you_mean
 from esper_fx.presets import PRESET_NAMES, PRESETS
 from rl import validate as check
 from rl.config import (

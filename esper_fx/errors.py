@@ -1,5 +1,6 @@
-"""The errors a user can fix, the exit codes every command (train, prove, report, bench) ends with, and the
-parser base they share.
+"""The errors a user can fix, the exit codes every command (train, prove, report, bench, doctor) ends with, and
+the parser base they share, which turns a bad command line into a `ConfigError` (the advice it adds and its
+markdown help come from `esper_fx.command`).
 
 The command line prints any `SetupError` as `esper_fx.train: error: <message>` and exits with code 2, and a
 `RunFailure` the same way with exit code 1 (`esper_fx.cli.run`). Subclasses also derive from the builtin a
@@ -11,7 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 import typing
-from typing import Any, Iterable, Sequence
+from typing import Any
+
+from esper_fx.command import unknown_flag_hint, with_markdown_help
 
 # The exit codes, one table for every command.
 EXIT_OK = 0  # done
@@ -81,49 +84,3 @@ class CommandParser(argparse.ArgumentParser):
         text = " ".join(str(exc).split()) or type(exc).__name__
         print(f"{self.name}: error: {text}", file=sys.stderr)
         return EXIT_SETUP_ERROR
-
-
-# Flags of other RL tools a newcomer types: (this command line's flag for the same thing, the advice), the
-# advice given only where the command has that flag.
-FOREIGN_FLAGS = {
-    "--total-timesteps": ("--episodes", "--episodes N: esper_fx counts episodes of max_epochs epochs"),
-    "--num-envs": ("--n-envs", "--n-envs N"),
-    "--env-id": ("--task", "--task NAME"),
-    "--learning-rate": ("--set", "--set ppo.lr=VALUE for the controller's rate"),
-}
-
-
-def unknown_flag_hint(words: Sequence[str], known: Iterable[str]) -> str:
-    """The advice after "unrecognized arguments": for the first unknown flag (its part before any "="), this
-    command's spelling of another tool's flag, else the closest flag, else where to look."""
-    known = list(known)
-    flag = next((w.split("=", 1)[0] for w in words if w.startswith("-")), None)
-    ours, advice = FOREIGN_FLAGS.get(flag, (None, None))
-    if ours in known:
-        return f" (use {advice})"
-    close = closest(flag, known) if flag else None
-    return f" (did you mean {close}?)" if close else " (see --help)"
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """" (did you mean 'X'?)" for the closest of `choices` to `word`, or ""."""
-    close = closest(str(word), choices)
-    return f" (did you mean {close!r}?)" if close else ""
-
-
-def closest(word: str, choices: Iterable[str]) -> str | None:
-    """The choice most like `word` (difflib's ratio of at least 0.6), or None."""
-    import difflib
-
-    return next(iter(difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)), None)
-
-
-def with_markdown_help(add: Any, args: tuple, kwargs: dict[str, Any]) -> argparse.Action:
-    """argparse's `add(*args, **kwargs)` with `help` written in markdown: plain (backticks dropped, % escaped:
-    help is text, never a format string) in `--help`, kept as `action.markdown_help` for docs/CLI.md's table."""
-    text = kwargs.get("help")
-    if isinstance(text, str):
-        kwargs["help"] = text.replace("`", "").replace("%", "%%")  # argparse formats help with %
-    action = add(*args, **kwargs)
-    action.markdown_help = text  # type: ignore[attr-defined]
-    return action

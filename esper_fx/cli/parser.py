@@ -28,10 +28,11 @@ from dataclasses import MISSING, dataclass, fields
 from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
+from esper_fx.command import with_markdown_help
 from esper_fx.config import (
     GROUP_KEYS, GROUP_OF_KEY, HeuristicConfig, OracleConfig, TrainingConfig, refuse_unsettable,
 )
-from esper_fx.errors import ConfigError, with_markdown_help
+from esper_fx.errors import ConfigError
 from rl.config import field_names
 
 # The nested sections set key by key with `--set section.key=VALUE`, merged onto the base config's section.

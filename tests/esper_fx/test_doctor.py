@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from esper_fx import devices
-from esper_fx.cli import doctor
+from esper_fx.doctor import cli as doctor
+from esper_fx.doctor.context import Context, NotRun
+from esper_fx.doctor.environment import check_versions
 
 REPO = Path(__file__).resolve().parents[2]
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -54,7 +56,7 @@ def test_auto_with_a_torch_gpu_and_no_jax_gpu_runs_on_the_cpu_and_fails_devices(
     torch_device, _ = doctor.resolve_devices("auto")
     assert torch_device == torch.device("cpu")
     monkeypatch.setattr(doctor, "CHECKS", doctor.CHECKS[:2])  # versions, devices
-    checks = doctor.run_checks(doctor.Context(torch_device, None, Path(".")))
+    checks = doctor.run_checks(Context(torch_device, None, Path(".")))
     assert [c.status for c in checks] == [doctor.PASSED, doctor.FAILED]
     assert "JAX has no GPU" in checks[1].detail
 
@@ -64,9 +66,9 @@ def test_a_failing_check_is_reported_with_its_reason_and_exit_1(monkeypatch, tmp
         raise ValueError("the reason\nsecond line")
 
     def skipped(ctx):
-        raise doctor.NotRun("why not")
+        raise NotRun("why not")
 
-    monkeypatch.setattr(doctor, "CHECKS", (("versions", False, doctor.check_versions), ("broken", False, broken),
+    monkeypatch.setattr(doctor, "CHECKS", (("versions", False, check_versions), ("broken", False, broken),
                                            ("skipped", False, skipped), ("cuda_only", True, broken)))
     path = tmp_path / "r.json"
     assert doctor.main(["--device", "cpu", "--json", str(path)]) == doctor.EXIT_FAILED
@@ -123,7 +125,7 @@ def _namespaces() -> bool:
 
 @pytest.mark.skipif(not _namespaces(), reason="needs unshare to mount a read-only tmpfs")
 def test_a_json_destination_on_a_read_only_mount_is_refused_before_the_checks(tmp_path):
-    script = ("import sys\nfrom esper_fx.cli import doctor\n"
+    script = ("import sys\nfrom esper_fx.doctor import cli as doctor\n"
               "doctor.run_checks = lambda *a: sys.exit('the checks ran before --json was checked')\n"
               "sys.exit(doctor.main(['--json', sys.argv[1]]))\n")
     (tmp_path / "ro").mkdir()

@@ -20,8 +20,9 @@ PACKAGES = ("esper_fx", "hosts", "rl", "bridge")
 CONTRACTS = "esper_fx.contracts"
 # each module's layer: it may import its own layer's modules and lower layers' only (hosts and rl never each other)
 LAYERS = {CONTRACTS: 0, "hosts": 1, "rl": 1, "bridge": 2, "esper_fx": 3}
-# esper_fx's loose modules: __init__, the four `python -m` entry points, and what folders on several layers
-# stand on (config, presets, errors, controller_names, stopping, devices)
+# esper_fx's loose modules: __init__, the three `python -m` entry points (train, prove, report; doctor and bench
+# are folders), and what folders on several layers stand on (config, presets, errors, command, controller_names,
+# stopping, devices)
 MAX_LOOSE_MODULES = 11
 
 

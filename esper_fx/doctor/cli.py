@@ -1,0 +1,203 @@
+"""`python -m esper_fx.doctor [--device cuda:N] [--json PATH]`: does esper_fx work on this machine?
+
+The one command to run on a new machine. It reports the versions and the devices torch and JAX see,
+then runs each check and prints it as `passed`, `failed` (with the reason) or `not run` (with why):
+
+    versions          python, torch (its CUDA), jax, jaxlib, flax, optax, orbax, numpy
+    devices           what torch and JAX see; fails when torch has a GPU and JAX none (--device auto refuses)
+    same_gpu          torch's cuda:N and JAX's GPU N are one card: a tensor crosses DLPack onto that device
+    handoff_cpu       the zero-copy hand-off both ways on the CPU (same buffer, same values)
+    handoff_cuda      the same on the GPU, and the stream order: JAX reads what a torch side stream wrote,
+                      a torch side stream reads what JAX wrote, no host synchronisation in between
+    amp_fp16_no_sync  an fp16 AMP env-epoch that never synchronises with the host (torch's sync debug mode)
+    amp_bf16_no_sync  the same in bf16
+    streams           per-env streams against one stream: the same results, and both timings
+    memory_flat       reserved GPU memory flat over several episodes (streams reused)
+    cli_run           a short training run through the CLI on the device
+    checkpoint        that run's checkpoint restored onto its own device
+    gpu_checkpoint_on_cpu  a GPU-written checkpoint restored onto the CPU
+    jax_memory        JAX's memory settings (preallocation must be off beside torch)
+
+The checks live by family: `environment.py` (versions, devices, JAX memory), `handoff.py` (the hand-off),
+`env_pool.py` (AMP, streams, memory), `training_run.py` (the CLI run and its checkpoint); this module runs
+them and reports. Without CUDA the CUDA checks are `not run`, never `passed`. Exit 0 when nothing failed,
+1 when a check failed, 2 for a bad command line (one line on stderr, nothing written).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from bridge.jax_env import ensure_jax_env
+from esper_fx.config import POLICY_DEVICE
+from esper_fx.devices import policy_devices
+from esper_fx.doctor.context import Context, NotRun
+from esper_fx.doctor.env_pool import check_amp_bf16, check_amp_fp16, check_memory_flat, check_streams
+from esper_fx.doctor.environment import check_devices, check_jax_memory, check_versions
+from esper_fx.doctor.handoff import check_handoff_cpu, check_handoff_cuda, check_same_gpu
+from esper_fx.doctor.training_run import check_checkpoint, check_cli_run, check_gpu_checkpoint_on_cpu
+from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, CommandParser, ConfigError
+from esper_fx.errors import DeviceUnavailableError
+
+PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR  # esper_fx.errors' table
+
+# name, needs CUDA, function (in the order they run: cli_run before the checkpoint checks)
+CHECKS: tuple[tuple[str, bool, Callable[[Context], str]], ...] = (
+    ("versions", False, check_versions),
+    ("devices", False, check_devices),
+    ("same_gpu", True, check_same_gpu),
+    ("handoff_cpu", False, check_handoff_cpu),
+    ("handoff_cuda", True, check_handoff_cuda),
+    ("amp_fp16_no_sync", True, check_amp_fp16),
+    ("amp_bf16_no_sync", True, check_amp_bf16),
+    ("streams", True, check_streams),
+    ("memory_flat", True, check_memory_flat),
+    ("cli_run", False, check_cli_run),
+    ("checkpoint", False, check_checkpoint),
+    ("gpu_checkpoint_on_cpu", True, check_gpu_checkpoint_on_cpu),
+    ("jax_memory", False, check_jax_memory),
+)
+CUDA_CHECKS = tuple(name for name, needs_cuda, _ in CHECKS if needs_cuda)
+
+
+class UsageError(ConfigError):
+    """A bad command line: one line, exit 2."""
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    seconds: float = 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# the command line
+# ----------------------------------------------------------------------------------------------
+
+
+def build_parser() -> CommandParser:
+    p = CommandParser("esper_fx.doctor", description="Check that esper_fx works on this machine.")
+    p.add_argument("--device", default="auto", help="auto (cuda:0 if torch and JAX both see a GPU, else cpu), cpu or cuda:N")
+    p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    return p
+
+
+def resolve_devices(name: str) -> tuple[torch.device, Any]:
+    """The torch and JAX devices of --device (`esper_fx.devices`); UsageError (naming --device) if either side
+    lacks it. An `auto` the two halves cannot share runs the checks on the CPU (and `devices` fails, saying why)."""
+    if not POLICY_DEVICE.fullmatch(name):
+        raise UsageError(f"argument --device: expected auto, cpu or cuda:N (got {name!r})")
+    try:
+        return policy_devices(name)
+    except DeviceUnavailableError as exc:
+        if name == "auto":
+            return policy_devices("cpu")
+        raise UsageError(f"argument --device: {exc}") from None
+
+
+def check_json_path(path: str | None) -> None:
+    """--json names a file that can be written, checked before the checks run (they take up to a minute):
+    its folder exists, it is no folder, and the file (a device such as /dev/full included) or its folder
+    takes a write (a read-only mount, a folder or file without write permission)."""
+    if path is None:
+        return
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"argument --json: directory {parent} does not exist")
+    if Path(path).is_dir():
+        raise UsageError(f"argument --json: {path} is a directory")
+    reason = _unwritable(Path(path))
+    if reason is not None:
+        raise UsageError(f"argument --json: cannot write {path}: {reason}")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why `path` cannot be written, found without changing it (None: it can). An existing file is opened for
+    writing and given an empty write, which a full device refuses; a new file needs a writable folder."""
+    if path.exists():
+        if stat.S_ISFIFO(path.stat().st_mode):
+            return None  # (opening a pipe waits for its reader)
+        try:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            return exc.strerror or type(exc).__name__
+        return None
+    parent = path.resolve().parent
+    if os.access(parent, os.W_OK | os.X_OK):
+        return None
+    return "Read-only file system" if os.statvfs(parent).f_flag & os.ST_RDONLY else "Permission denied"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ensure_jax_env(warn=False)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        check_json_path(args.json)
+        torch_device, jax_device = resolve_devices(args.device)
+    except ConfigError as exc:
+        return parser.fail(exc)
+    with tempfile.TemporaryDirectory(prefix="esper_fx_doctor_") as scratch:
+        checks = run_checks(Context(torch_device, jax_device, Path(scratch)), print_check)
+    if args.json:
+        report = {"device": str(torch_device), "jax_device": str(jax_device),
+                  "ok": not any(c.status == FAILED for c in checks), "checks": [asdict(c) for c in checks]}
+        try:
+            Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        except OSError as exc:  # (the disk filled meanwhile)
+            return parser.fail(OSError(f"cannot write --json {args.json}: {exc.strerror or exc}"))
+    failed = [c.name for c in checks if c.status == FAILED]
+    print(f"\n{len(checks) - len(failed)} of {len(checks)} checks did not fail"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+# ----------------------------------------------------------------------------------------------
+# running the checks
+# ----------------------------------------------------------------------------------------------
+
+
+def print_check(check: Check) -> None:
+    print(f"{check.status:>8}  {check.name:<22} {check.detail}", flush=True)
+
+
+def run_checks(ctx: Context, report: Callable[[Check], None] = lambda c: None) -> list[Check]:
+    """Every check in order; one that raises fails with the exception's first line."""
+    out = []
+    for name, needs_cuda, fn in CHECKS:
+        started = time.perf_counter()
+        if needs_cuda and not ctx.cuda:
+            check = Check(name, NOT_RUN, f"needs a CUDA device (running on {ctx.torch_device})")
+        else:
+            try:
+                check = Check(name, PASSED, fn(ctx))
+            except NotRun as why:
+                check = Check(name, NOT_RUN, str(why))
+            except Exception as exc:  # noqa: BLE001 - a check that breaks has failed; say how
+                check = Check(name, FAILED, _first_line(exc))
+        check.seconds = round(time.perf_counter() - started, 2)
+        report(check)
+        out.append(check)
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+
