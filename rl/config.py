@@ -436,6 +436,8 @@ class HeuristicConfig:
     ransomware_improvement_threshold: float = option(0.0, "pp of improvement below which")
     blueprint_rotation: tuple[str, ...] | None = option(None, "the blueprints it germinates in turn (default: the "
                                                         "run's blueprint menu without noop)", metavar="NAME")
+    wait_for_stable_host: bool = option(True, "GERMINATE waits for the host's stabilisation latch (BEHAVIOUR "
+                                        "§8.5), as the reference; off: the other conditions alone decide")
     min_fit_gap: float | None = option(None, "GERMINATE also waits until the epoch's training accuracy exceeds its "
                                        "validation accuracy by this many pp, once the host fits its data (the fit "
                                        "gap, BEHAVIOUR §8.7; FRAGrow); default: no such wait, as the reference")
@@ -456,6 +458,7 @@ class HeuristicConfig:
         for name in ("cull_if_accuracy_drops_by", "min_improvement_to_fossilize",
                      "ransomware_contribution_threshold", "ransomware_improvement_threshold"):
             check.number(f"heuristic.{name}", getattr(self, name))
+        check.boolean("heuristic.wait_for_stable_host", self.wait_for_stable_host)
         if self.min_fit_gap is not None:
             _store(self, "min_fit_gap", check.number("heuristic.min_fit_gap", self.min_fit_gap))
 

@@ -162,7 +162,7 @@ def germination(state: HeuristicState, signals: Signals, params: HeuristicParams
     empty = enabled & ~jnp.asarray(signals["slot_occupied"], bool)
     target, has_empty = _first(empty)
     go = ((epoch - state.last_cull_epoch >= params.rules.embargo_epochs_after_cull)
-          & (jnp.asarray(signals["host_stabilized"]) != 0)
+          & ((jnp.asarray(signals["host_stabilized"]) != 0) | (not params.rules.wait_for_stable_host))
           & (epoch >= params.rules.min_epochs_before_germinate)
           & (jnp.asarray(signals["plateau_epochs"]) >= params.rules.plateau_epochs_to_germinate)
           & fits(signals, params.rules.min_fit_gap)

@@ -43,3 +43,23 @@ def test_the_setting_is_checked_and_kept():
         with pytest.raises(ValueError, match="heuristic.min_fit_gap"):
             HeuristicConfig(min_fit_gap=bad)
     assert dataclasses.replace(GAPPED.rules, min_fit_gap=None) == TrainingConfig(task="cifar10").heuristic
+
+
+UNLATCHED = heuristic.HeuristicParams.from_training_config(CNN.replace(heuristic={"wait_for_stable_host": False}))
+
+
+@pytest.mark.parametrize("stabilized", [0, 1])
+def test_germination_without_the_stabilisation_wait(stabilized):
+    """`wait_for_stable_host=false` drops the latch from the gate and nothing else: a host that never
+    stabilises germinates once the other conditions hold; the reference's rule keeps waiting for it."""
+    signals = make_signals(**{**READY, "host_stabilized": stabilized})
+    assert decide(fresh(UNLATCHED), signals, UNLATCHED)[0][0, 3] == G
+    assert decide(fresh(), signals, CNN_PARAMS)[0][0, 3] == (G if stabilized else W)
+    early = make_signals(**{**READY, "host_stabilized": stabilized, "epoch": 0})  # before epoch 5: still waits
+    assert decide(fresh(UNLATCHED), early, UNLATCHED)[0][0, 3] == W
+
+
+def test_the_stabilisation_wait_is_on_by_default_and_checked():
+    assert HeuristicConfig().wait_for_stable_host is True
+    with pytest.raises(ValueError, match="heuristic.wait_for_stable_host"):
+        HeuristicConfig(wait_for_stable_host="no")
