@@ -1,11 +1,24 @@
-"""What the commands (train, prove, report, bench, doctor) say besides their errors: the advice after a
-mistyped name or flag (`did_you_mean`, `unknown_flag_hint`) and help written in markdown (`with_markdown_help`:
-plain in `--help`, kept for docs/CLI.md's table). Imports nothing of the project."""
+"""What every command (train, prove, report, bench, doctor) shares besides its errors: the exit codes, one table
+for all of them; `CommandParser`, the parser base that turns a bad command line into a `ConfigError`; the advice
+after a mistyped name or flag (`did_you_mean`, `unknown_flag_hint`) and help written in markdown
+(`with_markdown_help`: plain in `--help`, kept for docs/CLI.md's table). Of the project it imports only
+`esper_fx.errors`."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import typing
 from typing import Any, Iterable, Sequence
+
+from esper_fx.errors import ConfigError
+
+# The exit codes, one table for every command.
+EXIT_OK = 0  # done
+EXIT_RUN_FAILED = 1  # the work cannot go on (e.g. the controller produced no valid action); one line on stderr
+EXIT_SETUP_ERROR = 2  # a configuration or environment problem, found before anything is written; one line
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, after saving what is finished
+EXIT_TERMINATED = 143  # SIGTERM: 128 + SIGTERM, likewise
 
 # Flags of other RL tools a newcomer types: (this command line's flag for the same thing, the advice), the
 # advice given only where the command has that flag.
@@ -51,3 +64,28 @@ def with_markdown_help(add: Any, args: tuple, kwargs: dict[str, Any]) -> argpars
     action = add(*args, **kwargs)
     action.markdown_help = text  # type: ignore[attr-defined]
     return action
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of every `python -m esper_fx.<name>` command: a usage error raises `ConfigError`, which the
+    command's `main` turns into one line on stderr and exit code 2 (`fail`) — never a usage dump."""
+
+    def __init__(self, name: str, **kwargs: Any) -> None:
+        self.name = name
+        kwargs.setdefault("allow_abbrev", False)  # `--episode 8` is not `--episodes 8`: a typo is refused
+        super().__init__(prog=f"python -m {name}", **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        """As argparse's, with `help` written in markdown: plain in `--help`, kept for docs/CLI.md's table."""
+        return with_markdown_help(super().add_argument, args, kwargs)
+
+    def error(self, message: str) -> typing.NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            message += unknown_flag_hint(message.split(":", 1)[1].split(), self._option_string_actions)
+        raise ConfigError(message)
+
+    def fail(self, exc: BaseException) -> int:
+        """One line `<name>: error: <message>` on stderr; returns the exit code of a configuration problem."""
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{self.name}: error: {text}", file=sys.stderr)
+        return EXIT_SETUP_ERROR

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from bridge.jax_env import ensure_jax_env
-from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, CommandParser, ConfigError, DeviceUnavailableError
+from esper_fx.command import EXIT_OK, EXIT_RUN_FAILED, CommandParser
+from esper_fx.errors import ConfigError, DeviceUnavailableError
 
 # name -> module under esper_fx.bench whose `run(settings) -> dict` measures it (imported on demand, so
 # one benchmark whose dependencies are missing does not stop the others)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from esper_fx.cli.parser import flag_table
 from esper_fx.cli.train import build_parser
-from esper_fx.errors import EXIT_OK, CommandParser, ConfigError
+from esper_fx.command import EXIT_OK, CommandParser
+from esper_fx.errors import ConfigError
 
 CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "CLI.md"
 

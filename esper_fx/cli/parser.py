@@ -1,6 +1,6 @@
 """The command line built from the config: the flags generated from the fields of `TrainingConfig` and of
 its nested configs, `--set KEY=VALUE` (train and prove), and the flag table of docs/CLI.md. The parser base is
-`esper_fx.errors.CommandParser`.
+`esper_fx.command.CommandParser`.
 
 Every setting is declared once, on its field, with `rl.config.option(default, help, flag=..., metavar=...,
 resume=...)`: the run's in `esper_fx.config`, the nested configs' (`ppo`, `reward`, `heuristic`, `oracle`)

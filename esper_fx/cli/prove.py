@@ -55,7 +55,8 @@ from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, p
 from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, default_tuning_seeds
 from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
-from esper_fx.errors import EXIT_OK, CommandParser, ConfigError
+from esper_fx.command import EXIT_OK, CommandParser
+from esper_fx.errors import ConfigError
 from esper_fx.evaluation.seed_sets import MAX_EVAL_SEEDS
 from esper_fx.outputs.checkpoint import SHAPE_FIELDS, CheckpointError
 from esper_fx.outputs.provenance import collect, run_devices

@@ -18,7 +18,8 @@ from esper_fx.training import compile_cache
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts.actions import ACTION_HEADS
 from esper_fx.distributed.auto import choose_workers
-from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, RunDirectoryError, RunFailure, SetupError
+from esper_fx.command import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR
+from esper_fx.errors import RunDirectoryError, RunFailure, SetupError
 from esper_fx.stopping import exit_code, stop_signal
 from esper_fx.training.threads import limit_cpu_threads
 

@@ -23,7 +23,8 @@ from esper_fx.outputs.run_names import default_run_dir
 from esper_fx.cli.run import config_summary, run_from_cli  # noqa: F401 (config_summary re-exported)
 from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
 from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths
-from esper_fx.errors import CommandParser, ConfigError
+from esper_fx.command import CommandParser
+from esper_fx.errors import ConfigError
 from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
 from esper_fx.stopping import exit_code, sigterm_stops, stop_signal
 

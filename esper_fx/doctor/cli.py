@@ -45,8 +45,8 @@ from esper_fx.doctor.env_pool import check_amp_bf16, check_amp_fp16, check_memor
 from esper_fx.doctor.environment import check_devices, check_jax_memory, check_versions
 from esper_fx.doctor.handoff import check_handoff_cpu, check_handoff_cuda, check_same_gpu
 from esper_fx.doctor.training_run import check_checkpoint, check_cli_run, check_gpu_checkpoint_on_cpu
-from esper_fx.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, CommandParser, ConfigError
-from esper_fx.errors import DeviceUnavailableError
+from esper_fx.command import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, CommandParser
+from esper_fx.errors import ConfigError, DeviceUnavailableError
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR  # esper_fx.errors' table

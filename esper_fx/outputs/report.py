@@ -37,7 +37,8 @@ from esper_fx.outputs import plots
 from esper_fx.outputs.checkpoint import CheckpointError, read_manifest
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts.slots import SlotIdError, sort_slot_ids
-from esper_fx.errors import EXIT_OK, CommandParser, ConfigError, OutputError
+from esper_fx.command import EXIT_OK, CommandParser
+from esper_fx.errors import ConfigError, OutputError
 from esper_fx.outputs.events import load_events
 from esper_fx.outputs.metrics_csv import read_metrics, summary_from_csv
 from esper_fx.outputs.history import BatchSummary, as_summaries, run_summary

@@ -13,7 +13,7 @@ from esper_fx.cli import parser as cli_parser
 from esper_fx.cli import train
 from esper_fx.cli.train import config_summary, main, resolve_config
 from esper_fx.config import RESUME_OVERRIDABLE, PPOConfig, TrainingConfig
-from esper_fx.errors import EXIT_INTERRUPTED, EXIT_SETUP_ERROR, EXIT_TERMINATED
+from esper_fx.command import EXIT_INTERRUPTED, EXIT_SETUP_ERROR, EXIT_TERMINATED
 from esper_fx.outputs.checkpoint import SHAPE_FIELDS
 from rl.config import REWARD_FROM_RUN, STAGE_POTENTIALS
 

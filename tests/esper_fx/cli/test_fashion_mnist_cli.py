@@ -5,7 +5,7 @@ import pytest
 
 from esper_fx.cli import prove
 from esper_fx.cli.train import main
-from esper_fx.errors import EXIT_SETUP_ERROR as EXIT_CONFIG_ERROR
+from esper_fx.command import EXIT_SETUP_ERROR as EXIT_CONFIG_ERROR
 from hosts.data.fashion_mnist import SPLIT_FILES
 from hosts.data.idx import idx_bytes
 from tests.hosts.data.fashion_fixture import fashion_arrays, write_fashion_fixture

@@ -14,7 +14,8 @@ import pytest
 import esper_fx
 from esper_fx.training import pools, run_state
 from esper_fx.config import TrainingConfig
-from esper_fx.errors import EXIT_SETUP_ERROR, RunDirectoryError
+from esper_fx.command import EXIT_SETUP_ERROR
+from esper_fx.errors import RunDirectoryError
 from esper_fx.outputs.history import BatchSummary
 from esper_fx.outputs.metrics_csv import metric_columns
 from esper_fx.outputs.run_directory import LOCK_NAME, RunDirectory
