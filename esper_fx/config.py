@@ -2,8 +2,10 @@
 
 The run's own settings (task, envs, episodes, devices, data, outputs) are fields here. The controller
 side's settings live with the controller code and are nested: `config.ppo` (`rl.config.PPOConfig`),
-`config.reward` (`rl.config.RewardConfig`) and `config.heuristic` (`rl.config.HeuristicConfig`), each
-default written once, there, with its help (`rl.config.option`: the command line is built from it). The PPO
+`config.reward` (`rl.config.RewardConfig`), and the sections (`SECTIONS`, one JSON object each)
+`config.heuristic`, `config.oracle` and `config.reinforce` (`rl.config.HeuristicConfig`, `OracleConfig`,
+`ReinforceConfig`), each default written once, there, with its help (`rl.config.option`: the command line is
+built from it). The PPO
 fields and the reward's settings keep their flat names as keys: `TrainingConfig(lr=1e-4)`,
 `config.replace(gamma=0.99)` and the JSON of `to_dict` / `from_dict`; the reward's constants are the keys
 `reward.NAME` (`TrainingConfig(**{"reward.probation_base": 4})`, or `reward=RewardConfig(probation_base=4)`),
@@ -42,6 +44,7 @@ from rl.config import (
     HeuristicConfig,
     OracleConfig,
     PPOConfig,
+    ReinforceConfig,
     RewardFamily,
     REWARD_CONSTANTS,
     REWARD_FROM_RUN,
@@ -55,8 +58,8 @@ from rl.config import (
 )
 
 __all__ = [
-    "TrainingConfig", "HeuristicConfig", "OracleConfig", "PPOConfig", "RewardConfig", "Task", "DataSplit", "DataPath",
-    "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "WandbMode", "PRESET_NAMES",
+    "TrainingConfig", "HeuristicConfig", "OracleConfig", "PPOConfig", "ReinforceConfig", "RewardConfig", "Task",
+    "DataSplit", "DataPath", "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "WandbMode", "PRESET_NAMES",
 ]
 
 Task = StrEnum("Task", {name.upper(): name for name in TASK_NAMES})
@@ -134,6 +137,9 @@ GROUP_KEYS: Mapping[str, Mapping[str, str]] = {
     "reward": {**{name: name for name in REWARD_SETTINGS}, **{f"reward.{name}": name for name in REWARD_CONSTANTS}},
 }
 GROUP_OF_KEY: Mapping[str, str] = {key: group for group, keys in GROUP_KEYS.items() for key in keys}
+# The nested sections: a field of the run holding its own settings, saved as one JSON object under its name and
+# set key by key on the command line (`--set section.key=VALUE`, `--section.key VALUE`).
+SECTIONS: Mapping[str, type] = {"heuristic": HeuristicConfig, "oracle": OracleConfig, "reinforce": ReinforceConfig}
 
 
 def _codes(names: Any) -> str:
@@ -267,6 +273,9 @@ class TrainingConfig:
                                         "(BEHAVIOUR §13.1)")
     oracle: OracleConfig = option(factory=OracleConfig, help="the `oracle` control's fixed growth schedule: "
                                   "fossilize at the first epoch it is allowed, never cull")
+    # other learning controllers
+    reinforce: ReinforceConfig = option(factory=ReinforceConfig, help="the `reinforce` controller's "
+                                        "hyperparameters (REINFORCE with a learned baseline, `rl.reinforce`)")
 
     # ---------------------------------------------------------------- construction
     def __init__(self, **values: Any) -> None:
@@ -306,7 +315,7 @@ class TrainingConfig:
             self._set(name, check.text(name, getattr(self, name), optional=True))
         check.text("data_root", self.data_root)
         check.text("wandb_project", self.wandb_project)
-        for name, section in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
+        for name, section in SECTIONS.items():
             value = getattr(self, name)
             if isinstance(value, Mapping):
                 self._set(name, section.from_dict(value))
@@ -537,7 +546,7 @@ class TrainingConfig:
                 default = type(value)()
                 out.update({key: _plain(getattr(value, name)) for key, name in GROUP_KEYS[f.name].items()
                             if key == name or every_constant or getattr(value, name) != getattr(default, name)})
-            elif isinstance(value, (HeuristicConfig, OracleConfig)):
+            elif f.name in SECTIONS:
                 out[f.name] = value.to_dict()
             else:
                 out[f.name] = _plain(value)
@@ -550,7 +559,7 @@ class TrainingConfig:
         refuse_unsettable(d)
         known = set(field_names(cls)) - set(FLAT_GROUPS) | set(GROUP_OF_KEY)
         unknown = sorted(k for k in d if k not in known)
-        for name, section in (("heuristic", HeuristicConfig), ("oracle", OracleConfig)):
+        for name, section in SECTIONS.items():
             if isinstance(d.get(name), Mapping):
                 unknown += sorted(f"{name}.{k}" for k in d[name] if k not in field_names(section))
         if unknown:

@@ -8,6 +8,7 @@ BUILT_IN: dict[str, tuple[str, str]] = {
     "ppo_lstm": ("esper_fx.controllers.ppo", "build_ppo_lstm"),
     "ppo_mlp": ("esper_fx.controllers.ppo", "build_ppo_mlp"),
     "heuristic": ("esper_fx.controllers.heuristic", "build_heuristic"),
+    "reinforce": ("esper_fx.controllers.reinforce", "build_reinforce"),
     "random": ("esper_fx.controllers.baselines", "build_random"),
     "wait": ("esper_fx.controllers.baselines", "build_wait"),
     "oracle": ("esper_fx.controllers.baselines", "build_oracle"),

@@ -11,8 +11,10 @@ Frozen dataclasses with no jax in sight, so a configuration is checked before ja
   function;
 - `HeuristicConfig` (BEHAVIOUR §13.1): the rule-based controller's thresholds, and the blueprint rotation check.
 - `OracleConfig`: the fixed growth schedule of the `oracle` control.
+- `ReinforceConfig`: the `reinforce` controller's hyperparameters (REINFORCE with a learned baseline).
 
-`esper_fx.config.TrainingConfig` nests them as `config.ppo`, `config.reward` and `config.heuristic`; the
+`esper_fx.config.TrainingConfig` nests them as `config.ppo`, `config.reward`, `config.heuristic`, `config.oracle`
+and `config.reinforce`; the
 PPO fields and the reward's settings are the run's flat JSON keys, the reward's constants its keys `reward.NAME`.
 """
 
@@ -534,3 +536,38 @@ class OracleConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OracleConfig":
         return section_from_dict(cls, "oracle", d)
+
+
+# ------------------------------------------------------------------------------------------
+# REINFORCE with a learned baseline (`rl.reinforce`, the `reinforce` controller)
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReinforceConfig:
+    """The `reinforce` controller's hyperparameters: an MLP actor-critic trained by one policy-gradient step per
+    batch on Monte Carlo returns, the value head as its baseline (`rl.reinforce`)."""
+
+    hidden_dim: int = option(64, "width of the policy's MLP core")
+    lr: float = option(1e-3, "Adam's learning rate")
+    gamma: float = option(0.99, "discount factor γ of the returns")
+    value_coef: float = option(0.5, "weight c_v of the baseline's loss (G − b)²")
+    entropy_coef: float = option(0.01, "weight c_e of the entropy bonus (mean normalised entropy of the heads "
+                                 "that acted)")
+    max_grad_norm: float = option(1.0, "global gradient norm clip")
+
+    def __post_init__(self) -> None:
+        _store(self, "hidden_dim", check.at_least_one("reinforce.hidden_dim", self.hidden_dim))
+        check.at_most("reinforce.hidden_dim", self.hidden_dim, PPO_SIZE_LIMITS["lstm_hidden_dim"])
+        check.in_range("reinforce.gamma", self.gamma, 0.0, 1.0, low_open=True)
+        for name in ("lr", "max_grad_norm"):
+            check.positive(f"reinforce.{name}", getattr(self, name))
+        for name in ("value_coef", "entropy_coef"):
+            check.non_negative(f"reinforce.{name}", getattr(self, name))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ReinforceConfig":
+        return section_from_dict(cls, "reinforce", d)

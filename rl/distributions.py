@@ -174,6 +174,20 @@ def sample_heads_op_first(
     return actions, heads_log_prob(logits, used, actions), used
 
 
+def draw(key: jax.Array, logits: Sequence[jax.Array], masks: Masks, slot_by_op: jax.Array | None = None,
+         deterministic: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """A policy's action from its per-head logits: (actions `[..., 5]`, log-probs `[..., 5]`, ok `[...]`).
+
+    Every head independently (`sample_heads`), or with `slot_by_op [..., 4, S]` the op first and the slot
+    under that op's mask (`sample_heads_op_first`); `deterministic` takes each head's argmax within its mask
+    (greedy acting). `ok` is `heads_valid` under the masks the actions were drawn with."""
+    if slot_by_op is None:
+        actions, log_prob = sample_heads(key, logits, masks, deterministic)
+        return actions, log_prob, heads_valid(logits, masks)
+    actions, log_prob, used = sample_heads_op_first(key, logits, masks, slot_by_op, deterministic)
+    return actions, log_prob, heads_valid(logits, used)
+
+
 def heads_log_prob(logits: Sequence[jax.Array], masks: Sequence[jax.Array], actions: jax.Array) -> jax.Array:
     """Per-head log-probs `[..., 5]` of the taken `actions [..., 5]`."""
     assert_heads(logits, masks)

@@ -146,11 +146,8 @@ def policy_step(network, params, obs, masks, carry, key, deterministic: bool = F
     chex.assert_rank(obs, 2)
     chex.assert_equal_shape_prefix([obs, *masks], 1)
     out, new_carry = network.apply({"params": params}, obs, carry, method=network.step)
-    if slot_by_op is None:
-        actions, log_probs = dist.sample_heads(key, out.logits, masks, deterministic)
-        return ActOutput(actions, log_probs, out.value, new_carry, dist.heads_valid(out.logits, masks))
-    actions, log_probs, used = dist.sample_heads_op_first(key, out.logits, masks, slot_by_op, deterministic)
-    return ActOutput(actions, log_probs, out.value, new_carry, dist.heads_valid(out.logits, used))
+    actions, log_probs, ok = dist.draw(key, out.logits, masks, slot_by_op, deterministic)
+    return ActOutput(actions, log_probs, out.value, new_carry, ok)
 
 
 def act(state: TrainState, obs, masks: dist.Masks, carry: Carry, key, deterministic: bool = False,

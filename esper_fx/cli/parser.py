@@ -3,7 +3,7 @@ its nested configs, `--set KEY=VALUE` (train and prove), and the flag table of d
 `esper_fx.command.CommandParser`.
 
 Every setting is declared once, on its field, with `rl.config.option(default, help, flag=..., metavar=...,
-resume=...)`: the run's in `esper_fx.config`, the nested configs' (`ppo`, `reward`, `heuristic`, `oracle`)
+resume=...)`: the run's in `esper_fx.config`, the nested configs' (`ppo`, `reward`, `heuristic`, `oracle`, `reinforce`)
 in `rl.config`. `add_field_flags` turns those declarations into argparse flags, one argument group per config
 (the number of values and the switch direction read from the field's annotation and default; a nested one is
 `--group.key`, the dashed `--set` key), `field_values` reads them back through the same reading and key
@@ -29,14 +29,12 @@ from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
 from esper_fx.command import with_markdown_help
-from esper_fx.config import (
-    GROUP_KEYS, GROUP_OF_KEY, HeuristicConfig, OracleConfig, TrainingConfig, refuse_unsettable,
-)
+from esper_fx.config import GROUP_KEYS, GROUP_OF_KEY, SECTIONS, TrainingConfig, refuse_unsettable
 from esper_fx.errors import ConfigError
 from rl.config import field_names
 
-# The nested sections set key by key with `--set section.key=VALUE`, merged onto the base config's section.
-SECTIONS: Mapping[str, type] = {"heuristic": HeuristicConfig, "oracle": OracleConfig}
+# The nested sections (`esper_fx.config.SECTIONS`) are set key by key with `--set section.key=VALUE`, merged onto
+# the base config's section.
 # The config's groups as the command line shows them, in order: the run's own fields ("run"), then each nested
 # config (a field of TrainingConfig), each with the dataclass that declares its fields and the fields settable
 # from the command line (the reward's: its settings and constants, those the run gives it left out).

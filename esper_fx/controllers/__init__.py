@@ -1,1 +1,2 @@
-"""Controllers: the protocol a controller bundle follows, the registry of names, the baselines and controls, PPO and the heuristic."""
+"""Controllers: the protocol a controller bundle follows, the registry of names, the baselines and controls,
+PPO, the heuristic and `reinforce`."""

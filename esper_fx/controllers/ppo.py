@@ -19,10 +19,14 @@ def build_ppo(spec: ControllerSpec, recurrent: bool = True) -> Controller:
     def initial_carry(n_envs: int):
         return network.initial_carry(n_envs)
 
-    def act(state, carry, signals, key):
+    def act(state, carry, signals, key, deterministic: bool = False):
         out = ppo.act(state, signals["obs_norm"], Masks.from_signals(signals), carry, key,
-                      slot_by_op=signals.get("mask_slot_op"))
+                      deterministic=deterministic, slot_by_op=signals.get("mask_slot_op"))
         return out.actions, {"log_probs": out.log_probs, "value": out.value, "ok": out.ok}, out.carry
+
+    def greedy_act(state, carry, signals, key):
+        """The argmax of every head within its mask (evaluation, `protocol.frozen`)."""
+        return act(state, carry, signals, key, deterministic=True)
 
     def value(state, carry, signals):
         return ppo.value(state, signals["obs_norm"], carry)
@@ -32,7 +36,7 @@ def build_ppo(spec: ControllerSpec, recurrent: bool = True) -> Controller:
 
     name = "ppo_lstm" if recurrent else "ppo_mlp"
     return Controller(name=name, act=act, init=init, initial_carry=initial_carry, value=value,
-                      update=update, learns=True)
+                      update=update, learns=True, greedy_act=greedy_act)
 
 
 def build_ppo_lstm(spec: ControllerSpec) -> Controller:
@@ -42,19 +46,3 @@ def build_ppo_lstm(spec: ControllerSpec) -> Controller:
 def build_ppo_mlp(spec: ControllerSpec) -> Controller:
     return build_ppo(spec, recurrent=False)
 
-
-def frozen(bundle: Controller, *, greedy: bool = True) -> Controller:
-    """A trained PPO bundle for evaluation: it acts but never learns (no rollout, no update). Greedy takes
-    the argmax of every head within its mask; otherwise it samples, as in training. The name says which,
-    so the two never share an action stream."""
-    if not bundle.learns:
-        raise ValueError(f"controller {bundle.name!r} does not learn: there is nothing to freeze")
-
-    def act(state, carry, signals, key):
-        out = ppo.act(state, signals["obs_norm"], Masks.from_signals(signals), carry, key, deterministic=greedy,
-                      slot_by_op=signals.get("mask_slot_op"))
-        return out.actions, {"ok": out.ok}, out.carry
-
-    suffix = "greedy" if greedy else "sampled"
-    return Controller(name=f"{bundle.name}_{suffix}", act=act, init=bundle.init,
-                      initial_carry=bundle.initial_carry, value=bundle.value, learns=False)

@@ -2,7 +2,8 @@
 `build`).
 
 A constructor takes a `ControllerSpec` and returns a `Controller` bundle (`controllers/protocol.py`). A built-in
-controller's module (`controllers/ppo.py`, `controllers/heuristic.py`, `controllers/baselines.py`, named in
+controller's module (`controllers/ppo.py`, `controllers/heuristic.py`, `controllers/baselines.py`,
+`controllers/reinforce.py`, named in
 `esper_fx/controller_names.py`) is imported when its name is first asked for. The names themselves live in
 `esper_fx/controller_names.py`, which the configuration reads without importing this module or jax.
 """

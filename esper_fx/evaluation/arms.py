@@ -73,6 +73,7 @@ def fossils_of(source: list[Any]) -> Callable[[int], dict[str, Any]]:
 def build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], train_dir: str | None,
               say: Callable[[str], None], quiet: bool, cache: dict):
     """(evaluate.Arm, the training RunResult or None). Arms trained alike share one run (`cache`)."""
+    from esper_fx.controllers.protocol import frozen
     from esper_fx.evaluation import episodes as ev
     from esper_fx.training.run import run
 
@@ -92,7 +93,7 @@ def build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], tra
                          quiet=quiet)
     result = cache[key]
     policy = ev.Policy(result.controller_state, result.obs_rms)
-    return ev.Arm(name, arm_config, ev.frozen(bundle, greedy=greedy), policy=policy), result
+    return ev.Arm(name, arm_config, frozen(bundle, greedy=greedy), policy=policy), result
 
 
 def _arm_spec(name: str, arm: Any) -> Mapping[str, Any]:
@@ -111,7 +112,14 @@ def _bundle(spec: Mapping[str, Any], config: TrainingConfig) -> tuple[TrainingCo
 
     arm_config = config.replace(**dict(spec.get("config") or {}))
     controller = spec.get("controller", arm_config.controller_name)
-    return arm_config, registry.build(controller, ctl.ControllerSpec.from_config(arm_config))
+    bundle = registry.build(controller, ctl.ControllerSpec.from_config(arm_config))
+    named = isinstance(controller, str) and registry.NAMES.canonical(controller)
+    if bundle.learns and named and named != arm_config.controller_name:
+        # a learning arm named by its controller trains under that name: its run directory then resumes, and
+        # `prove --checkpoint` rebuilds, the controller it trained
+        arm_config = arm_config.replace(controller=controller)
+        bundle = registry.build(controller, ctl.ControllerSpec.from_config(arm_config))
+    return arm_config, bundle
 
 
 # ----------------------------------------------------------------------------------------------

@@ -35,7 +35,6 @@ from esper_fx.devices import policy_jax_device
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.training.epoch import BatchTally, Runner, resolve_reward_fn, run_epoch
 from esper_fx.training.pools import build_pool
-from esper_fx.controllers.ppo import frozen
 from esper_fx.training.run_state import LearnerState, fresh_learner, learner_builder
 from esper_fx.outputs.console import Console
 from rl.normalize import RunningMeanStd
@@ -141,9 +140,10 @@ class Arm:
 
     @classmethod
     def trained(cls, name: str, config: TrainingConfig, policy: Policy, *, greedy: bool = True) -> "Arm":
-        """A trained PPO controller (built from `config`, the training configuration), frozen."""
+        """A trained learning controller (built from `config`, the training configuration), frozen
+        (`protocol.frozen`: greedy, or sampling as in training)."""
         bundle = registry.build(config.controller_name, ctl.ControllerSpec.from_config(config))
-        return cls(name, config, frozen(bundle, greedy=greedy), policy=policy)
+        return cls(name, config, ctl.frozen(bundle, greedy=greedy), policy=policy)
 
     def run(self, seed: int) -> Episode:
         """One episode on `seed`."""

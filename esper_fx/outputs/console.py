@@ -145,6 +145,10 @@ class Console:
 WARNING_EVENTS = (EventType.PPO_UPDATE_COMPLETED, EventType.NONFINITE_SKIPPED)
 
 
+# what the batch line shows of the update of a learning controller other than PPO, when it reports them
+UPDATE_TERMS = ("loss", "policy_loss", "value_loss", "entropy")
+
+
 def update_warning(ppo: Mapping[str, Any]) -> str | None:
     """What to shout about an update: skipped entirely, or stopped at a step that was not finite."""
     if ppo.get("skipped"):
@@ -181,6 +185,8 @@ def format_batch_lines(entry: BatchSummary, total_episodes: int) -> list[str]:
         pass
     elif ppo.get("skipped"):
         lines.append(f"  Update skipped ({ppo.get('reason', 'no valid transitions')})")
+    elif "approx_kl" not in ppo:  # another learning controller: the usual loss terms it reports
+        lines.append("  Update: " + " ".join(f"{name} {ppo[name]:+.4f}" for name in UPDATE_TERMS if name in ppo))
     else:
         lines.append(
             f"  PPO: policy {ppo['policy_loss']:+.4f} value {ppo['value_loss']:.4f} entropy "

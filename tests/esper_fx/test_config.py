@@ -44,6 +44,8 @@ def test_defaults_are_exactly_these():
     heuristic = d.pop("heuristic")
     assert d.pop("oracle") == {"slot": "r0c0", "blueprint": "conv_light", "blend": "sigmoid", "germinate_epoch": 1,
                                "tempo": "standard"}
+    assert d.pop("reinforce") == {"hidden_dim": 64, "lr": 1e-3, "gamma": 0.99, "value_coef": 0.5,
+                                  "entropy_coef": 0.01, "max_grad_norm": 1.0}
     assert d == DEFAULTS
     assert heuristic == HeuristicConfig().to_dict()
     assert heuristic["plateau_epochs_to_germinate"] == 3 and heuristic["blend"] == "sigmoid"

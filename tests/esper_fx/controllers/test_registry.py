@@ -10,6 +10,7 @@ from esper_fx.controllers import registry
 from esper_fx.controllers.baselines import build_oracle, build_random, build_static_final, build_wait
 from esper_fx.controllers.heuristic import build_heuristic
 from esper_fx.controllers.ppo import build_ppo_lstm, build_ppo_mlp
+from esper_fx.controllers.reinforce import build_reinforce
 
 
 @pytest.fixture
@@ -22,7 +23,7 @@ def fresh(monkeypatch):
 def test_every_built_in_name_loads_its_constructor(fresh):
     expected = {"ppo_lstm": build_ppo_lstm, "ppo_mlp": build_ppo_mlp, "heuristic": build_heuristic,
                 "random": build_random, "wait": build_wait, "oracle": build_oracle,
-                "static_final": build_static_final}
+                "static_final": build_static_final, "reinforce": build_reinforce}
     assert registry.names() == sorted(expected)
     assert {name: registry.get(name) for name in expected} == expected
     assert registry.get("ppo") is build_ppo_lstm and registry.NAMES.canonical("ppo") == "ppo_lstm"

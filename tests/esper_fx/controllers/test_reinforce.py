@@ -1,0 +1,118 @@
+"""`reinforce`, the built-in learning controller that is not PPO: `prove --arms reinforce wait best_fixed` trains it,
+freezes it through the protocol (`protocol.frozen`) and compares it, with every PPO function made to fail; its run
+resumes exactly from a checkpoint; the protocol's greedy verb."""
+
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+import esper_fx
+import esper_fx.controllers.ppo as ppo_controller
+import rl.ppo
+from esper_fx.cli import prove
+from esper_fx.config import TrainingConfig
+from esper_fx.controllers import protocol, registry
+from esper_fx.evaluation.episodes import load_policy
+from esper_fx.outputs import checkpoint as ckpt
+from rl.reinforce import ReinforceState
+from tests.esper_fx.evaluation.test_prove import TINY_PROVE
+
+# one slot and one blueprint: best_fixed searches 11 schedules on its tuning seed
+SMALL = ["--set", 'slots=["r0c1"]', "--set", 'blueprint_menu=["noop", "conv_light"]', "--set", "checkpoint_every=1",
+         "--env-workers", "0", "--tuning-seeds", "7"]
+
+
+def forbid(module, monkeypatch) -> list[str]:
+    """Every function and class `module` defines replaced by one that fails the test when called."""
+    def refuse(name):
+        def called(*args, **kwargs):
+            raise AssertionError(f"{name} was called on reinforce's path")
+        return called
+
+    names = [name for name, obj in vars(module).items()
+             if callable(obj) and getattr(obj, "__module__", None) == module.__name__]
+    for name in names:
+        monkeypatch.setattr(module, name, refuse(f"{module.__name__}.{name}"))
+    return names
+
+
+@pytest.fixture(scope="module")
+def proved(tmp_path_factory):
+    """`prove --arms reinforce wait best_fixed` at a tiny size, in this process, with every function of rl.ppo and
+    esper_fx.controllers.ppo failing when called: (exit code, its output directory)."""
+    out = tmp_path_factory.mktemp("reinforce") / "p"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        forbidden = forbid(rl.ppo, monkeypatch) + forbid(ppo_controller, monkeypatch)
+        assert {"act", "update", "policy_step"} <= set(forbidden) and "build_ppo_lstm" in forbidden
+        with pytest.raises(AssertionError, match="rl.ppo.update was called"):
+            rl.ppo.update(None, None, None, None, None)
+        code = prove.main(["--arms", "reinforce", "wait", "best_fixed", "--seed", "5", "--out", str(out),
+                           *TINY_PROVE, "--episodes", "4", *SMALL])
+    return code, out
+
+
+def test_prove_trains_reinforce_and_compares_it_with_wait_and_best_fixed_without_ppo(proved):
+    code, out = proved
+    assert code == 0
+    report = json.loads((out / "prove.json").read_text())
+    assert set(report["episodes"]) == {"reinforce", "wait", "best_fixed"}
+    assert all(len(episodes) == 2 for episodes in report["episodes"].values())
+    pairs = {(p["a"], p["b"]) for p in report["pairs"]}
+    assert ("reinforce", "wait") in pairs and ("reinforce", "best_fixed") in pairs
+    assert report["training"]["reinforce"]["episodes"] == 4
+    run_dir = out / "train" / "reinforce"
+    assert json.loads((run_dir / "config.json").read_text())["controller"] == "reinforce"  # the run it trained
+
+
+def test_the_trained_policy_loads_and_learned(proved):
+    _, out = proved
+    config, policy = load_policy(out / "train" / "reinforce")
+    assert config.controller_name == "reinforce"
+    state = policy.controller_state
+    assert isinstance(state, ReinforceState) and int(state.train_steps) == 2  # one update per batch
+    bundle = registry.build("reinforce", protocol.ControllerSpec.from_config(config))
+    fresh = bundle.init(jax.random.PRNGKey(0))
+    moved = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(fresh.params))]
+    assert any(moved)
+
+
+def test_a_reinforce_run_resumes_exactly_from_its_checkpoint(proved, tmp_path):
+    _, out = proved
+    run_dir = tmp_path / "run"
+    shutil.copytree(out / "train" / "reinforce", run_dir, symlinks=True)
+    original = ckpt.read_manifest(run_dir)
+    first = run_dir / "checkpoints" / "batch-000000"
+    assert first.is_dir() and original["next_batch_idx"] == 2
+    config = TrainingConfig.from_json(run_dir / "config.json", saved=True)
+    resumed = esper_fx.run(config.replace(resume_path=str(first)), run_dir=run_dir, quiet=True)
+    assert [h.batch for h in resumed.history] == [0, 1]
+
+    def without_times(row):
+        return {k: v for k, v in row.items() if k not in ("wall_time_s", "timing")}
+
+    assert without_times(resumed.history[-1].to_dict()) == without_times(original["history"][-1])
+    _, policy = load_policy(out / "train" / "reinforce")
+    for a, b in zip(jax.tree.leaves(resumed.controller_state.params), jax.tree.leaves(policy.controller_state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _bundle(greedy_act=None, learns=True):
+    def act(state, carry, signals, key):
+        return "sampled", {}, carry
+
+    return protocol.Controller(name="mine", act=act, learns=learns, greedy_act=greedy_act)
+
+
+def test_frozen_acts_greedily_through_the_protocol_and_never_learns():
+    greedy = _bundle(greedy_act=lambda state, carry, signals, key: ("greedy", {}, carry))
+    assert protocol.frozen(greedy).act(None, (), {}, None)[0] == "greedy"
+    assert protocol.frozen(greedy, greedy=False).act(None, (), {}, None)[0] == "sampled"
+    assert protocol.frozen(greedy).name == "mine_greedy"
+    assert protocol.frozen(greedy, greedy=False).name == "mine_sampled"
+    assert not protocol.frozen(greedy).learns
+    assert protocol.frozen(_bundle()).act(None, (), {}, None)[0] == "sampled"  # no greedy verb: it acts as it acts
+    with pytest.raises(ValueError, match="does not learn"):
+        protocol.frozen(_bundle(learns=False))
