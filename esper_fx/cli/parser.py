@@ -248,6 +248,19 @@ def with_sections(base: TrainingConfig, changes: Mapping[str, Any]) -> dict[str,
     return out
 
 
+def refuse_resume_changes(kept: Mapping[str, Any], wanted: Mapping[str, Any], may_change: Iterable[str],
+                          kept_by: str = "the checkpoint") -> None:
+    """A resume's command line may change only what `may_change` names (`config.RESUME_OVERRIDABLE` for
+    `train --resume`): any other setting in `wanted` that differs from the `kept` one (what `kept_by`
+    recorded) is refused by name, one line. Shared by `train --resume` and `prove --resume`."""
+    allowed = set(may_change)
+    for name, value in wanted.items():
+        value = list(value) if isinstance(value, (list, tuple)) else value
+        if name not in allowed and value != kept.get(name):
+            raise ConfigError(f"--resume: {name} cannot change on resume ({kept_by} has {kept.get(name)!r}, "
+                              f"the command line {value!r})")
+
+
 # ----------------------------------------------------------------------------------------------
 # The flag table (docs/CLI.md)
 # ----------------------------------------------------------------------------------------------

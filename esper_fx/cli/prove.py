@@ -35,8 +35,17 @@ evaluation seeds, the other arms once, and adds the aggregate across training se
 
 A bad flag, seed set, arm, output path or (with `--checkpoint`) a change to a field that fixes the policy's
 shapes prints one line and exits 2, found before anything is trained or written. Ctrl-C or SIGTERM writes
-`prove.json` of the evaluation episodes that finished (`"partial": true`; a training run stopped early keeps
-its checkpoint for `python -m esper_fx.train --resume`), prints one message and exits 130 or 143.
+`prove.json` of the evaluation episodes that finished (`"partial": true`), prints one message with the
+command that continues it and exits 130 or 143.
+
+`python -m esper_fx.prove --resume OUT` continues a prove stopped anywhere (a training seed, the best_fixed
+search, the static arms, the evaluation) with the command line of its first start, kept in
+`OUT/prove_command.json`: every finished training run, search point and evaluation episode is reused (each
+episode is kept in `OUT/episodes/` as it finishes; `esper_fx.evaluation.resume`), a stopped training run
+continues with train's own resume, and the rows, table and prove.json are those of an unbroken run. Only
+where and how it runs may change (`RESUME_MAY_CHANGE`: `--device`, `--env-workers`, `--ray-address`,
+`--data-dir`, `--quiet`, …); any other flag that differs from the first start's is refused by name, as
+`train --resume` refuses one (`cli.parser.refuse_resume_changes`).
 """
 
 from __future__ import annotations
@@ -51,7 +60,8 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 from bridge.jax_env import ensure_jax_env
-from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
+from esper_fx.cli.parser import (add_field_flags, add_set_option, field_flags, field_values, parse_sets,
+                                  refuse_resume_changes, with_sections)
 from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, default_tuning_seeds
 from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
@@ -70,6 +80,11 @@ LEARNED_ARMS = {"ppo": True, "ppo_sampled": False}  # arm -> greedy
 # Fields a trained policy's shapes (or what its observations mean) depend on: `--checkpoint` keeps them.
 # (n_envs is not one: evaluation runs one env per episode.)
 POLICY_FIELDS = tuple(name for name in SHAPE_FIELDS if name != "n_envs")
+COMMAND_NAME = "prove_command.json"  # in the output directory: the first start's command line, for --resume
+# what `--resume` may change: the fields train's resume may change (where and how it runs), less the training's
+# episodes, which change its result; and of prove's own flags, how much it prints
+RESUME_MAY_CHANGE = tuple(name for name in RESUME_OVERRIDABLE if name not in ("n_episodes", "run_dir"))
+RESUME_MAY_CHANGE_FLAGS = ("--quiet",)
 
 
 ProveError = ConfigError  # a bad flag or configuration: one line, exit 2, nothing written
@@ -113,6 +128,10 @@ def build_parser() -> CommandParser:
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/prove-<preset>-<UTC time>)")
     p.add_argument("--json", metavar="PATH", help="JSON results (default <out>/prove.json)")
     p.add_argument("--quiet", action="store_true", help="only the final table")
+    p.add_argument("--resume", metavar="OUT",
+                   help="continue the prove stopped in OUT with its first start's command line (kept in OUT), "
+                        "reusing every finished training run, search point and episode; only where and how it "
+                        "runs may change (--device, --env-workers, --ray-address, --data-dir, --quiet)")
     add_field_flags(p, ("n_episodes", "seed", "device", "env_workers", "ray_address", "data_root"))
     return p
 
@@ -391,37 +410,97 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The exit code of one command line: 0 done, 2 a bad input (one line, nothing written), 1 a run that
     cannot go on, 130 / 143 stopped by Ctrl-C / SIGTERM (prove.json of the finished episodes written)."""
     ensure_jax_env(warn=False)
+    argv = list(sys.argv[1:] if argv is None else argv)
     with sigterm_stops():
         try:
             args = build_parser().parse_args(argv)
+            command = None if args.resume is not None else argv  # recorded in the output directory
+            if args.resume is not None:
+                args = resumed_args(argv)
             config, policy, seeds, train_seeds = resolve(args)
             arms = arm_table(args.arms, config, policy, args.static_budgets)
             runs = arm_runs(arms, config, train_seeds)
             out = out_dir(args)
             json_path = Path(os.path.abspath(args.json)) if args.json else None
-            check_outputs(out, json_path)
+            if command is not None:
+                check_outputs(out, json_path)
         except ConfigError as exc:
             return CommandParser(NAME).fail(exc)
         except KeyboardInterrupt as stop:
             print(f"\nesper_fx.prove: interrupted ({_signal_name(stop_signal(stop))}) before anything ran",
                   file=sys.stderr)
             return exit_code(stop_signal(stop))
-        return run_prove(args, config, arms, list(seeds), out, json_path or out / "prove.json", runs, train_seeds)
+        return run_prove(args, config, arms, list(seeds), out, json_path or out / "prove.json", runs, train_seeds,
+                         command)
+
+
+def resumed_args(argv: Sequence[str]) -> argparse.Namespace:
+    """`--resume OUT`: the command line of the prove started in OUT (`COMMAND_NAME`), read as at its start,
+    with the resume's own flags on top; a flag that would change the result (any but `RESUME_MAY_CHANGE` and
+    `RESUME_MAY_CHANGE_FLAGS`) and differs from the first start's is refused by name. Raises ProveError."""
+    given = vars(_given_flags(argv))
+    out = Path(os.path.abspath(given.pop("resume")))
+    record = out / COMMAND_NAME
+    try:
+        kept = json.loads(record.read_text(encoding="utf-8"))
+        first_argv, cwd = [str(a) for a in kept["argv"]], str(kept["cwd"])
+    except FileNotFoundError:
+        raise ProveError(f"--resume {out}: no prove was started there ({COMMAND_NAME} is missing); start one "
+                         f"without --resume") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ProveError(f"--resume {out}: {record} cannot be read ({exc})") from None
+    try:
+        first = build_parser().parse_args(first_argv)
+    except ConfigError as exc:
+        raise ProveError(f"--resume {out}: the command line kept in {record} no longer parses ({exc})") from None
+    if "out" in given:
+        raise ProveError(f"--resume {out} continues the prove in {out}: drop --out")
+    # the paths of the first start, as it read them
+    first.checkpoint = [os.path.join(cwd, p) for p in first.checkpoint] if first.checkpoint else None
+    first.json = os.path.join(cwd, first.json) if first.json else None
+    fields = {ff.key for ff in field_flags()}
+    sets = given.pop("sets", [])
+    changes = {**parse_sets(sets), **field_values(argparse.Namespace(**given))}
+    own = {f"--{name.replace('_', '-')}": value for name, value in given.items() if name not in fields}
+    refuse_resume_changes({f"--{name.replace('_', '-')}": value for name, value in vars(first).items()}, own,
+                          RESUME_MAY_CHANGE_FLAGS, "the first start")
+    if changes:
+        base = resolve(argparse.Namespace(**vars(first))).config
+        refuse_resume_changes(base.to_dict(every_constant=True), with_sections(base, changes), RESUME_MAY_CHANGE,
+                              "the first start")
+    for name, value in given.items():
+        setattr(first, name, value)
+    for key in parse_sets(sets):  # a --set on the resume wins over the first start's flag for that field
+        if key in fields and key not in given:
+            setattr(first, key, None)
+    first.sets = [*first.sets, *sets]
+    first.out, first.resume = str(out), str(out)
+    return first
+
+
+def _given_flags(argv: Sequence[str]) -> argparse.Namespace:
+    """The flags `argv` gives, and only those (no defaults)."""
+    parser = build_parser()
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    return parser.parse_args(argv)
 
 
 def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, Any], seeds: list[int],
-              out: Path, json_path: Path, runs: int | None = None, train_seeds: list[int] | None = None) -> int:
+              out: Path, json_path: Path, runs: int | None = None, train_seeds: list[int] | None = None,
+              command: Sequence[str] | None = None) -> int:
     """Train, evaluate, write; a stop writes what finished, a setup problem or a failed run is one line.
     `runs`: the arms that run on the evaluation seeds (`arm_runs`; default one per arm); `train_seeds`:
-    those of `--train-seeds` or of several `--checkpoint` runs (None: one controller)."""
+    those of `--train-seeds` or of several `--checkpoint` runs (None: one controller); `command`: a first
+    start's command line, recorded in `out` for `--resume` (None: a resume, recorded already)."""
     from esper_fx.cli.run import _error_exit_code, one_line
     from esper_fx.training.run_state import Interrupted
 
     started = time.perf_counter()
     try:
-        return _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds)
+        return _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds, command)
     except (KeyboardInterrupt, Interrupted) as stop:
-        return _stopped(args, config, seeds, json_path, stop, started, runs or len(arms))
+        return _stopped(args, config, seeds, json_path, stop, started, runs or len(arms), out)
     except Exception as exc:  # noqa: BLE001 - sorted below; anything else is a bug and keeps its traceback
         code = _error_exit_code(exc)
         if code is None:
@@ -430,20 +509,25 @@ def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, 
         return code
 
 
-def _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds=None) -> int:
+def _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds=None, command=None) -> int:
     from esper_fx.training.threads import limit_cpu_threads
     from esper_fx.evaluation.comparison import compare
     from esper_fx.training.preflight import check_data
 
     check_data(config)  # a missing or malformed dataset is one line before out/ is created
     out.mkdir(parents=True, exist_ok=True)
+    if command is not None:  # first, so that a stop anywhere after it can be resumed
+        from esper_fx.outputs.durable import replace_text
+
+        with deferred_stops():
+            replace_text(out / COMMAND_NAME, json.dumps({"argv": list(command), "cwd": os.getcwd()}, indent=2) + "\n")
     say = (lambda line: None) if args.quiet else (lambda line: print(line, flush=True))
     limit_cpu_threads(config, say)
     say(f"prove: preset {args.preset}, task {config.task.value}, arms {', '.join(arms)}, "
         f"evaluation seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), output {out}")
     say(workers_line(config, arms, seeds, args.tuning_seeds, train_seeds))
     table = compare(arms, config, seeds, progress=say, train_dir=str(out / "train"), quiet_training=args.quiet,
-                    tuning_seeds=args.tuning_seeds, train_seeds=train_seeds)
+                    tuning_seeds=args.tuning_seeds, train_seeds=train_seeds, resume=out)
     wall = time.perf_counter() - started
     print(table.to_text())
     with deferred_stops(reraise=False):  # the evaluation is complete: a late stop waits for its record
@@ -505,7 +589,7 @@ def _signal_name(signum: int) -> str:
 
 
 def _stopped(args, config: TrainingConfig, seeds: list[int], json_path: Path, stop: BaseException,
-             started: float, runs: int) -> int:
+             started: float, runs: int, out: Path | None = None) -> int:
     """After Ctrl-C or SIGTERM: prove.json of the finished episodes (marked partial), one message, the exit
     code of the signal. A second signal meanwhile is ignored: prove is stopping."""
     from esper_fx.evaluation.comparison_table import ComparisonTable
@@ -527,8 +611,8 @@ def _stopped(args, config: TrainingConfig, seeds: list[int], json_path: Path, st
         except OSError as exc:
             wrote = f"could not write {json_path}: {exc.strerror or exc}"
     resume = ""
-    if training is not None and stop.checkpoint:
-        resume = f"; the training run keeps a checkpoint: python -m esper_fx.train --resume {training}"
+    if out is not None and (out / COMMAND_NAME).is_file():
+        resume = f"; continue with: python -m esper_fx.prove --resume {out}"
     print(f"\nesper_fx.prove: interrupted ({stopped['signal']}): {finished} evaluation episode(s) of "
           f"{len(seeds) * max(1, runs)} finished; {wrote}{resume}", file=sys.stderr)
     return exit_code(signum)

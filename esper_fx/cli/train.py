@@ -21,7 +21,8 @@ from bridge.jax_env import ensure_jax_env
 from esper_fx.training import compile_cache
 from esper_fx.outputs.run_names import default_run_dir
 from esper_fx.cli.run import config_summary, run_from_cli  # noqa: F401 (config_summary re-exported)
-from esper_fx.cli.parser import add_field_flags, add_set_option, field_values, parse_sets, with_sections
+from esper_fx.cli.parser import (add_field_flags, add_set_option, field_values, parse_sets, refuse_resume_changes,
+                                  with_sections)
 from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths
 from esper_fx.command import CommandParser
 from esper_fx.errors import ConfigError
@@ -98,12 +99,7 @@ def _resume_config(args: argparse.Namespace, overrides: dict[str, Any]) -> Train
         raise ConfigError(f"resume_path must be a path (got {resume_path!r})")
     saved, run_dir = _resumed(resume_path)
     overrides = with_sections(saved, overrides)
-    current = saved.to_dict(every_constant=True)
-    for name, value in overrides.items():
-        wanted = list(value) if isinstance(value, (list, tuple)) else value
-        if name not in RESUME_OVERRIDABLE and wanted != current[name]:
-            raise ConfigError(f"--resume: {name} cannot change on resume (the checkpoint has {current[name]!r}, "
-                              f"the command line {wanted!r})")
+    refuse_resume_changes(saved.to_dict(every_constant=True), overrides, RESUME_OVERRIDABLE)
     run_dir = overrides.pop("run_dir", None) or run_dir
     overrides = {k: v for k, v in overrides.items() if k in RESUME_OVERRIDABLE}
     try:

@@ -23,13 +23,15 @@ def warn(line: str) -> None:
 
 @dataclass(frozen=True)
 class EpisodeRunner:
-    """How a comparison runs its evaluation episodes: `one(arm, seeds, on_episode)` and `many(arms, seeds)`
-    (the best_fixed search: every schedule's episodes at once), in this process or as Ray tasks."""
+    """How a comparison runs its evaluation episodes: `one(arm, seeds, on_episode)` and `many(arms, seeds,
+    on_episode)` (the best_fixed search: every schedule's episodes at once; `on_episode` sees them arm by arm,
+    each arm's in seed order), in this process or as Ray tasks."""
 
     one: Callable[..., list[Any]]
-    many: Callable[[Sequence[Any], Sequence[int]], list[list[Any]]]
+    many: Callable[..., list[list[Any]]]
     workers: int  # episodes at a time as Ray tasks (0: in this process, one after another)
     fell_back: bool = False  # `auto` chose Ray and Ray could not start
+    store: Any = None  # where finished episodes are kept (`evaluation.resume`: a resumable comparison), or None
 
 
 @contextmanager
@@ -56,14 +58,16 @@ def episode_runner(config: TrainingConfig, n_episodes: int, say: Callable[[str],
             say(fallback_line(exc))
             fell_back = True
     if session is None:
-        yield EpisodeRunner(ev.run_arm, lambda arms, seeds: [ev.run_arm(a, seeds) for a in arms], 0, fell_back)
+        yield EpisodeRunner(ev.run_arm, lambda arms, seeds, on_episode=None: [ev.run_arm(a, seeds, on_episode)
+                                                                                for a in arms], 0, fell_back)
         return
     from esper_fx.evaluation.ray_tasks import remote_run_arm, remote_run_arms
 
     try:
         yield EpisodeRunner(lambda arm, seeds, on_episode=None: remote_run_arm(arm, seeds, on_episode,
                                                                                workers=choice.n),
-                            lambda arms, seeds: remote_run_arms(arms, seeds, workers=choice.n), choice.n)
+                            lambda arms, seeds, on_episode=None: remote_run_arms(arms, seeds, on_episode,
+                                                                                 workers=choice.n), choice.n)
     finally:
         session.close()
 
@@ -89,7 +93,8 @@ def run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_trainin
     for name, arm in arms.items():
         if is_static_final(arm) or is_control(arm, STATIC_MATCHED) or is_control(arm, BEST_FIXED):
             continue
-        built[name], result = build_arm(name, arm, config, seeds, train_dir, say, quiet_training, cache)
+        built[name], result = build_arm(name, arm, config, seeds, train_dir, say, quiet_training, cache,
+                                        resume=runner.store is not None)
         if built[name].policy is not None:
             learned.append(name)
         if result is not None:

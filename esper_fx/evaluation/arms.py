@@ -71,8 +71,9 @@ def fossils_of(source: list[Any]) -> Callable[[int], dict[str, Any]]:
 
 
 def build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], train_dir: str | None,
-              say: Callable[[str], None], quiet: bool, cache: dict):
-    """(evaluate.Arm, the training RunResult or None). Arms trained alike share one run (`cache`)."""
+              say: Callable[[str], None], quiet: bool, cache: dict, resume: bool = False):
+    """(evaluate.Arm, the training RunResult or None). Arms trained alike share one run (`cache`). `resume`:
+    a run kept in `train_dir` is reused, or continued where it stopped (`evaluation.resume.trained_run`)."""
     from esper_fx.controllers.protocol import frozen
     from esper_fx.evaluation import episodes as ev
     from esper_fx.training.run import run
@@ -89,8 +90,13 @@ def build_arm(name: str, arm: Any, config: TrainingConfig, seeds: list[int], tra
     if key not in cache:
         say(f"compare: training {name} ({bundle.name}, {arm_config.n_episodes} episodes)")
         run_dir = False if train_dir is None else f"{train_dir}/{across_seeds.run_dir_name(name)}"
-        cache[key] = run(arm_config, controller=bundle, reward_fn=spec.get("reward_fn"), run_dir=run_dir,
-                         quiet=quiet)
+        if resume and run_dir:
+            from esper_fx.evaluation.resume import trained_run
+
+            cache[key] = trained_run(arm_config, bundle, spec.get("reward_fn"), run_dir, quiet)
+        else:
+            cache[key] = run(arm_config, controller=bundle, reward_fn=spec.get("reward_fn"), run_dir=run_dir,
+                             quiet=quiet)
     result = cache[key]
     policy = ev.Policy(result.controller_state, result.obs_rms)
     return ev.Arm(name, arm_config, frozen(bundle, greedy=greedy), policy=policy), result

@@ -29,6 +29,11 @@ every evaluation seed as `<arm>[seed=S]`; `static_final` and `static_matched` re
 
 `python -m esper_fx.prove` is this function with a command line, files and a plot.
 
+With `resume=DIR` every finished episode is kept in DIR as it finishes and the learning arms train in
+`DIR/train` (unless `train_dir` says otherwise); a call stopped anywhere and made again with the same
+arguments and `resume=DIR` reuses every finished training run and episode, continues a stopped training run
+with train's own resume, and returns the table an unbroken call returns (`esper_fx.evaluation.resume`).
+
 Stopped by Ctrl-C or SIGTERM (a `KeyboardInterrupt`, or `run_state.Interrupted` from a learning arm's training),
 `compare` re-raises the same exception with `.partial`: a `ComparisonTable` (`partial=True`) of the
 episodes that finished, paired over the seeds both arms of a pair finished.
@@ -47,6 +52,7 @@ seed checks (`esper_fx.evaluation.seed_sets`).
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Mapping, Sequence
 
 from bridge.jax_env import ensure_jax_env
@@ -65,7 +71,8 @@ BASELINE = "wait"
 def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int] = (900_000,), *,
             baseline: str | None = BASELINE, static_final_of: str | None = None, train_dir: str | None = None,
             progress: Callable[[str], None] | None = print, quiet_training: bool = True,
-            tuning_seeds: Sequence[int] | None = None, train_seeds: Sequence[int] | None = None) -> ComparisonTable:
+            tuning_seeds: Sequence[int] | None = None, train_seeds: Sequence[int] | None = None,
+            resume: str | os.PathLike | None = None) -> ComparisonTable:
     """Train the learning arms on `config`, run every arm on every seed, and pair them (module docstring).
 
     Pairs: every arm against `baseline` (when it is an arm), and the first learned arm against every other.
@@ -74,6 +81,8 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     `fair_controls.default_tuning_seeds(config)`). `train_seeds`: one trained controller per seed
     (`per_seed_arms`), pairs within each seed and the aggregate across them (`table.aggregate`); default
     the seeds of an arm's `TrainedSeeds` (controllers trained earlier, one per seed), if an arm holds one.
+    `resume`: the directory where finished episodes and training runs are kept, and reused by a call that
+    continues a stopped one (module docstring).
     """
     ensure_jax_env(warn=False)
     if not arms:
@@ -93,12 +102,22 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
         check_training_seeds(config, train_seeds, seeds, tuning_seeds if fixed else None)
     elif fixed:
         check_tuning_seeds(config, tuning_seeds, seeds)
+    store = None
+    if resume is not None:
+        from esper_fx.evaluation.resume import EpisodeStore
+
+        store = EpisodeStore(resume)
+        train_dir = os.path.join(os.fspath(resume), "train") if train_dir is None else train_dir
     say = progress or (lambda line: None)
     limit_cpu_threads(config, say)  # as the command line does (`training.threads`)
     compile_cache.enable_once()  # and warm like it, unless the process chose otherwise
     with episode_runner(config, evaluation_episodes(arms, config, seeds, tuning_seeds)) as runner:
         if runner.fell_back:  # said once: the learning arms train in process too, without trying Ray again
             config = config.replace(env_workers=0)
+        if store is not None:
+            from esper_fx.evaluation.resume import kept_runner
+
+            runner = kept_runner(runner, store)
         return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, runner,
                         tuning_seeds, layout)
 

@@ -270,7 +270,8 @@ def test_ctrl_c_during_training_keeps_its_checkpoint_and_writes_a_partial_prove_
                        "--quiet", *TINY_SETS, "--set", "checkpoint_every=1"])
     assert code == 130
     err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("esper_fx.prove")]
-    assert len(err) == 1 and "interrupted (SIGINT)" in err[0] and "--resume" in err[0], err
+    assert len(err) == 1 and "interrupted (SIGINT)" in err[0], err
+    assert err[0].endswith(f"continue with: python -m esper_fx.prove --resume {out}"), err
     report = json.loads((out / "prove.json").read_text())
     assert report["partial"] is True and report["episodes"] == {}
     assert report["stopped"]["training_run_dir"] == str(out / "train" / "ppo")
@@ -447,7 +448,7 @@ def test_ctrl_c_during_the_second_training_seed_keeps_the_first_and_a_resumable_
                        "2", "--out", str(out), "--quiet", *TINY_SETS, "--set", "checkpoint_every=1"])
     assert code == 130
     err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("esper_fx.prove")]
-    assert len(err) == 1 and "of 6 finished" in err[0] and f"--resume {out / 'train' / 'ppo-seed9'}" in err[0], err
+    assert len(err) == 1 and "of 6 finished" in err[0] and f"python -m esper_fx.prove --resume {out}" in err[0], err
     report = json.loads((out / "prove.json").read_text())
     assert report["partial"] is True and report["episodes"] == {}
     assert report["training"]["ppo[seed=5]"]["episodes"] == 4  # the first seed's run finished and is kept

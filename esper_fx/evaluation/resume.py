@@ -1,0 +1,217 @@
+"""What a resumable comparison keeps as it goes, and how it continues (`compare(..., resume=DIR)`, `prove --resume`).
+
+Every finished evaluation episode (the best_fixed search's included) is kept as one small JSON file,
+`<DIR>/episodes/<key>.json`, written whole or not at all (`outputs.durable.replace_text`) the moment it is
+reported. Its key is a digest of everything the episode's numbers depend on: the arm's name, its
+controller, the episode's configuration (seed and per-seed overrides included, the fields a resume may
+change left out: `config.RESUME_OVERRIDABLE`) and the trained policy's arrays. A comparison given the same
+DIR plays only the episodes it does not hold (`kept_runner`), in the order an unbroken run plays them, so
+its table is the unbroken run's.
+
+A learning arm's training run (`<DIR>/train/<arm>`) is reused when it finished (its summary.json), continued
+with train's own resume when it was stopped (a checkpoint, or a config.json before the first one), and
+trained from the start when it never began (`trained_run`). A kept run must have been trained with the
+configuration the comparison asks for (`ResumeMismatchError` naming the first field that differs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from esper_fx.config import RESUME_OVERRIDABLE, TrainingConfig
+from esper_fx.errors import ResumeMismatchError
+from esper_fx.outputs.durable import replace_text
+from esper_fx.stopping import deferred_stops
+
+EPISODES_DIR = "episodes"
+SUMMARY_NAME = "summary.json"
+# what a resume may change (train's list) never changes an episode's numbers: left out of its key
+_KEY_IGNORES = frozenset(RESUME_OVERRIDABLE) | {"run_dir", "resume_path"}
+_RUN_IGNORES = _KEY_IGNORES - {"n_episodes"}  # a training run: how many episodes it trains is its result
+
+
+class EpisodeStore:
+    """The finished episodes of a comparison, one JSON file each under `<root>/episodes/`."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.dir = Path(root) / EPISODES_DIR
+
+    def get(self, arm: Any, seed: int) -> Any | None:
+        """The kept episode of `arm` (an `episodes.Arm`) on `seed`, or None."""
+        path = self.dir / f"{episode_key(arm, seed)}.json"
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:  # a file that is not whole cannot be: it was renamed into place
+            raise ResumeMismatchError(f"resume: kept episode {path} cannot be read ({exc}); delete it to play that "
+                                      f"episode again") from None
+        return episode_of(kept)
+
+    def put(self, arm: Any, seed: int, episode: Any) -> None:
+        """Keep `episode` (a stop waits for the write: the file is whole or absent)."""
+        with deferred_stops():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            replace_text(self.dir / f"{episode_key(arm, seed)}.json",
+                         json.dumps(dataclasses.asdict(episode), default=_plain) + "\n")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def episode_of(kept: dict[str, Any]) -> Any:
+    """An `episodes.Episode` from its kept dict (its lists are the episode's tuples)."""
+    from esper_fx.evaluation.episodes import Episode
+
+    return Episode(**{name: tuple(value) if isinstance(value, list) else value for name, value in kept.items()})
+
+
+def episode_key(arm: Any, seed: int) -> str:
+    """The digest of what `arm`'s episode on `seed` depends on (module docstring)."""
+    from esper_fx.evaluation.episodes import episode_config
+
+    overrides = arm.per_seed(seed) if arm.per_seed is not None else {}
+    config = {k: v for k, v in episode_config(arm.config, seed, **overrides).to_dict(every_constant=True).items()
+              if k not in _KEY_IGNORES}
+    digest = hashlib.sha256()
+    digest.update(json.dumps([arm.name, int(seed), getattr(arm.controller, "name", repr(arm.controller)), config],
+                             sort_keys=True, default=repr).encode("utf-8"))
+    if arm.policy is not None:
+        import jax
+
+        for leaf in jax.tree_util.tree_leaves(arm.policy):
+            array = np.asarray(leaf)
+            digest.update(f"{array.dtype}{array.shape}".encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:32]
+
+
+def kept_runner(runner: Any, store: EpisodeStore) -> Any:
+    """`runner` (an `arm_runner.EpisodeRunner`) playing only the episodes `store` does not hold, keeping each
+    as it finishes; every caller sees the episodes in the order and with the values of an unbroken run."""
+
+    def one(arm, seeds, on_episode=None):
+        seeds = [int(s) for s in seeds]
+        got = {s: e for s in seeds if (e := store.get(arm, s)) is not None}
+        report = _in_order(seeds, got, on_episode)
+        todo = [s for s in seeds if s not in got]
+        if todo:
+            runner.one(arm, todo, on_episode=lambda e: report(_kept(store, arm, e)))
+        return [got[s] for s in seeds]
+
+    def many(arms, seeds, on_episode=None):
+        seeds = [int(s) for s in seeds]
+        got = [{s: e for s in seeds if (e := store.get(arm, s)) is not None} for arm in arms]
+        groups: dict[tuple[int, ...], list[int]] = {}  # the seeds an arm lacks -> those arms, played at once
+        for i, have in enumerate(got):
+            todo = tuple(s for s in seeds if s not in have)
+            if todo:
+                groups.setdefault(todo, []).append(i)
+        for todo, which in groups.items():
+            order = [(i, s) for i in which for s in todo]  # the runner reports arm by arm, each in seed order
+
+            def keep(e, _order=iter(order)):
+                i, seed = next(_order)
+                got[i][seed] = _kept(store, arms[i], e)
+
+            runner.many([arms[i] for i in which], list(todo), on_episode=keep)
+        results = [[have[s] for s in seeds] for have in got]
+        if on_episode is not None:
+            for episodes in results:
+                for e in episodes:
+                    on_episode(e)
+        return results
+
+    return dataclasses.replace(runner, one=one, many=many, store=store)
+
+
+def _kept(store: EpisodeStore, arm: Any, episode: Any) -> Any:
+    store.put(arm, episode.seed, episode)
+    return episode
+
+
+def _in_order(seeds: Sequence[int], got: dict[int, Any], on_episode: Callable | None) -> Callable[[Any], None]:
+    """A reporter that shows `on_episode` every episode in seed order: the kept ones at once, up to the first
+    one still to play, then each played one (and the kept ones after it) as it comes."""
+    position = {"next": 0}
+
+    def flush():
+        while position["next"] < len(seeds) and seeds[position["next"]] in got:
+            if on_episode is not None:
+                on_episode(got[seeds[position["next"]]])
+            position["next"] += 1
+
+    def report(episode):
+        got[int(episode.seed)] = episode
+        flush()
+
+    flush()
+    return report
+
+
+# ----------------------------------------------------------------------------------------------
+# training runs
+# ----------------------------------------------------------------------------------------------
+
+
+def trained_run(config: TrainingConfig, controller: Any, reward_fn: Any, run_dir: str, quiet: bool) -> Any:
+    """A learning arm's training `RunResult` in `run_dir`: read back when the run finished, continued by
+    train's resume when it was stopped, trained from the start when it never began (module docstring)."""
+    from esper_fx.outputs.checkpoint import CheckpointError, find_checkpoint
+    from esper_fx.training.preflight import restartable_run
+    from esper_fx.training.run import run
+
+    path = Path(run_dir)
+    if (path / SUMMARY_NAME).is_file():
+        return finished_run(path, config)
+    try:
+        find_checkpoint(path)
+        stopped = True
+    except CheckpointError:  # (NoCheckpoint included) none yet: restarted in place if it left its config.json
+        stopped = restartable_run(path) is not None
+    if stopped:
+        _check_same(path, config)
+        config = config.replace(resume_path=str(path))
+    return run(config, controller=controller, reward_fn=reward_fn, run_dir=str(path), quiet=quiet)
+
+
+def finished_run(path: Path, config: TrainingConfig) -> Any:
+    """The `RunResult` of the finished run in `path`: its summary, its final policy and its history (the final
+    checkpoint's); its events are not read back."""
+    from esper_fx.evaluation.episodes import load_policy
+    from esper_fx.outputs.checkpoint import read_manifest
+    from esper_fx.outputs.history import as_summaries
+    from esper_fx.training.run import RunResult
+
+    _check_same(path, config)
+    saved, policy = load_policy(path)
+    summary = json.loads((path / SUMMARY_NAME).read_text(encoding="utf-8"))
+    history = as_summaries(read_manifest(path)["history"])
+    return RunResult(history=history, events=[], summary=summary, run_dir=str(path),
+                     controller_state=policy.controller_state, config=saved, obs_rms=policy.obs_rms)
+
+
+def _check_same(path: Path, config: TrainingConfig) -> None:
+    """The run in `path` was trained with `config` (the fields a resume may change apart)."""
+    from esper_fx.outputs.run_directory import CONFIG_NAME
+
+    try:
+        saved = TrainingConfig.from_json(str(path / CONFIG_NAME), saved=True)
+    except (OSError, ValueError) as exc:
+        raise ResumeMismatchError(f"resume: the training run {path} cannot be read ({exc}); delete it to train "
+                                  f"it again") from None
+    theirs, mine = saved.to_dict(every_constant=True), config.to_dict(every_constant=True)
+    for name in sorted(set(theirs) | set(mine)):
+        if name not in _RUN_IGNORES and theirs.get(name) != mine.get(name):
+            raise ResumeMismatchError(f"resume: the training run {path} was trained with {name} "
+                                      f"{theirs.get(name)!r}, this comparison asks {mine.get(name)!r}")
