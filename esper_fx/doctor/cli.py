@@ -16,6 +16,7 @@ then runs each check and prints it as `passed`, `failed` (with the reason) or `n
     cli_run           a short training run through the CLI on the device
     checkpoint        that run's checkpoint restored onto its own device
     gpu_checkpoint_on_cpu  a GPU-written checkpoint restored onto the CPU
+    epoch_audit       a 3-batch tiny quickstart: nothing compiled after batch 0, host syncs only on the whitelist
     jax_memory        JAX's memory settings (preallocation must be off beside torch)
 
 The checks live by family: `environment.py` (versions, devices, JAX memory), `handoff.py` (the hand-off),
@@ -44,7 +45,8 @@ from esper_fx.doctor.context import Context, NotRun
 from esper_fx.doctor.env_pool import check_amp_bf16, check_amp_fp16, check_memory_flat, check_streams
 from esper_fx.doctor.environment import check_devices, check_jax_memory, check_versions
 from esper_fx.doctor.handoff import check_handoff_cpu, check_handoff_cuda, check_same_gpu
-from esper_fx.doctor.training_run import check_checkpoint, check_cli_run, check_gpu_checkpoint_on_cpu
+from esper_fx.doctor.training_run import (check_checkpoint, check_cli_run, check_epoch_audit,
+                                          check_gpu_checkpoint_on_cpu)
 from esper_fx.command import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, CommandParser
 from esper_fx.errors import ConfigError, DeviceUnavailableError
 
@@ -65,6 +67,7 @@ CHECKS: tuple[tuple[str, bool, Callable[[Context], str]], ...] = (
     ("cli_run", False, check_cli_run),
     ("checkpoint", False, check_checkpoint),
     ("gpu_checkpoint_on_cpu", True, check_gpu_checkpoint_on_cpu),
+    ("epoch_audit", True, check_epoch_audit),
     ("jax_memory", False, check_jax_memory),
 )
 CUDA_CHECKS = tuple(name for name, needs_cuda, _ in CHECKS if needs_cuda)

@@ -76,3 +76,20 @@ def check_gpu_checkpoint_on_cpu(ctx: Context) -> str:
         if not (jax.device_get(a) == jax.device_get(b)).all():
             raise RuntimeError("the CPU restore differs from the GPU restore")
     return f"a checkpoint written on {ctx.torch_device} restored onto {cpu}, same values"
+
+
+def check_epoch_audit(ctx: Context) -> str:
+    """A three-batch tiny quickstart on the device through the real loop (`esper_fx.training.epoch_audit`): no
+    XLA program compiled after batch 0, and every host read on the whitelist (on CUDA the epochs run under
+    torch's sync debug mode)."""
+    from esper_fx.training.epoch_audit import audit_config, audit_run
+
+    audit = audit_run(audit_config(str(ctx.torch_device)))
+    late = audit.programs_after_first_batch()
+    problems = audit.sync_violations()
+    if late:
+        problems.insert(0, f"{len(late)} programs compiled after batch 0: {', '.join(sorted(set(late)))}")
+    if problems:
+        raise RuntimeError("; ".join(problems))
+    return (f"{audit.batches} batches on {ctx.torch_device}: {len(audit.first_batch_programs())} programs in batch 0, "
+            f"none after; host reads at {len(audit.syncs)} whitelisted sites only")

@@ -216,7 +216,7 @@ def read_back(envs: Sequence) -> list[EpochReadback]:
     epoch_barrier(callers.values())
     out: dict[int, EpochReadback] = {}
     for items in by_device.values():
-        values = torch.cat([vec for _, vec in items]).cpu().tolist()
+        values = torch.cat([vec for _, vec in items]).tolist()  # the one copy to the host
         start = 0
         for env, vec in items:
             out[env.index] = unpack_readback(env.epoch_work, values[start : start + vec.numel()])

@@ -53,9 +53,20 @@ def _cpu_copy(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     for k, v in state_dict.items():
         key = (v.device, v.data_ptr(), v.dtype, tuple(v.shape), v.stride())
         if key not in copies:
-            copies[key] = v.detach().to("cpu", copy=True)
+            copies[key] = _host_copy(v.detach())
         out[k] = copies[key]
     return out
+
+
+def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy that does not synchronise with the device: from a GPU, into pinned memory in the order of
+    the current stream. The snapshot is taken on the pool's caller stream and read only by a rollback, after
+    the readback of a later epoch has waited for that stream (`hosts.env.epoch_compute`), so the copy is done
+    by then."""
+    if tensor.device.type == "cpu":
+        return tensor.clone()
+    host = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device="cpu", pin_memory=True)
+    return host.copy_(tensor, non_blocking=True)
 
 
 def _population_stats(values) -> tuple[float, float]:

@@ -75,9 +75,10 @@ class SeedSlot(nn.Module):
 
     def _place(self, module: nn.Module) -> nn.Module:
         """Move a new seed or gate to the slot's device, floating dtype and layout (they follow `.to()`;
-        a CNN seed is channels_last like its host, so no activation changes layout at the slot)."""
+        a CNN seed is channels_last like its host, so no activation changes layout at the slot). The upload
+        does not wait for the device (`non_blocking`: CUDA stages pageable memory before the call returns)."""
         return module.to(device=self._device_anchor.device, dtype=self._device_anchor.dtype,
-                         memory_format=memory_format(self.topology))
+                         memory_format=memory_format(self.topology), non_blocking=True)
 
     @property
     def is_active(self) -> bool:

@@ -12,6 +12,9 @@ controller.
 The DLPack bridge wants every signal tensor contiguous and freshly allocated (ARCHITECTURE §2).
 Each group of fields is therefore packed into one CPU tensor, copied to the device once, and split there
 into fresh contiguous tensors (device-side copies only): `upload_rows`, `upload_columns`, `upload_planes`.
+The copy is `non_blocking`: from pageable memory CUDA stages the data before the call returns, so the CPU
+tensor may go at once, and the host does not wait for the device's stream (no host synchronisation: the
+epoch's rule, `esper_fx/training/epoch_audit.py`).
 """
 
 from __future__ import annotations
@@ -97,14 +100,14 @@ def upload_rows(rows: Sequence[Sequence[float]], dtype: torch.dtype, device: tor
     if not rows:
         raise ValueError("upload_rows needs at least one row")
     host = torch.tensor([list(row) for row in rows], dtype=dtype)
-    return host.to(device)
+    return host.to(device, non_blocking=True)
 
 
 def upload_columns(packed: torch.Tensor, widths: Sequence[int], device: torch.device | str) -> list[torch.Tensor]:
     """Split a [E, Σwidths] CPU tensor into fresh contiguous [E, w] tensors on `device`."""
     if sum(widths) != packed.shape[1]:
         raise ValueError(f"column widths {list(widths)} do not add up to {packed.shape[1]}")
-    on_device = packed.to(device)
+    on_device = packed.to(device, non_blocking=True)
     out, start = [], 0
     for width in widths:
         out.append(on_device[:, start : start + width].clone(memory_format=torch.contiguous_format))
@@ -114,7 +117,7 @@ def upload_columns(packed: torch.Tensor, widths: Sequence[int], device: torch.de
 
 def upload_planes(packed: torch.Tensor, device: torch.device | str) -> list[torch.Tensor]:
     """Split a [k, E, S] CPU tensor into k fresh contiguous [E, S] tensors on `device`."""
-    on_device = packed.to(device)
+    on_device = packed.to(device, non_blocking=True)
     return [on_device[i].clone(memory_format=torch.contiguous_format) for i in range(packed.shape[0])]
 
 
