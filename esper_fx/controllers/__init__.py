@@ -1,2 +1,1 @@
-"""Controllers: the protocol a controller bundle follows, the registry of names, the baselines and controls,
-PPO, the heuristic and `reinforce`."""
+"""Controllers: the protocol, the registry of names, the baselines and controls, PPO, the heuristic and reinforce."""

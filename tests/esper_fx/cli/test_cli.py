@@ -326,12 +326,13 @@ def test_a_reward_constant_is_read_back_on_resume_and_may_not_change(tmp_path, m
 def test_every_settable_field_of_every_config_has_a_flag():
     from dataclasses import fields
 
-    from esper_fx.config import HeuristicConfig, OracleConfig, RewardConfig
+    from esper_fx.config import HeuristicConfig, OracleConfig, ReinforceConfig, RewardConfig
 
     nested = {"ppo": tuple(f.name for f in fields(PPOConfig)),
               "reward": tuple(f.name for f in fields(RewardConfig) if f.name not in REWARD_FROM_RUN),
               "heuristic": tuple(f.name for f in fields(HeuristicConfig)),
-              "oracle": tuple(f.name for f in fields(OracleConfig))}
+              "oracle": tuple(f.name for f in fields(OracleConfig)),
+              "reinforce": tuple(f.name for f in fields(ReinforceConfig))}
     run = {f.name for f in fields(TrainingConfig)} - set(nested)
     assert set(ALL_FLAGS) == run | {f"{group}.{name}" for group, names in nested.items() for name in names}
     assert [ff.group for ff in ALL_FLAGS.values()] == sorted((ff.group for ff in ALL_FLAGS.values()),
@@ -468,7 +469,7 @@ def test_the_cli_doc_lists_every_field_flag_with_its_declared_help():
         assert ff.help.replace("|", "\\|") in rows[ff.key]
         assert ("may change" in rows[ff.key]) == ff.resume
     groups = [row.split(" | ")[0] for row in _cli_doc_table().splitlines() if row.startswith("| **")]
-    assert groups == ["| **run**", "| **ppo**", "| **reward**", "| **heuristic**", "| **oracle**"]
+    assert groups == ["| **run**", "| **ppo**", "| **reward**", "| **heuristic**", "| **oracle**", "| **reinforce**"]
 
 
 def test_the_flag_table_prints_as_a_module(tmp_path):
