@@ -85,11 +85,7 @@ def check_epoch_audit(ctx: Context) -> str:
     from esper_fx.training.epoch_audit import audit_config, audit_run
 
     audit = audit_run(audit_config(str(ctx.torch_device)))
-    late = audit.programs_after_first_batch()
-    problems = audit.sync_violations()
-    if late:
-        problems.insert(0, f"{len(late)} programs compiled after batch 0: {', '.join(sorted(set(late)))}")
-    if problems:
-        raise RuntimeError("; ".join(problems))
+    if audit.problems():
+        raise RuntimeError("; ".join(audit.problems()))
     return (f"{audit.batches} batches on {ctx.torch_device}: {len(audit.first_batch_programs())} programs in batch 0, "
             f"none after; host reads at {len(audit.syncs)} whitelisted sites only")

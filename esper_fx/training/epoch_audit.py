@@ -54,6 +54,8 @@ class SyncSite(NamedTuple):
 HOST_SYNCS: tuple[SyncSite, ...] = (
     SyncSite("hosts/env/epoch_compute.py:read_back", 1, "epoch",
              "every env's losses, correct counts and gradient ratios, one copy per env device after the barrier"),
+    SyncSite("hosts/env/epoch_compute.py:epoch_barrier", 1, "epoch",
+             "on CUDA, the host waits for each env device's caller stream (every env stream's epoch) before it"),
     SyncSite("esper_fx/training/epoch.py:run_epoch", 1, "epoch",
              "the step's [E, 6] decision: the actions the pool executes, and whether each was valid"),
     SyncSite("esper_fx/training/epoch.py:host_field", 2, "batch",
@@ -291,6 +293,7 @@ class Audit:
     kinds: dict
     programs: list[str]
     batch_starts: list[int]  # len(programs) when each batch began
+    batch_ends: list[int]  # len(programs) when each batch's update was done (its `episode_results`)
 
     @property
     def batches(self) -> int:
@@ -307,16 +310,24 @@ class Audit:
         """The programs obtained from the run's start to the end of batch 0."""
         return self.programs[: self.batch_starts[1] if self.batches > 1 else len(self.programs)]
 
+    def problems(self) -> list[str]:
+        """Both rules' failures, one line each (the doctor's `epoch_audit` check raises them)."""
+        late = self.programs_after_first_batch()
+        return ([f"{len(late)} programs compiled after batch 0: {', '.join(sorted(set(late)))}"] if late else []) + \
+            self.sync_violations()
+
     def programs_after_first_batch(self) -> list[str]:
-        return self.programs[self.batch_starts[1]:] if self.batches > 1 else []
+        """The programs batches 1.. obtained (from the start of batch 1 to the end of the last batch's update;
+        what the run does after its batches is not a batch's)."""
+        return self.programs[self.batch_starts[1]:self.batch_ends[-1]] if self.batches > 1 else []
 
 
 class _Watched:
     """The run's pool, seen by the audit: marks each batch's start and opens the sync window over its epochs
     (from the end of `begin` to `episode_results`, which the batch calls after its last epoch)."""
 
-    def __init__(self, pool: Any, counter: SyncCounter, names: list[str], starts: list[int]):
-        self.pool, self._counter, self._names, self._starts = pool, counter, names, starts
+    def __init__(self, pool: Any, counter: SyncCounter, names: list[str], starts: list[int], ends: list[int]):
+        self.pool, self._counter, self._names, self._starts, self._ends = pool, counter, names, starts, ends
         self._window: contextlib.ExitStack | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -339,6 +350,7 @@ class _Watched:
 
     def episode_results(self) -> list:
         self._close()
+        self._ends.append(len(self._names))
         return self.pool.episode_results()
 
     def _close(self) -> None:
@@ -356,9 +368,10 @@ def audit_run(config: TrainingConfig | None = None) -> Audit:
     config = (audit_config() if config is None else config).replace(env_workers=0)
     pool = build_pool(config, say=lambda line: None)
     starts: list[int] = []
+    ends: list[int] = []
     try:
         with counting() as counter, programs() as names:
-            watched = _Watched(pool, counter, names, starts)
+            watched = _Watched(pool, counter, names, starts, ends)
             try:
                 run(config, run_dir=False, quiet=True, pool=watched)
             finally:
@@ -368,4 +381,4 @@ def audit_run(config: TrainingConfig | None = None) -> Audit:
         if close is not None:
             close()
     return Audit(config, Counter(counter.counts), {k: Counter(v) for k, v in counter.kinds.items()}, list(names),
-                 starts)
+                 starts, ends)

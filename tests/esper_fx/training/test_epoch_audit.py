@@ -36,17 +36,17 @@ def test_every_host_read_of_a_run_is_on_the_whitelist_within_its_count(cpu_audit
 
 
 def test_batches_after_the_first_compile_no_program(cpu_audit):
-    assert cpu_audit.batches == 3
+    assert cpu_audit.batches == len(cpu_audit.batch_ends) == 3
     assert "jit(step)" in cpu_audit.first_batch_programs()  # the counter sees programs (compiled or loaded)
     assert cpu_audit.programs_after_first_batch() == []
+    assert cpu_audit.problems() == []  # what the doctor's epoch_audit check raises
 
 
 @pytest.mark.gpu
 def test_a_cuda_run_syncs_only_on_the_whitelist_and_compiles_nothing_after_the_first_batch():
     audit = audit_run(audit_config("cuda:0"))
-    assert audit.sync_violations() == []
+    assert audit.problems() == []
     assert audit.syncs[READ_BACK] == audit.epochs
-    assert audit.programs_after_first_batch() == []
 
 
 class _Tensor:
@@ -76,3 +76,11 @@ def test_a_read_or_a_sync_warning_counts_at_the_project_function_that_made_it():
     epoch_site = next(s for s in HOST_SYNCS if s.per == "epoch")
     assert violations({epoch_site.where: epoch_site.times * 3}, epochs=3, batches=1) == []
     assert "allows" in violations({epoch_site.where: epoch_site.times * 3 + 1}, epochs=3, batches=1)[0]
+
+
+def test_a_program_compiled_after_the_first_batch_is_a_problem_naming_it():
+    audit = epoch_audit.Audit(audit_config("cpu"), syncs=epoch_audit.Counter(), kinds={},
+                              programs=["jit(init)", "jit(step)", "jit(update)", "jit(step)"],
+                              batch_starts=[1, 3], batch_ends=[3, 4])
+    assert audit.first_batch_programs() == ["jit(init)", "jit(step)", "jit(update)"]
+    assert audit.problems() == ["1 programs compiled after batch 0: jit(step)"]
