@@ -438,8 +438,8 @@ class HeuristicConfig:
     ransomware_improvement_threshold: float = option(0.0, "pp of improvement below which")
     blueprint_rotation: tuple[str, ...] | None = option(None, "the blueprints it germinates in turn (default: the "
                                                         "run's blueprint menu without noop)", metavar="NAME")
-    wait_for_stable_host: bool = option(True, "GERMINATE waits for the host's stabilisation latch (BEHAVIOUR "
-                                        "§8.5), as the reference; off: the other conditions alone decide")
+    wait_for_stable_host: bool = option(True, "GERMINATE waits for the host's stabilisation latch, as the "
+                                        "reference (BEHAVIOUR §8.5); off: the other conditions alone decide")
     min_fit_gap: float | None = option(None, "GERMINATE also waits until the epoch's training accuracy exceeds its "
                                        "validation accuracy by this many pp, once the host fits its data (the fit "
                                        "gap, BEHAVIOUR §8.7; FRAGrow); default: no such wait, as the reference")
