@@ -356,7 +356,7 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any,
             arms[name] = {"controller": source, "greedy": LEARNED_ARMS[name]}
         elif name in (STATIC_FINAL, STATIC_MATCHED, BEST_FIXED):
             if name != BEST_FIXED:  # the static arms rebuild the architecture an earlier arm ended with
-                source = next((n for n in names if n in LEARNED_ARMS), default_source(names))
+                source = next((n for n in names if n in LEARNED_ARMS or _trains(n, config)), default_source(names))
                 if source not in names[:names.index(name)]:
                     raise ProveError(f"--arms: {name} rebuilds the architecture {source!r} ended with; list "
                                      f"{source!r} before it")
@@ -379,6 +379,17 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any,
                 raise ProveError(f"arm {name!r}: {exc}") from None
             arms[name] = name
     return arms
+
+
+def _trains(name: str, config: TrainingConfig) -> bool:
+    """Whether the arm `name` is a registered learning controller other than the `ppo` arms (`reinforce`, one
+    registered by the user): `compare` trains it, and a static arm listed after it rebuilds what it grew."""
+    from esper_fx.evaluation.arms import _learns
+
+    try:
+        return _learns(name, name, config)
+    except ValueError:  # not a controller's name: arm_table reports it
+        return False
 
 
 def arm_runs(arms: dict[str, Any], config: TrainingConfig, train_seeds: Sequence[int] | None) -> int:

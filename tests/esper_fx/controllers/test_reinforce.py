@@ -20,9 +20,10 @@ from esper_fx.outputs import checkpoint as ckpt
 from rl.reinforce import ReinforceState
 from tests.esper_fx.evaluation.test_prove import TINY_PROVE
 
-# one slot and one blueprint: best_fixed searches 11 schedules on its tuning seed
-SMALL = ["--set", 'slots=["r0c1"]', "--set", 'blueprint_menu=["noop", "conv_light"]', "--set", "checkpoint_every=1",
-         "--env-workers", "0", "--tuning-seeds", "7"]
+# one slot, one blueprint and the reference's clock (no tempo to choose): best_fixed searches 8 schedules on its
+# one tuning seed; everything in this process (the PPO functions are made to fail here, not in Ray workers)
+SMALL = ["--set", 'slots=["r0c1"]', "--set", 'blueprint_menu=["noop", "conv_light"]', "--set", "lifecycle=reference",
+         "--set", "checkpoint_every=1", "--env-workers", "0", "--tuning-seeds", "7"]
 
 
 def forbid(module, monkeypatch) -> list[str]:
@@ -116,3 +117,13 @@ def test_frozen_acts_greedily_through_the_protocol_and_never_learns():
     assert protocol.frozen(_bundle()).act(None, (), {}, None)[0] == "sampled"  # no greedy verb: it acts as it acts
     with pytest.raises(ValueError, match="does not learn"):
         protocol.frozen(_bundle(learns=False))
+
+
+def test_a_static_arm_of_prove_rebuilds_what_an_earlier_learning_controller_grew():
+    config = TrainingConfig.preset("quickstart")
+    arms = prove.arm_table(["reinforce", "wait", "static_final"], config, None)
+    assert arms == {"reinforce": "reinforce", "wait": "wait", "static_final": "static_final"}
+    with pytest.raises(prove.ProveError, match="list 'reinforce' before it"):
+        prove.arm_table(["static_final", "reinforce"], config, None)
+    with pytest.raises(prove.ProveError, match="list 'oracle' before it"):  # no learning arm: the oracle's
+        prove.arm_table(["wait", "static_final"], config, None)
