@@ -341,6 +341,8 @@ class TrainingConfig:
         self._set("min_cull_age", check.optional_at_least("min_cull_age", self.min_cull_age, 1))
         if self.lifecycle not in LIFECYCLES:
             raise ValueError(f"lifecycle must be one of {list(LIFECYCLES)} (got {self.lifecycle!r})")
+        if self.fossil_release is not None:
+            check.boolean("fossil_release", self.fossil_release)
 
     def _validate_slots(self) -> None:
         if not self.slots:

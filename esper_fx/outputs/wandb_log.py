@@ -19,6 +19,7 @@ the loop already computed.
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import Any, Mapping
@@ -42,17 +43,60 @@ def import_wandb(mode: str) -> Any:
     return wandb
 
 
-def check_wandb(mode: str) -> None:
-    """Before anything is written (`training.preflight`): for W&B logging, wandb is installed and, online, has
-    credentials (without them W&B would prompt for a key)."""
+def check_wandb(mode: str, project: str | None = None, run_dir: str | Path | None = None) -> None:
+    """Before anything is written (`training.preflight`): for W&B logging, wandb is installed, accepts its
+    settings (`check_settings`), the run directory's `wandb/` (a resumed run's) can be written, and, online, W&B
+    has credentials (without them W&B would prompt for a key) that its server accepts (without a network W&B
+    would fail only at the first batch, after minutes of retries)."""
     if mode == "off":
         return
     wandb = import_wandb(mode)
+    check_settings(wandb, mode, project)
+    log_dir = None if not run_dir else Path(run_dir) / WANDB_SUBDIR
+    if log_dir is not None and log_dir.exists() and not os.access(log_dir, os.W_OK | os.X_OK):
+        raise SetupError(f"--wandb {mode}: W&B's folder {log_dir} cannot be written (read-only or not yours): make "
+                         f"it writable, or run with --wandb off")
     if mode == "online":
         wandb.setup(wandb.Settings(silent=True))  # no "logged in as" lines
-        if not wandb.login(prompt=False, verify=False):
+        try:  # one call: once a session holds a key, W&B verifies no later login (about 10 s without a network)
+            logged_in = wandb.login(prompt=False, verify=True)
+        except wandb.errors.Error as exc:
+            raise SetupError(f"--wandb online: W&B could not check its credentials ({_one_line(exc)}): check the "
+                             "network, WANDB_BASE_URL and the key, or log with --wandb offline and upload later "
+                             "with `wandb sync`") from None
+        if not logged_in:
             raise SetupError("--wandb online needs W&B credentials: run `wandb login` or set WANDB_API_KEY "
                              "(or log with --wandb offline and upload later with `wandb sync`)")
+
+
+def check_settings(wandb: Any, mode: str, project: str | None) -> None:
+    """The settings the run's W&B run starts with, checked by W&B itself before anything is written: every
+    WANDB_* variable of the environment (W&B reads them all), then the run's mode and project. A value W&B
+    rejects is a SetupError naming it (a secret's value left out)."""
+    settings = wandb.Settings()
+    for name in sorted(k for k in os.environ if k.startswith("WANDB_")):
+        try:
+            settings.update_from_env_vars({name: os.environ[name]})
+        except (ValueError, wandb.errors.Error) as exc:
+            shown = name if any(s in name for s in ("KEY", "TOKEN", "SECRET", "PASSWORD")) else \
+                f"{name}={os.environ[name]!r}"
+            raise SetupError(f"W&B rejects the environment's {shown} ({_one_line(exc)}): correct or unset it") \
+                from None
+    try:
+        wandb.Settings(mode=mode, project=project)
+    except (ValueError, wandb.errors.Error) as exc:
+        raise SetupError(f"--wandb-project / wandb_project {project!r}: W&B rejects it ({_one_line(exc)})") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    """W&B's reason in one line: pydantic's first message for a rejected setting, else the exception's text."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            return str(errors()[0]["msg"])
+        except (IndexError, KeyError, TypeError):  # not pydantic's list of errors: the text
+            pass
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def run_id(log_dir: Path) -> str:

@@ -36,7 +36,7 @@ def check_before_writing(config: TrainingConfig) -> None:
         check_ray_address(config.ray_address)
     check_devices(config)
     check_data_root(config)
-    check_wandb(config.wandb)
+    check_wandb(config.wandb, config.wandb_project, config.run_dir)
 
 
 def resumed_run_dir(resume_path: str | None) -> Path | None:
