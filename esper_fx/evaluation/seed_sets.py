@@ -4,6 +4,7 @@ episode ever plays an evaluation seed (`check_disjoint`, bounded whatever the si
 
 from __future__ import annotations
 
+import operator
 from typing import Sequence
 
 from esper_fx.config import SEED_MAX, SEED_MIN, TrainingConfig
@@ -14,10 +15,26 @@ MAX_EVAL_SEEDS = 100_000  # one episode per arm and seed: far beyond any useful 
 def check_train_seeds(train_seeds: Sequence[int]) -> list[int]:
     """The training seeds as a list: one or more, distinct, each a signed 64-bit seed (else a ValueError
     naming the problem)."""
-    out = [int(s) for s in train_seeds]
+    out = integer_seeds(train_seeds, "training seed")
     check_seed_range(out, "training seed")
     if not out or len(set(out)) != len(out):
         raise ValueError(f"training seeds must be one or more distinct seeds (got {out})")
+    return out
+
+
+def integer_seeds(seeds: Sequence[int], what: str) -> list[int]:
+    """`seeds` as a list of ints: a ValueError naming the first that is no integer (a fraction is never rounded,
+    a bool is no seed) or naming `seeds` when it is a string rather than a list."""
+    if isinstance(seeds, (str, bytes)):
+        raise ValueError(f"{what}s must be a list of integers (got the string {seeds!r})")
+    out = []
+    for s in seeds:
+        try:
+            if isinstance(s, bool):
+                raise TypeError
+            out.append(operator.index(s))
+        except TypeError:
+            raise ValueError(f"{what} {s!r} is not an integer") from None
     return out
 
 
