@@ -15,6 +15,10 @@ inside a file, holds a previous run or is locked, and a read-only or full disk (
 --eval-seeds and --tuning-seeds beyond 64 bits (the fuzz); the notebook line in a kernel and without IPython
 (outputs/test_notebook_bar.py).
 
+Not here, for its cost (a subprocess that trains): W&B offline with its folder on a full disk. Tried by hand (a
+16 KiB tmpfs over a resumed run's wandb/): the run finishes whole, exit 0, and W&B's service drops its log without
+a word. A full run directory with W&B offline ends as the fuzz's full disk does (exit 2 at the checkpoint).
+
 W&B never touches the network here: offline runs, and online ones against a closed local port, with every W&B
 folder and the netrc in a temporary directory.
 """
