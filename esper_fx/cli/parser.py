@@ -139,6 +139,17 @@ def _group_description(group: str) -> str:
     return _group_heading(group).replace("`", "").replace("%", "%%")
 
 
+def command_line_changes(sets: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The command line's changes: the `--set` items (`sets`, from `parse_sets`), then the field flags on top;
+    a nested section's keys from both are merged (`--reinforce.lr 3e-3 --set reinforce.hidden_dim=32` sets
+    both), a key given both ways takes the flag's value."""
+    out = dict(sets)
+    for key, value in field_values(args).items():
+        both = key in SECTIONS and isinstance(out.get(key), Mapping) and isinstance(value, Mapping)
+        out[key] = {**out[key], **value} if both else value
+    return out
+
+
 def field_values(args: argparse.Namespace) -> dict[str, Any]:
     """The settings whose flags were given, as config changes (the shape `parse_sets` gives): each value read
     as `--set` reads it (a string field's value as given) and put where `--set` puts it."""

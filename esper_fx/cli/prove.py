@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 from bridge.jax_env import ensure_jax_env
-from esper_fx.cli.parser import (add_field_flags, add_set_option, field_flags, field_values, parse_sets,
+from esper_fx.cli.parser import (add_field_flags, add_set_option, command_line_changes, field_flags, parse_sets,
                                   refuse_resume_changes, with_sections)
 from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, SEED_MAX, SEED_MIN, TrainingConfig
 from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, default_tuning_seeds
@@ -164,7 +164,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
             policy = loaded[0][2] if len(loaded) == 1 else {config.seed: pol for _, config, pol in loaded}
         else:
             base = TrainingConfig.preset(args.preset)
-        changes = with_sections(base, {**sets, **field_values(args)})
+        changes = with_sections(base, command_line_changes(sets, args))
         config = base.replace(**changes, run_dir=None, resume_path=None) if changes else base
     except (ValueError, TypeError, OSError, CheckpointError) as exc:
         raise ProveError(str(exc)) from None
@@ -471,7 +471,7 @@ def resumed_args(argv: Sequence[str]) -> argparse.Namespace:
     first.json = os.path.join(cwd, first.json) if first.json else None
     fields = {ff.key for ff in field_flags()}
     sets = given.pop("sets", [])
-    changes = {**parse_sets(sets), **field_values(argparse.Namespace(**given))}
+    changes = command_line_changes(parse_sets(sets), argparse.Namespace(**given))
     own = {f"--{name.replace('_', '-')}": value for name, value in given.items() if name not in fields}
     refuse_resume_changes({f"--{name.replace('_', '-')}": value for name, value in vars(first).items()}, own,
                           RESUME_MAY_CHANGE_FLAGS, "the first start")

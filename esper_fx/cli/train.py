@@ -21,8 +21,8 @@ from bridge.jax_env import ensure_jax_env
 from esper_fx.training import compile_cache
 from esper_fx.outputs.run_names import default_run_dir
 from esper_fx.cli.run import config_summary, run_from_cli  # noqa: F401 (config_summary re-exported)
-from esper_fx.cli.parser import (add_field_flags, add_set_option, field_values, parse_sets, refuse_resume_changes,
-                                  with_sections)
+from esper_fx.cli.parser import (add_field_flags, add_set_option, command_line_changes, parse_sets,
+                                  refuse_resume_changes, with_sections)
 from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths
 from esper_fx.command import CommandParser
 from esper_fx.errors import ConfigError
@@ -56,7 +56,7 @@ def build_parser() -> CommandParser:
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The command line's changes to the base config: the --set items, then the field flags on top."""
-    return {**parse_sets(args.sets), **field_values(args)}
+    return command_line_changes(parse_sets(args.sets), args)
 
 
 def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, argparse.Namespace]:

@@ -282,6 +282,15 @@ def test_set_reaches_the_ppo_lr_nested_sections_and_flags_win(tmp_path, monkeypa
     assert config.seed == 2  # the field flag is applied after --set
 
 
+def test_a_sections_flags_and_its_set_items_merge(tmp_path, monkeypatch):
+    """A section set partly by its flags and partly by --set keeps both; a key given both ways takes the flag."""
+    monkeypatch.chdir(tmp_path)
+    config, _ = resolve_config(["--heuristic.tempo", "slow", "--set", "heuristic.blend=linear",
+                                "--set", "heuristic.tempo=fast", "--oracle.slot", "r0c1", "--set", "oracle.germinate_epoch=4"])
+    assert (config.heuristic.blend, config.heuristic.tempo) == ("linear", "slow")
+    assert (config.oracle.slot, config.oracle.germinate_epoch) == ("r0c1", 4)
+
+
 def test_a_reward_constant_set_by_flag_or_set_reaches_the_reward_and_its_saved_config(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     by_flag, _ = resolve_config(["--reward.probation-base", "4", "--reward.auto-cull-penalty", "-0.5"])
