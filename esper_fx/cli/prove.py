@@ -67,6 +67,7 @@ from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, MIX_TUNING_S
 from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
 from esper_fx.command import EXIT_OK, CommandParser
 from esper_fx.errors import ConfigError
+from esper_fx.evaluation.resume import COMMAND_NAME
 from esper_fx.evaluation.seed_sets import MAX_EVAL_SEEDS
 from esper_fx.outputs.checkpoint import SHAPE_FIELDS, CheckpointError
 from esper_fx.outputs.provenance import collect, run_devices
@@ -80,7 +81,6 @@ LEARNED_ARMS = {"ppo": True, "ppo_sampled": False}  # arm -> greedy
 # Fields a trained policy's shapes (or what its observations mean) depend on: `--checkpoint` keeps them.
 # (n_envs is not one: evaluation runs one env per episode.)
 POLICY_FIELDS = tuple(name for name in SHAPE_FIELDS if name != "n_envs")
-COMMAND_NAME = "prove_command.json"  # in the output directory: the first start's command line, for --resume
 # what `--resume` may change: the fields train's resume may change (where and how it runs), less the training's
 # episodes, which change its result; and of prove's own flags, how much it prints
 RESUME_MAY_CHANGE = tuple(name for name in RESUME_OVERRIDABLE if name not in ("n_episodes", "run_dir"))

@@ -31,6 +31,9 @@ from esper_fx.outputs.durable import replace_text
 from esper_fx.stopping import deferred_stops
 
 EPISODES_DIR = "episodes"
+COMMAND_NAME = "prove_command.json"  # in prove's output directory: the first start's command line, for --resume
+# what a comparison writes first in its resume folder: a folder holding none of them is the user's, not ours
+_OURS = (EPISODES_DIR, "train", COMMAND_NAME)
 SUMMARY_NAME = "summary.json"
 # what a resume may change (train's list) never changes an episode's numbers: left out of its key
 _KEY_IGNORES = frozenset(RESUME_OVERRIDABLE) | {"run_dir", "resume_path"}
@@ -41,7 +44,14 @@ class EpisodeStore:
     """The finished episodes of a comparison, one JSON file each under `<root>/episodes/`."""
 
     def __init__(self, root: str | os.PathLike):
-        self.dir = Path(root) / EPISODES_DIR
+        root = Path(root)
+        if root.exists() and not root.is_dir():
+            raise ValueError(f"resume={os.fspath(root)!r} is a file: pass a folder (a new one, or the one a stopped "
+                             f"comparison kept its episodes in)")
+        if root.is_dir() and any(root.iterdir()) and not any((root / name).exists() for name in _OURS):
+            raise ValueError(f"resume={os.fspath(root)!r} holds files of its own and no comparison's episodes: pass "
+                             f"a new folder, or the one a stopped comparison kept its episodes in")
+        self.dir = root / EPISODES_DIR
 
     def get(self, arm: Any, seed: int) -> Any | None:
         """The kept episode of `arm` (an `episodes.Arm`) on `seed`, or None."""

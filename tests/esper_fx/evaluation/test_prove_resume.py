@@ -165,3 +165,21 @@ def test_compare_with_resume_keeps_each_episode_and_continues_to_the_unbroken_ta
     resumed = compare(arms, config, seeds, progress=None, resume=tmp_path / "c")
     assert calls == [("random", s) for s in seeds]  # the random arm's two episodes; wait's were kept
     assert without_keys(resumed.to_dict(), CLOCKS) == without_keys(whole.to_dict(), CLOCKS)
+
+
+def test_compare_refuses_a_resume_folder_of_the_users_and_touches_nothing(tmp_path):
+    """A resume folder holding the user's own files (and none a comparison writes), or a file, is refused
+    before anything runs, naming it; the user's files are left as they were."""
+    from esper_fx.config import TrainingConfig
+    from esper_fx.evaluation.comparison import compare
+
+    config = TrainingConfig.preset("quickstart").replace(env_workers=0)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="holds files of its own"):
+        compare({"wait": "wait"}, config, [900_000], progress=None, resume=mine)
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"] and (mine / "notes.txt").read_text() == "keep me"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        compare({"wait": "wait"}, config, [900_000], progress=None, resume=tmp_path / "file")
