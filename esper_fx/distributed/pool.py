@@ -88,6 +88,9 @@ class RayEnvPool:
         # driver-side wall time and the slowest worker's own time: the difference is Ray's overhead
         self.stats = {"bytes_in": 0, "bytes_out": 0, "calls": 0, "step_wall_s": 0.0, "step_worker_s": 0.0,
                       "step_worker_cpu_s": 0.0}  # (the workers' CPU time, summed over workers)
+        # the slowest worker's own time in each begin and step, summed: its pool's env builds, training and
+        # validation phases and the whole call (`worker.phase_delta`); the loop's time breakdown reads them
+        self.phase_s = {"build_s": 0.0, "train_s": 0.0, "validate_s": 0.0, "work_s": 0.0}
         self._session = RaySession.open(ray_address, self.n_workers)
         self._ray = ray
         self._actors: list[Any] = []
@@ -141,10 +144,11 @@ class RayEnvPool:
         self._running = self._running_for(n)
         self._n_active, self.epoch = n, 1
         if prefetched is not None and prefetched[0] == (int(batch_index), n):
-            parts = self._gather(prefetched[1], self._running)
+            answers = self._gather(prefetched[1], self._running)
         else:  # (a begin sent ahead for other envs only built them: this one builds them afresh)
-            parts = self._call("begin", [(batch_index, n)] * len(self._running))
-        return self._merge(parts)
+            answers = self._call("begin", [(batch_index, n)] * len(self._running))
+        self._add_phases([phases for _, phases in answers])
+        return self._merge([signals for signals, _ in answers])
 
     def prefetch(self, batch_index: int, n_active: int | None = None) -> None:
         """Send batch `batch_index`'s `begin` ahead, so the workers build its envs (and run its first epoch)
@@ -187,8 +191,17 @@ class RayEnvPool:
         self.stats["step_wall_s"] += time.perf_counter() - started
         self.stats["step_worker_s"] += max(s.compute_s for s in steps)
         self.stats["step_worker_cpu_s"] += sum(s.cpu_s for s in steps)
+        self._add_phases([s.phases for s in steps])
         self.epoch += merged is not None
         return result, merged
+
+    def _add_phases(self, per_worker: Sequence[dict[str, float] | None]) -> None:
+        """The slowest worker's phases of one call (the one the driver waited for) into `phase_s`."""
+        known = [p for p in per_worker if p]
+        if known:
+            slowest = max(known, key=lambda p: p["work_s"])
+            for key in self.phase_s:
+                self.phase_s[key] += slowest[key]
 
     def episode_results(self) -> list:
         refs, self._results = self._results, None

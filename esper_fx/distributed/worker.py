@@ -41,6 +41,7 @@ class WorkerStep(NamedTuple):
     signals: dict[str, np.ndarray] | None
     compute_s: float  # the worker's own time in the step (the rest of a round trip is Ray's overhead)
     cpu_s: float  # the worker process's CPU time in the step
+    phases: dict[str, float] | None = None  # its pool's phases in the step, and the step (`phase_delta`)
 
 
 def one_gpu_device(name: str | torch.device, gpu: bool) -> str:
@@ -83,6 +84,12 @@ def to_numpy(signals: dict[str, torch.Tensor] | None) -> dict[str, np.ndarray] |
     return None if signals is None else {name: t.detach().cpu().numpy() for name, t in signals.items()}
 
 
+def phase_delta(after: dict[str, float], before: dict[str, float], work_s: float) -> dict[str, float]:
+    """A call's time in the worker: its pool's env builds, training and validation phases (`EnvPool.phase_s`)
+    and the whole call (`work_s`)."""
+    return {**{key: after[key] - before[key] for key in after}, "work_s": work_s}
+
+
 class EnvWorker:
     """Built by Ray as an actor (`ray.remote(EnvWorker)`); every method is one round trip."""
 
@@ -104,15 +111,19 @@ class EnvWorker:
         return {"pid": os.getpid(), "host": os.uname().nodename, "steps_per_epoch": self.pool.steps_per_epoch,
                 "env_ids": self.pool.env_ids}
 
-    def begin(self, batch_idx: int, n_active: int) -> dict[str, np.ndarray]:
-        return to_numpy(self.pool.begin(batch_idx, n_active))
+    def begin(self, batch_idx: int, n_active: int) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """The batch's first signals, and the worker's own time in the call (`phase_delta`)."""
+        started, before = time.perf_counter(), dict(self.pool.phase_s)
+        signals = to_numpy(self.pool.begin(batch_idx, n_active))
+        return signals, phase_delta(self.pool.phase_s, before, time.perf_counter() - started)
 
     def step(self, actions: np.ndarray, bootstrap: bool) -> WorkerStep:
-        started, cpu = time.perf_counter(), time.process_time()
+        started, cpu, before = time.perf_counter(), time.process_time(), dict(self.pool.phase_s)
         result, signals = self.pool.step(actions, bootstrap=bootstrap)
         boot, signals = to_numpy(result.bootstrap_signals), to_numpy(signals)
-        return WorkerStep(result.actions, result.success, result.events, boot, signals,
-                          time.perf_counter() - started, time.process_time() - cpu)
+        compute = time.perf_counter() - started
+        return WorkerStep(result.actions, result.success, result.events, boot, signals, compute,
+                          time.process_time() - cpu, phase_delta(self.pool.phase_s, before, compute))
 
     def episode_results(self) -> list:
         return self.pool.episode_results()

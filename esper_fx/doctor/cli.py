@@ -1,4 +1,4 @@
-"""`python -m esper_fx.doctor [--device cuda:N] [--json PATH]`: does esper_fx work on this machine?
+"""`python -m esper_fx.doctor [--device cuda:N] [--json PATH] [--full]`: does esper_fx work on this machine?
 
 The one command to run on a new machine. It reports the versions and the devices torch and JAX see,
 then runs each check and prints it as `passed`, `failed` (with the reason) or `not run` (with why):
@@ -23,13 +23,19 @@ The checks live by family: `environment.py` (versions, devices, JAX memory), `ha
 `env_pool.py` (AMP, streams, memory), `training_run.py` (the CLI run and its checkpoint); this module runs
 them and reports. Without CUDA the CUDA checks are `not run`, never `passed`. Exit 0 when nothing failed,
 1 when a check failed, 2 for a bad command line (one line on stderr, nothing written).
+
+`--full` is the GPU check (`full.py`, issue 55): these checks, the quickstart with the breakdown of its time,
+the `gpu` tests and the quick benchmarks on the device, each a child process with a timeout, in at most 8
+minutes, into one JSON file; `--full --tiny` is its small form for CI on the CPU.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import stat
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -41,6 +47,7 @@ import torch
 from bridge.jax_env import ensure_jax_env
 from esper_fx.config import POLICY_DEVICE
 from esper_fx.devices import policy_devices
+from esper_fx.doctor import full
 from esper_fx.doctor.context import Context, NotRun
 from esper_fx.doctor.env_pool import check_amp_bf16, check_amp_fp16, check_memory_flat, check_streams
 from esper_fx.doctor.environment import check_devices, check_jax_memory, check_versions
@@ -94,6 +101,17 @@ def build_parser() -> CommandParser:
     p = CommandParser("esper_fx.doctor", description="Check that esper_fx works on this machine.")
     p.add_argument("--device", default="auto", help="auto (cuda:0 if torch and JAX both see a GPU, else cpu), cpu or cuda:N")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    p.add_argument("--full", action="store_true",
+                   help="the GPU check (esper_fx/doctor/full.py): these checks, the quickstart with the breakdown of "
+                        "its time, the gpu tests and the quick benchmarks on the device, each with a timeout, in "
+                        f"at most {full.BUDGET_S / 60:.0f} minutes; --json gets every part's result")
+    p.add_argument("--tiny", action="store_true",
+                   help="with --full: the form CI runs on the CPU (a one-batch quickstart, one benchmark, no gpu "
+                        "tests, no training check), well under a minute")
+    p.add_argument("--quickstart-dir", metavar="DIR",
+                   help="with --full: keep the quickstart's run directory here (default: a temporary one, removed)")
+    p.add_argument("--skip", nargs="+", default=[], metavar="CHECK", help=argparse.SUPPRESS)  # (--full --tiny's)
+    p.add_argument("--budget-s", type=float, default=full.BUDGET_S, help=argparse.SUPPRESS)  # (the tests')
     return p
 
 
@@ -154,10 +172,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         check_json_path(args.json)
         torch_device, jax_device = resolve_devices(args.device)
+        unknown = sorted(set(args.skip) - {name for name, _, _ in CHECKS})
+        if unknown:
+            raise UsageError(f"argument --skip: no check {', '.join(unknown)}")
+        if (args.tiny or args.quickstart_dir) and not args.full:
+            raise UsageError(f"argument {'--tiny' if args.tiny else '--quickstart-dir'}: only with --full")
     except ConfigError as exc:
         return parser.fail(exc)
+    if args.full:
+        return full.full_check(str(torch_device), args.json, tiny=args.tiny, budget_s=args.budget_s,
+                               quickstart_dir=args.quickstart_dir,
+                               argv=list(sys.argv[1:] if argv is None else argv))
     with tempfile.TemporaryDirectory(prefix="esper_fx_doctor_") as scratch:
-        checks = run_checks(Context(torch_device, jax_device, Path(scratch)), print_check)
+        checks = run_checks(Context(torch_device, jax_device, Path(scratch)), print_check, skip=args.skip)
     if args.json:
         report = {"device": str(torch_device), "jax_device": str(jax_device),
                   "ok": not any(c.status == FAILED for c in checks), "checks": [asdict(c) for c in checks]}
@@ -180,12 +207,15 @@ def print_check(check: Check) -> None:
     print(f"{check.status:>8}  {check.name:<22} {check.detail}", flush=True)
 
 
-def run_checks(ctx: Context, report: Callable[[Check], None] = lambda c: None) -> list[Check]:
-    """Every check in order; one that raises fails with the exception's first line."""
+def run_checks(ctx: Context, report: Callable[[Check], None] = lambda c: None,
+               skip: Sequence[str] = ()) -> list[Check]:
+    """Every check in order (those in `skip` not run); one that raises fails with the exception's first line."""
     out = []
     for name, needs_cuda, fn in CHECKS:
         started = time.perf_counter()
-        if needs_cuda and not ctx.cuda:
+        if name in skip:
+            check = Check(name, NOT_RUN, "left out (--skip)")
+        elif needs_cuda and not ctx.cuda:
             check = Check(name, NOT_RUN, f"needs a CUDA device (running on {ctx.torch_device})")
         else:
             try:

@@ -1,5 +1,6 @@
 """What a run says when it ends, from Python and from the command line alike: the per-batch table, one line
-of totals, and where everything is (TensorBoard, the run directory, the report)."""
+of totals, the largest parts of its time (`time_breakdown`), and where everything is (TensorBoard, the run
+directory, the report)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from esper_fx.outputs.console import final_table
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR
+from esper_fx.outputs.time_breakdown import closing_line
 
 
 def closing_lines(result: Any, elapsed_s: float) -> list[str]:
@@ -20,6 +22,9 @@ def closing_lines(result: Any, elapsed_s: float) -> list[str]:
     if s.get("static_host"):
         lines.append(f"Static host (no growth, trained alone in batch {s['static_host']['batch']}): "
                      f"{s['static_host']['accuracy']:.2f}%")
+    time_line = closing_line((s.get("timing") or {}).get("breakdown"))
+    if time_line:
+        lines.append(time_line)
     return lines + where_lines(result)
 
 

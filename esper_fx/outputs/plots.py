@@ -33,11 +33,12 @@ from esper_fx.contracts.slots import SlotIdError, sort_slot_ids
 from esper_fx.contracts.stages import SeedStage
 from esper_fx.outputs.events import load_events
 from esper_fx.outputs.history import OP_NAMES, BatchSummary, as_summaries
+from esper_fx.outputs.time_breakdown import PARTS, shares
 
 __all__ = [
     "StageInterval", "STAGE_COLORS", "events_to_intervals", "load_events",
     "plot_runs", "plot_lifecycle", "plot_action_distribution", "plot_ppo_diagnostics", "plot_seed_events",
-    "plot_timing",
+    "plot_timing", "plot_time_breakdown",
 ]
 
 DRAWN_STAGES: tuple[str, ...] = ("GERMINATED", "TRAINING", "BLENDING", "PROBATIONARY", "FOSSILIZED")
@@ -674,3 +675,38 @@ def plot_timing(history: Any, *, fig: Figure | None = None) -> Figure:
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper right", ncols=3)
     return fig
+
+
+def plot_time_breakdown(breakdown: Mapping[str, Any], *, fig: Figure | None = None) -> Figure:
+    """Where the run's wall time went (summary.json's `timing.breakdown`, `outputs.time_breakdown`): one
+    horizontal bar, stacked by part in PARTS' order, each labelled in the legend with its seconds and share."""
+    parts = breakdown.get("parts") or {}
+    wall = float(breakdown.get("wall_s") or 0.0)
+    share = shares(breakdown)
+    fig = _new_figure(fig, (8.0, 3.0))
+    ax = fig.add_subplot()
+    colors = [c for cmap in ("tab20", "tab20b") for c in _colormap(cmap)]
+    left = 0.0
+    for i, name in enumerate(list(PARTS) + sorted(set(parts) - set(PARTS))):
+        seconds = float(parts.get(name) or 0.0)
+        if seconds <= 0:
+            continue
+        color = "#bbbbbb" if name == "other" else colors[i % len(colors)]
+        ax.barh([0], [seconds], left=left, height=0.6, color=color,
+                label=f"{PARTS.get(name, name)}: {seconds:.1f} s ({share.get(name, 0.0):.1%})")
+        left += seconds
+    ax.set_yticks([])
+    ax.set_xlim(0, max(wall, left, 1e-3))
+    ax.set_xlabel("seconds")
+    ax.set_title(f"Where the run's {wall:.1f} s went (other: {float(breakdown.get('other_share') or 0.0):.1%})",
+                 fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=7, ncols=3, loc="outside lower center", frameon=False)
+    return fig
+
+
+def _colormap(name: str) -> list:
+    from matplotlib import colormaps
+
+    cmap = colormaps[name]
+    return [cmap(i) for i in range(cmap.N)]

@@ -12,7 +12,8 @@ rebuilds one for any run directory, an interrupted or crashed one included, from
     provenance.json  where the run came from (versions, commit, command, host, devices), shown in the header
 
 It writes `<run_dir>/plots/*.png` (learning curves with the per-env spread, seed events, the lifecycle
-swimlane of the last batch, the action distribution, PPO diagnostics, timing) and `<run_dir>/report.html`:
+swimlane of the last batch, the action distribution, PPO diagnostics, timing per batch, and the run's time
+in parts as one bar: `outputs.time_breakdown`) and `<run_dir>/report.html`:
 the summary, a table of every batch, the plots inlined as base64 PNGs and the configuration, one file that
 opens in a browser without a server. A plot that fails is reported in the page and the console; the report
 itself never ends a run (`write_report_or_warn`).
@@ -197,6 +198,11 @@ def plot_specs(record: RunRecord) -> list[tuple[str, str, Callable[[], Any]]]:
         specs.append(("ppo", "PPO diagnostics", lambda: plots.plot_ppo_diagnostics(history)))
     if any(h.timing for h in history):
         specs.append(("timing", "Time per batch", lambda: plots.plot_timing(history)))
+    breakdown = (record.summary.get("timing") or {}).get("breakdown") if record.finished else None
+    if isinstance(breakdown, Mapping) and breakdown.get("parts"):
+        specs.append(("time_breakdown", "Where the run's wall time went, from the start to this report "
+                      "(summary.json's timing.breakdown, which then adds the report's own time)",
+                      lambda: plots.plot_time_breakdown(breakdown)))
     return specs
 
 
@@ -288,6 +294,11 @@ def summary_section(record: RunRecord) -> str:
     first_action = (s.get("timing") or {}).get("first_action_s")
     if first_action is not None:
         rows.append(("time to the first action (s)", format_value(first_action)))
+    breakdown = (s.get("timing") or {}).get("breakdown")
+    if isinstance(breakdown, Mapping) and breakdown.get("wall_s") is not None:
+        other = 100 * (breakdown.get("other_share") or 0.0)
+        rows.append(("wall time of the run (s), of it in no named part (%)",
+                     f"{format_value(breakdown['wall_s'])}, {format_value(other)}"))
     static_host = s.get("static_host")
     if static_host:
         rows.append((f"static host, trained alone in batch {static_host['batch']} (%)",

@@ -23,6 +23,7 @@ from esper_fx.outputs.console import nonfinite_warning, update_warning
 from esper_fx.outputs.events import Event
 from esper_fx.outputs.history import SKIPPED_UPDATE, BatchRecord, BatchSummary, metrics_to_python, summarize_batch
 from esper_fx.training import step
+from esper_fx.training.clock import Lap
 from esper_fx.training.epoch import BatchTally, Runner, run_epoch
 from esper_fx.training.run_state import LearnerState, Progress, advance
 from rl import rollout as rollout_lib
@@ -34,7 +35,7 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     its reward components (written by `write_batch`; nothing is written here)."""
     config, b = runner.config, progress.next_batch_idx
     n_active = batch_envs(config, progress.episodes_completed)
-    started = time.perf_counter()
+    started, batch_lap = time.perf_counter(), Lap()
     entropy_coef = config.entropy_coefficient(int(np.asarray(getattr(learner.controller, "train_steps", 0))))
     episode = runner.to_device(runner.episode_fn(learner.reward_norm, n_active))
     signals = runner.pool.begin(b, n_active)
@@ -44,10 +45,11 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     n_next = batch_envs(config, progress.episodes_completed + n_active)
     if n_next > 0:  # Ray workers build the next batch's envs during the update
         runner.pool.prefetch(b + 1, n_next)
-    update_started = time.perf_counter()
+    update_lap = Lap()
     learner, ppo, skipped = end_of_batch(runner, learner._replace(reward_norm=episode.reward_norm),
                                          episode.rollout, b, episode.rolled_back)
-    record.update_s = time.perf_counter() - update_started
+    record.update_s, record.update_compile_s = update_lap.wall(), update_lap.compiled()
+    record.compile_s = batch_lap.compiled()
     batch = record.finish(runner.pool, episode, ppo, skipped)
     summary = summarize_batch(batch, b, progress.episodes_completed, progress.recent_avg_acc, config.menu,
                               config.slot_ids, entropy_coef, time.perf_counter() - started,

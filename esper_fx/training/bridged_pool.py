@@ -15,8 +15,11 @@ and hands its [E, 5] integer columns (`contracts.actions.ACTION_HEADS` order) to
 
 The bridge's lifetime rule (keep the torch tensors alive until the JAX computation that reads them has
 finished) is kept here: a handoff lives until the next `step` (the loop reads the actions back first) or,
-for the bootstrap signals, until the next `begin`. `timing` sums the seconds spent in the pool and in
-the hand-off (packing, conversion) since the last `begin`.
+for the bootstrap signals, until the next `begin`. `timing` sums the seconds spent in the pool (`env_s`) and in
+the hand-off (packing, conversion: `bridge_s`) since the last `begin`; a pool that times its phases
+(`phase_s`: `hosts.env.EnvPool`, `esper_fx.distributed.pool.RayEnvPool`) also splits `env_s` into its env
+builds (`env_build_s`), training (`env_train_s`), validation (`env_validate_s`) and, with Ray workers, the
+wait beyond the slowest worker's own time (`env_wait_s`), as `esper_fx.outputs.time_breakdown` says.
 """
 
 from __future__ import annotations
@@ -41,11 +44,15 @@ class EpochResult(NamedTuple):
     bootstrap: dict | None  # the last epoch's post-action packed signals (asked for with bootstrap=True)
 
 
+TIMING_KEYS = ("env_s", "env_build_s", "env_train_s", "env_validate_s", "env_wait_s", "bridge_s")
+PHASES = {"env_build_s": "build_s", "env_train_s": "train_s", "env_validate_s": "validate_s"}
+
+
 class BridgedPool:
     def __init__(self, pool: EpisodePool, columns: Mapping[str, SignalColumn]):
         self.pool = pool
         self.columns = dict(columns)
-        self.timing = {"env_s": 0.0, "bridge_s": 0.0}
+        self.timing = dict.fromkeys(TIMING_KEYS, 0.0)
         self._signals: Handoff | None = None
         self._bootstrap: Handoff | None = None
 
@@ -55,20 +62,20 @@ class BridgedPool:
 
     def begin(self, batch_index: int, n_active: int | None = None) -> dict:
         """Fresh envs for batch `batch_index`; returns epoch 1's packed signals as jax arrays."""
-        self.timing = {"env_s": 0.0, "bridge_s": 0.0}
+        self.timing = dict.fromkeys(TIMING_KEYS, 0.0)
         self._bootstrap = None
-        started = time.perf_counter()
+        started, phases = time.perf_counter(), self._phases()
         signals = self.pool.begin(batch_index, n_active)
-        self._lap("env_s", started)
+        self._pool_lap(started, phases)
         self._signals = self._to_jax(signals, "signals")
         return self._signals.tree
 
     def step(self, actions: np.ndarray, bootstrap: bool = False) -> EpochResult:
         """Execute the epoch's actions (a numpy integer array [E, 5]); returns the next epoch's signals, or after
         the last epoch (when `bootstrap`) the post-action bootstrap signals."""
-        started = time.perf_counter()
+        started, phases = time.perf_counter(), self._phases()
         applied, signals = self.pool.step(actions, bootstrap=bootstrap)
-        self._lap("env_s", started)
+        self._pool_lap(started, phases)
         self._signals = None if signals is None else self._to_jax(signals, "signals")
         if applied.bootstrap_signals is not None:
             self._bootstrap = self._to_jax(applied.bootstrap_signals, "bootstrap_signals")
@@ -93,6 +100,27 @@ class BridgedPool:
 
     def _lap(self, key: str, started: float) -> None:
         self.timing[key] += time.perf_counter() - started
+
+    def _phases(self) -> dict[str, float] | None:
+        phases = getattr(self.pool, "phase_s", None)
+        return dict(phases) if isinstance(phases, dict) else None
+
+    def _pool_lap(self, started: float, before: dict[str, float] | None) -> None:
+        """A pool call's wall time into `env_s` and, where the pool times its phases, its split: the phases'
+        own seconds, beside the pool's own time in the call (`work_s`, Ray's slowest worker; in process the
+        call's wall time). Work the driver did not wait for (a batch start sent ahead, which overlaps the
+        update) is scaled down to the wait; the wait beyond the work is `env_wait_s`."""
+        wall = time.perf_counter() - started
+        self.timing["env_s"] += wall
+        after = self._phases()
+        if before is None or after is None:
+            return
+        work = after["work_s"] - before["work_s"] if "work_s" in after else wall
+        scale = wall / work if work > wall else 1.0
+        for key, phase in PHASES.items():
+            if phase in after:
+                self.timing[key] += (after[phase] - before[phase]) * scale
+        self.timing["env_wait_s"] += max(0.0, wall - work)
 
 
 def _tree(handoff: Handoff | None) -> dict | None:

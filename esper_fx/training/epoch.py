@@ -14,7 +14,6 @@ around the batches: `loop.py`, `run.py`.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -34,6 +33,7 @@ from esper_fx.outputs.events import Event, lifecycle_event, reward_events
 from esper_fx.outputs.history import BatchRecord, count_heads
 from esper_fx.training import step
 from esper_fx.training.bridged_pool import BridgedPool
+from esper_fx.training.clock import Lap
 from esper_fx.training.run_state import LearnerState
 from rl import rewards
 
@@ -89,13 +89,14 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: step.EpisodeState,
               record: "BatchTally") -> tuple[step.EpisodeState, dict | None]:
     """One host epoch: the controller step on `signals`, the actions in the pool, the next signals."""
     last = t == runner.config.max_epochs
-    started = time.perf_counter()
+    lap = Lap()
     episode, out = runner.step_fn(episode, learner.controller, learner.obs_rms, signals, learner.root_key,
                                   np.array([b, t], np.int32))
     decision = np.asarray(out.decision)  # the epoch's one read-back: [E, 6] = actions, ok
     runner.console.action_ready(b, t)
     check_actions(decision[:, NUM_HEADS] != 0, b, t, learner.controller, signals, runner.columns)
-    record.controller_s += time.perf_counter() - started
+    record.controller_s += lap.wall()
+    record.controller_compile_s += lap.compiled()
     if last:
         record.seed_params = host_field(signals, runner.columns, "seed_params")
         record.host_params = host_field(signals, runner.columns, "host_params")
@@ -157,6 +158,9 @@ class BatchTally:
     components: list[dict]  # per epoch: reward term -> [E] (jax arrays, read back once per batch)
     controller_s: float = 0.0
     update_s: float = 0.0
+    controller_compile_s: float = 0.0  # the JAX compilation inside controller_s, update_s and the whole batch
+    update_compile_s: float = 0.0
+    compile_s: float = 0.0
     host_params: list[float] = field(default_factory=list)  # per env, at the last epoch
 
     @classmethod
@@ -177,7 +181,9 @@ class BatchTally:
         return BatchRecord(
             env_results=pool.episode_results(), env_rewards=[float(r) for r in np.asarray(episode.reward_sum)],
             events=self.events, head_counts=self.head_counts, ppo=ppo,
-            timing={**pool.timing, "controller_s": self.controller_s, "update_s": self.update_s},
+            timing={**pool.timing, "controller_s": self.controller_s, "update_s": self.update_s,
+                    "compile_s": self.compile_s, "controller_compile_s": self.controller_compile_s,
+                    "update_compile_s": self.update_compile_s},
             seed_params=self.seed_params, reward_events=self.reward_events, nonfinite=nonfinite,
             reward_components=episode_component_means(self.components),
         )

@@ -21,20 +21,24 @@ from esper_fx.outputs.metrics_csv import metric_columns
 from esper_fx.outputs.run_log import RunLog
 from esper_fx.training import preflight, step
 from esper_fx.training.batch import run_batch
+from esper_fx.training.clock import RunClock
 from esper_fx.training.epoch import Runner
 from esper_fx.training.run_state import LearnerState, Progress, RunState, interrupted, restore, save
 from esper_fx.stopping import deferred_stops, stop_signal
 
 
 def start(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSpec, out: RunLog,
-          n_batches: int, learner: LearnerState) -> tuple[LearnerState, Progress]:
+          n_batches: int, learner: LearnerState, clock: RunClock | None = None) -> tuple[LearnerState, Progress]:
     """A fresh learner, or the one of `config.resume_path`; metrics.csv's header, config.json (on a resume,
     metrics.csv, events.jsonl and the TensorBoard scalars truncated to the restored batches); the opening
-    events. A checkpoint that cannot be used is reported before anything is written."""
+    events. A checkpoint that cannot be used is reported before anything is written. `clock`: the run's
+    (reading the checkpoint is its `checkpoints` part)."""
+    clock = clock or RunClock()
     progress, manifest = Progress(), None
     restart = config.resume_path is not None and preflight.restartable_run(config.resume_path) is not None
     if config.resume_path and not restart:
-        learner, progress, manifest = restore(config, bundle, learner)
+        with clock.part("checkpoints"):
+            learner, progress, manifest = restore(config, bundle, learner)
     if out.dir is not None:
         # a resume keeps the first start's provenance, in the directory of the run it continues
         out.dir.write_config(config.to_dict(), preflight.resumed_run_dir(config.resume_path),
@@ -72,20 +76,22 @@ def update_metric_names(bundle: ctl.Controller, spec: ctl.ControllerSpec, learne
     return sorted(set(metrics) | {"early_stopped"})
 
 
-def train(runner: Runner, state: RunState, out: RunLog, n_batches: int) -> RunState:
+def train(runner: Runner, state: RunState, out: RunLog, n_batches: int, clock: RunClock | None = None) -> RunState:
     """Every remaining batch, each written as one unit (its events, its metrics.csv row, its TensorBoard
     scalars and, every `checkpoint_every` batches, its checkpoint), then a final checkpoint. Ctrl-C or
-    SIGTERM checkpoints the last written batch and raises `Interrupted`."""
+    SIGTERM checkpoints the last written batch and raises `Interrupted`. `clock`: the run's, which times the
+    writes (the batches time themselves: `BatchSummary.timing`)."""
     config = runner.config
+    clock = clock or RunClock()
     checkpoints = None if out.dir is None else out.dir.checkpoint_dir
     try:
         while state.progress.next_batch_idx < n_batches:
             learner, progress, summary, events, components = run_batch(runner, state.learner, state.progress)
             with deferred_stops():  # a stop waits for the write: the checkpoint never runs ahead of the files
                 state = write_batch(runner, out, state._replace(learner=learner, progress=progress), summary,
-                                     events, n_batches, components)
+                                     events, n_batches, components, clock)
         if checkpoints is not None and state.progress.history:
-            with deferred_stops():
+            with deferred_stops(), clock.part("checkpoints"):
                 path = save(checkpoints, config, runner.controller, state.learner, state.progress, final=True)
                 state = state.saved(path)
                 out.log([Event(EventType.CHECKPOINT_SAVED, batch=state.progress.next_batch_idx - 1,
@@ -97,14 +103,18 @@ def train(runner: Runner, state: RunState, out: RunLog, n_batches: int) -> RunSt
 
 
 def write_batch(runner: Runner, out: RunLog, state: RunState, summary: BatchSummary, events: list[Event],
-                 n_batches: int, reward_components: dict[str, float] | None = None) -> RunState:
+                 n_batches: int, reward_components: dict[str, float] | None = None,
+                 clock: RunClock | None = None) -> RunState:
     """Write a finished batch: console lines and warnings, events, its metrics.csv row, its TensorBoard
     scalars, and its periodic checkpoint. Runs with stops deferred, so the checkpoint of a batch always comes
-    with its row, its events and its scalars."""
-    out.batch_done(summary, events, runner.config.n_episodes, reward_components)
+    with its row, its events and its scalars. `clock` takes the writes' time (`logging`, `checkpoints`)."""
+    clock = clock or RunClock()
+    with clock.part("logging"):
+        out.batch_done(summary, events, runner.config.n_episodes, reward_components)
     b = summary.batch
     if out.dir is not None and (b + 1) % runner.config.checkpoint_every == 0 and b + 1 < n_batches:
-        path = save(out.dir.checkpoint_dir, runner.config, runner.controller, state.learner, state.progress)
+        with clock.part("checkpoints"):
+            path = save(out.dir.checkpoint_dir, runner.config, runner.controller, state.learner, state.progress)
         state = state.saved(path)
         out.console.line(f"Checkpoint saved: {path}")
         out.log([Event(EventType.CHECKPOINT_SAVED, batch=b, message=str(path))])

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from esper_fx.outputs.tensorboard_log import open_board
 from esper_fx.outputs.wandb_log import open_wandb
 from esper_fx.training import compile_cache, preflight
 from esper_fx.training.batch import run_batch
+from esper_fx.training.clock import RunClock
 from esper_fx.training.epoch import Runner, resolve_reward_fn
 from esper_fx.training.loop import start, train
 from esper_fx.training.pools import pool_workers, run_pool, wait_ready, worker_time
@@ -81,10 +81,12 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     raises a `esper_fx.errors.SetupError` naming it). The process policy is the command line's: a CPU-only
     run sets torch to one thread unless OMP_NUM_THREADS is set (`training.threads`), and JAX's persistent
     compilation cache is on unless the process chose otherwise (`compile_cache.enable_once`). SIGTERM is
-    handled like Ctrl-C: the last finished batch is checkpointed and `run_state.Interrupted` raised.
+    handled like Ctrl-C: the last finished batch is checkpointed and `run_state.Interrupted` raised. The
+    summary's `timing.breakdown` says where the run's wall time went, in parts that add up to it
+    (`outputs.time_breakdown`; the closing lines name the three largest).
     """
     ensure_jax_env(warn=False)
-    started = time.perf_counter()
+    clock = RunClock()  # where the run's time goes: summary.json's timing.breakdown
     config = absolute_paths(with_run_dir(config, run_dir))
     preflight.check_before_writing(config)
     limit_cpu_threads(config, say=lambda line: None if quiet else print(line, flush=True))
@@ -100,9 +102,9 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
         # leaves the run directory untouched)
         learner = fresh_learner(bundle, spec, config.seed, policy_jax_device(config))
         wait_ready(pool)
-        with open_run_log(config, console) as out:
-            result = train_and_summarize(config, bundle, spec, reward, pool, out, n_batches, learner)
-    for line in closing_lines(result, time.perf_counter() - started):
+        with open_run_log(config, console, clock) as out:
+            result = train_and_summarize(config, bundle, spec, reward, pool, out, n_batches, learner, clock)
+    for line in closing_lines(result, clock.wall_s()):
         console.line(line)
     return result
 
@@ -120,15 +122,17 @@ def with_run_dir(config: TrainingConfig, run_dir: str | os.PathLike | bool | Non
 
 
 @contextmanager
-def open_run_log(config: TrainingConfig, console: Console):
-    """The run's outputs, with its run directory claimed (created, locked, checked) for as long as it runs."""
+def open_run_log(config: TrainingConfig, console: Console, clock: RunClock | None = None):
+    """The run's outputs, with its run directory claimed (created, locked, checked) for as long as it runs;
+    opening TensorBoard and W&B is the `clock`'s `logging`."""
     run_dir = None
     if config.run_dir:
         resumed = preflight.resumed_run_dir(config.resume_path)
         run_dir = RunDirectory.claim(config.run_dir, may_hold_a_run=resumed is not None and
                                      Path(config.run_dir).resolve() == resumed)
-    out = RunLog(run_dir, console, open_board(config.run_dir, config.tensorboard, config.to_dict()),
-                 open_wandb(config))
+    with (clock or RunClock()).part("logging"):
+        board, wandb = open_board(config.run_dir, config.tensorboard, config.to_dict()), open_wandb(config)
+    out = RunLog(run_dir, console, board, wandb)
     try:
         yield out
     finally:
@@ -141,28 +145,47 @@ def open_run_log(config: TrainingConfig, console: Console):
 
 
 def train_and_summarize(config: TrainingConfig, bundle: ctl.Controller, spec: ctl.ControllerSpec, reward: Callable,
-                        pool: EpisodePool, out: RunLog, n_batches: int, learner: LearnerState) -> RunResult:
-    """The run inside its run directory: start (or resume), every batch, the summary and the report."""
-    learner, progress = start(config, bundle, spec, out, n_batches, learner)
+                        pool: EpisodePool, out: RunLog, n_batches: int, learner: LearnerState,
+                        clock: RunClock | None = None) -> RunResult:
+    """The run inside its run directory: start (or resume), every batch, the summary and the report.
+
+    `clock` (started with the run) times it: summary.json's `timing.breakdown` (`outputs.time_breakdown`)
+    splits the run's wall time into parts that add up to it. summary.json is written before the report, which
+    draws that breakdown, and again once the report and the W&B run are done, with their time in it."""
+    clock = clock or RunClock()
+    learner, progress = start(config, bundle, spec, out, n_batches, learner, clock)
     out.console.start_at(progress.next_batch_idx)
     runner = Runner.build(config, spec, bundle, reward, pool, out.console)
-    state = train(runner, RunState(runner.to_device(learner), progress), out, n_batches)
-    out.close()
+    first_batch, state = progress.next_batch_idx, RunState(runner.to_device(learner), progress)
+    clock.lap("setup")  # everything so far that no other part took
+    state = train(runner, state, out, n_batches, clock)
+    with clock.part("logging"):
+        out.close()
     progress = state.progress
     summary = run_summary(config.task.value, bundle.name, progress.episodes_completed, progress.history,
                           progress.best_avg_acc, progress.wall_time_s, state.checkpoint)
     # how the run ran, not what it computed: the Ray env workers it used (config.json keeps what it asked)
     summary["timing"] = {"first_action_s": out.console.first_action_s, "env_workers": pool_workers(pool),
                          **worker_time(pool)}
+    batches = progress.history[first_batch:]  # this process's (a resumed run's earlier ones ran elsewhere)
     report_path = None
     if out.dir is not None:
         with deferred_stops(reraise=False):  # the run is complete: a late Ctrl-C only waits for this
             if config.report:
-                summary["static_host"] = static_host_reference(config, spec, reward, pool)
-            out.write_summary(summary)
+                with clock.part("static_host"):
+                    summary["static_host"] = static_host_reference(config, spec, reward, pool)
+            summary["timing"]["breakdown"] = clock.breakdown(batches)  # (the report's bar: the run until now)
+            with clock.part("logging"):
+                out.write_summary(summary)
         if config.report:
-            report_path = write_report(out)
-        out.end_wandb(summary, report_path)
+            with clock.part("report"):
+                report_path = write_report(out)
+        with clock.part("logging"):
+            out.end_wandb(summary, report_path)
+    summary["timing"]["breakdown"] = clock.breakdown(batches)
+    if out.dir is not None:
+        with deferred_stops(reraise=False):
+            out.dir.write_summary(summary)  # the final breakdown (the report's time and W&B's end in it)
     return RunResult(history=progress.history, events=out.events, summary=summary, run_dir=out.path,
                      controller_state=state.learner.controller, best_controller_state=state.learner.best_controller,
                      config=config, obs_rms=state.learner.obs_rms, report_path=report_path)

@@ -43,6 +43,7 @@ episode, `epoch_compute.py` runs its training steps, validation and the epoch's 
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -138,6 +139,10 @@ class EnvPool:
         self._last_actions: np.ndarray | None = None  # the epoch's actions as `execute_actions` checked them
         self._host_costs: dict[str, Any] = {}  # task -> its host's hosts.env.compute.ModelCosts; False: not countable
         self._steps_done = 0
+        # seconds building envs, in the training and in the validation phase (validate holds the epoch's one
+        # host sync), summed over the pool's life: the loop's time breakdown reads them
+        # (esper_fx.outputs.time_breakdown)
+        self.phase_s = {"build_s": 0.0, "train_s": 0.0, "validate_s": 0.0}
 
     # ---------------------------------------------------------------- simple views
     @property
@@ -173,6 +178,7 @@ class EnvPool:
             raise ValueError(f"n_active must be in [1, n_envs={self.n_envs}] (got {n_active})")
         if self.env_ids[0] >= n:
             raise ValueError(f"no env of this pool's slice {list(self.env_ids)} runs with n_active={n}")
+        started = time.perf_counter()
         base_seed = self.settings.seed + BATCH_SEED_STRIDE * int(batch_index)
         devices = self.settings.env_devices
         self.envs = [build_env(self.settings, i, base_seed + ENV_SEED_STRIDE * i, task=self.task, clock=self.clock,
@@ -183,6 +189,7 @@ class EnvPool:
         self.epoch = 0
         self._steps_done = 0  # training steps taken this episode
         self._phase = _RESET
+        self.phase_s["build_s"] += time.perf_counter() - started
 
     # ---------------------------------------------------------------- phase checks
     def _expect(self, allowed: tuple[str, ...], what: str) -> None:
@@ -196,6 +203,7 @@ class EnvPool:
         self._expect((_RESET, _STEPPED), "train_epoch")
         if self.epoch >= self.max_epochs:
             raise RuntimeError(f"the episode already ran its {self.max_epochs} epochs; call begin(b)")
+        started = time.perf_counter()
         self.epoch += 1
         t = self.epoch
         self.data.begin_epoch(self.batch_index, t, self.n_running)
@@ -222,6 +230,7 @@ class EnvPool:
                 with env.stream_context():
                     _poison_host(env)
         self._phase = _TRAINED
+        self.phase_s["train_s"] += time.perf_counter() - started
 
     def _steps_in_epoch(self, t: int) -> int:
         """Epoch t's training steps: all of them, or under `train_steps_budget` n its even share
@@ -261,6 +270,7 @@ class EnvPool:
     def validate(self) -> None:
         """Fused validation + counterfactual pass, the epoch's one host sync, then phases 3–7 per env."""
         self._expect((_TRAINED,), "validate")
+        started = time.perf_counter()
         for env in self.envs:
             env.model.eval()
             with env.stream_context():
@@ -276,6 +286,7 @@ class EnvPool:
             after_validation(env, readback, epoch=self.epoch, enabled=self.enabled,
                              steps_per_epoch=self.steps_per_epoch)
         self._phase = _VALIDATED
+        self.phase_s["validate_s"] += time.perf_counter() - started
 
     # ---------------------------------------------------------------- BEHAVIOUR §7.3 phase 8
     def signals(self) -> dict[str, torch.Tensor]:

@@ -16,6 +16,7 @@ from esper_fx import devices
 from esper_fx.doctor import cli as doctor
 from esper_fx.doctor.context import Context, NotRun
 from esper_fx.doctor.environment import check_versions
+from tests.esper_fx.breakdowns import check_breakdown
 
 REPO = Path(__file__).resolve().parents[2]
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -40,6 +41,31 @@ def test_on_the_cpu_it_passes_what_it_runs_and_runs_no_cuda_check(cpu_report):
     details = {c["name"]: c["detail"] for c in report["checks"]}
     assert "torch " in details["versions"] and "jax " in details["versions"]
     assert "exit 0" in details["cli_run"] and "cpu" in details["checkpoint"]
+
+
+def test_the_gpu_check_runs_end_to_end_on_the_cpu_in_its_tiny_form(cpu_report, tmp_path, capsys):
+    """Issue 55, item 4: `--full --tiny --device cpu` runs every part it has (the checks, a one-batch run with the
+    breakdown of its time, one benchmark; the gpu tests are left out), says how each ended, and writes one JSON
+    file. It runs after `cpu_report`, whose cli_run put the tiny run's programs in the suite's compilation cache."""
+    path = tmp_path / "full.json"
+    assert doctor.main(["--full", "--tiny", "--device", "cpu", "--json", str(path)]) == doctor.EXIT_OK
+    report = json.loads(path.read_text())
+    assert report["ok"] is True and report["device"] == "cpu" and report["tiny"] is True
+    parts = report["parts"]
+    assert {name: p["status"] for name, p in parts.items()} == {
+        "checks": "passed", "quickstart": "passed", "gpu_tests": "not run", "bench": "passed"}
+    assert all(p["timeout_s"] > 0 for p in parts.values()) and report["wall_s"] <= report["budget_s"]
+    checks = {c["name"]: c["status"] for c in parts["checks"]["result"]["checks"]}
+    assert checks["handoff_cpu"] == doctor.PASSED and checks["cli_run"] == doctor.NOT_RUN
+    run = parts["quickstart"]["result"]
+    assert run["episodes"] == 2 and run["batches_done"] == 1 and len(run["batch_compile_s"]) == 1
+    assert report["breakdown"] == run["breakdown"]
+    check_breakdown({"timing": {"breakdown": run["breakdown"]}})
+    assert parts["quickstart"]["detail"].startswith("Time: ")
+    assert "bridge" in parts["bench"]["result"] and parts["bench"]["wall_s"] > 0
+    out = capsys.readouterr().out
+    assert "[1/4] checks: passed in" in out and "  quickstart | " in out and "[3/4] gpu_tests: not run" in out
+    assert "GPU check: 4 of 4 parts did not fail" in out
 
 
 @NO_CUDA

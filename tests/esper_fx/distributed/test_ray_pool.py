@@ -23,6 +23,7 @@ from esper_fx.config import TrainingConfig
 from esper_fx.distributed import auto, reaper
 from esper_fx.distributed.runtime import INSTALL_HINT
 from esper_fx.cli.train import main
+from tests.esper_fx.breakdowns import check_breakdown
 from tests.esper_fx.distributed.ray_runs import SMALL, small
 
 ray = pytest.importorskip("ray")
@@ -95,6 +96,9 @@ def test_two_workers_give_the_same_run_bit_for_bit_and_leave_no_ray_process(refe
     assert any(e.get("data", {}).get("tempo") for e in _events(reference))  # germinations carry their tempo
     assert _params_equal(result.controller_state.params, reference.controller_state.params)
     assert _metrics_rows(tmp_path / "ray") == _metrics_rows(reference.run_dir)
+    # issue 55: both runs explain their time, the Ray run's pool parts from its workers' own clocks
+    check_breakdown(reference.summary, ray=False)
+    check_breakdown(result.summary, ray=True)
 
 
 @pytest.mark.slow

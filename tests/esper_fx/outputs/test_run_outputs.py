@@ -33,6 +33,8 @@ from esper_fx.outputs.history import BatchSummary
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR, Board, batch_scalars
 from esper_fx.outputs.console import Console
 from esper_fx.outputs.run_directory import LOCK_NAME
+from esper_fx.outputs.time_breakdown import PARTS, largest
+from tests.esper_fx.breakdowns import check_breakdown
 from tests.esper_fx.stops import signal_at_apply
 from tests.esper_fx import tiny
 
@@ -328,8 +330,24 @@ def check_pngs(plots_dir: Path) -> list[Path]:
 def test_every_plot_exists_is_non_empty_and_decodes(finished):
     result, run_dir, _ = finished
     pngs = check_pngs(run_dir / report.PLOTS_SUBDIR)
-    assert {p.stem for p in pngs} == {"learning_curves", "seed_events", "lifecycle", "actions", "ppo", "timing"}
+    assert {p.stem for p in pngs} == {"learning_curves", "seed_events", "lifecycle", "actions", "ppo", "timing",
+                                      "time_breakdown"}
     assert result.report_path == str(run_dir / report.REPORT_NAME)
+
+
+def test_the_summary_breaks_the_runs_time_into_parts_and_the_console_names_the_largest(finished):
+    """Issue 55, item 1, in process: every part, none negative, their sum the run's wall time, the share of
+    `other`; summary.json's breakdown is the final one (the report's own time in it); the closing lines name the
+    three largest parts."""
+    result, run_dir, printed = finished
+    parts = check_breakdown(result.summary)
+    assert min(parts[name] for name in ("update", "checkpoints", "logging", "static_host", "report")) > 0, parts
+    breakdown = result.summary["timing"]["breakdown"]
+    assert breakdown["wall_s"] >= result.summary["wall_time_s"]  # the batches' own wall times, and the rest
+    assert json.loads((run_dir / "summary.json").read_text())["timing"]["breakdown"] == breakdown
+    lines = [line for line in printed.splitlines() if line.startswith("Time: ")]
+    assert len(lines) == 1 and f"of {breakdown['wall_s']:.1f} s (other" in lines[0]
+    assert all(PARTS[name] in lines[0] for name, _ in largest(breakdown))
 
 
 def test_report_html_holds_the_summary_numbers_and_one_inlined_image_per_plot(finished):
@@ -475,7 +493,7 @@ def test_a_failing_plot_is_reported_in_the_page_and_the_rest_is_written(finished
         path = report.write_report(copy)
     page = parse_page(path)
     assert "Plot timing could not be drawn: RuntimeError: no ink" in " ".join(page.text)
-    assert len(page.images) == 5
+    assert len(page.images) == 6  # the seven plots but the broken one
     messages = []
     with pytest.warns(UserWarning, match="report not written"):
         assert report.write_report_or_warn(tmp_path / "missing", messages.append) is None
@@ -710,7 +728,7 @@ def test_report_renders_its_images_in_a_headless_browser(finished, tmp_path):
     if proc.returncode != 0 and "<html" not in proc.stdout:
         pytest.skip(f"{browser} could not start here: {proc.stderr.strip()[-300:]}")
     assert f"<title>rendered {n_images} of {n_images}</title>" in proc.stdout
-    assert n_images == 6
+    assert n_images == 7
 
 
 def test_the_reports_config_table_shows_values_as_config_json_writes_them():
