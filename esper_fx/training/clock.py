@@ -24,10 +24,11 @@ from typing import Any, Iterator, Mapping, Sequence
 from esper_fx.outputs.time_breakdown import breakdown
 
 # jax.monitoring's duration events of one compilation (jax._src.dispatch), in the order they happen
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # XLA's compilation, or its cache load
 COMPILE_EVENTS = (
     "/jax/core/compile/jaxpr_trace_duration",
     "/jax/core/compile/jaxpr_to_mlir_module_duration",
-    "/jax/core/compile/backend_compile_duration",  # XLA's compilation, or its load from the persistent cache
+    BACKEND_COMPILE_EVENT,
 )
 
 _seconds: dict[int, float] = defaultdict(float)  # thread id -> compilation seconds so far

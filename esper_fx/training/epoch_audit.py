@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from esper_fx.config import TrainingConfig
+from esper_fx.training.clock import BACKEND_COMPILE_EVENT  # one name for the event the run's clock reads too
 
 
 class SyncSite(NamedTuple):
@@ -74,7 +75,6 @@ HOST_SYNCS: tuple[SyncSite, ...] = (
 AUDIT_RUN = dict(n_envs=2, max_epochs=3, n_episodes=6, synthetic_train_samples=256, synthetic_test_samples=64,
                  batch_size_per_env=32, max_train_batches=2, seed=3, tensorboard=False, report=False,
                  env_workers=0)
-BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax._src.dispatch's name for it
 CUDA_SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's message in sync debug mode "warn"
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("hosts", "rl", "bridge", "esper_fx")
