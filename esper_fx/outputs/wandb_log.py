@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -31,6 +32,7 @@ from esper_fx.outputs.tensorboard_log import batch_scalars, final_scalars
 
 WANDB_SUBDIR = "wandb"  # W&B's own name for the folder it makes in the directory it is given
 RUN_ID_NAME = "run_id"
+MIN_FREE_BYTES = 32 * 2**20  # W&B's offline files need a few MiB a run; on a full disk its service drops its log silently
 INSTALL = "pip install -e '.[wandb]'"
 
 
@@ -45,7 +47,8 @@ def import_wandb(mode: str) -> Any:
 
 def check_wandb(mode: str, project: str | None = None, run_dir: str | Path | None = None) -> None:
     """Before anything is written (`training.preflight`): for W&B logging, wandb is installed, accepts its
-    settings (`check_settings`), the run directory's `wandb/` (a resumed run's) can be written, and, online, W&B
+    settings (`check_settings`), the run directory's `wandb/` (a resumed run's) can be written and its disk has room
+    (`check_free_space`), and, online, W&B
     has credentials (without them W&B would prompt for a key) that its server accepts (without a network W&B
     would fail only at the first batch, after minutes of retries)."""
     if mode == "off":
@@ -56,6 +59,8 @@ def check_wandb(mode: str, project: str | None = None, run_dir: str | Path | Non
     if log_dir is not None and log_dir.exists() and not os.access(log_dir, os.W_OK | os.X_OK):
         raise SetupError(f"--wandb {mode}: W&B's folder {log_dir} cannot be written (read-only or not yours): make "
                          f"it writable, or run with --wandb off")
+    if log_dir is not None:
+        check_free_space(mode, log_dir)
     if mode == "online":
         wandb.setup(wandb.Settings(silent=True))  # no "logged in as" lines
         try:  # one call: once a session holds a key, W&B verifies no later login (about 10 s without a network)
@@ -67,6 +72,19 @@ def check_wandb(mode: str, project: str | None = None, run_dir: str | Path | Non
         if not logged_in:
             raise SetupError("--wandb online needs W&B credentials: run `wandb login` or set WANDB_API_KEY "
                              "(or log with --wandb offline and upload later with `wandb sync`)")
+
+
+def check_free_space(mode: str, log_dir: Path) -> None:
+    """W&B's folder (or, before it exists, the nearest folder above it that does) has `MIN_FREE_BYTES` free: W&B's
+    service meets a full disk by dropping its log without a word, so a run would end whole with its W&B log lost."""
+    where = log_dir
+    while not where.exists() and where.parent != where:
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    if free < MIN_FREE_BYTES:
+        raise SetupError(f"--wandb {mode}: W&B's folder {log_dir} has {free // 1024} KiB free on its disk (W&B "
+                         f"needs about {MIN_FREE_BYTES // 2**20} MiB, and loses its log when the disk fills): free "
+                         f"some space, or run with --wandb off")
 
 
 def check_settings(wandb: Any, mode: str, project: str | None) -> None:

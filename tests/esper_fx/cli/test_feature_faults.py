@@ -17,9 +17,10 @@ inside a file, holds a previous run or is locked, and a read-only or full disk (
 (evaluation/test_across_seeds.py); the notebook line in a kernel and without IPython
 (outputs/test_notebook_bar.py).
 
-Not here, for its cost (a subprocess that trains): W&B offline with its folder on a full disk. Tried by hand (a
-16 KiB tmpfs over a resumed run's wandb/): the run finishes whole, exit 0, and W&B's service drops its log without
-a word. A full run directory with W&B offline ends as the fuzz's full disk does (exit 2 at the checkpoint).
+W&B offline with its folder on a full disk: W&B's service would drop its log without a word (tried by hand: the
+run finished whole, exit 0, its W&B log lost), so the run refuses before anything is written when W&B's folder
+has less than `wandb_log.MIN_FREE_BYTES` free. A full run directory without W&B ends as the fuzz's full disk does
+(exit 2 at the checkpoint).
 
 W&B never touches the network here: offline runs, and online ones against a closed local port, with every W&B
 folder and the netrc in a temporary directory.
@@ -401,6 +402,15 @@ def test_a_resume_into_a_read_only_wandb_folder_is_refused_before_anything_is_wr
                 setup=_copy_of(finished_run), subprocess=True,
                 namespace='mount -t tmpfs -o size=64k,ro tmpfs "$PWD/run/wandb" && ')
     assert_clean(case, workdir, "cannot be written (read-only or not yours)")
+
+
+def test_a_resume_onto_a_full_wandb_disk_is_refused_before_anything_is_written(workdir, finished_run):
+    if not bad_inputs.namespaces_available():
+        pytest.skip("needs `unshare` to mount a small tmpfs")
+    case = Case("resume onto a full wandb disk", ["--resume", "run", "--episodes", "4", "--quiet"],
+                setup=_copy_of(finished_run), subprocess=True,
+                namespace='mount -t tmpfs -o size=16k tmpfs "$PWD/run/wandb" && ')
+    assert_clean(case, workdir, "KiB free on its disk")
 
 
 # ----------------------------------------------------------------------------------------------

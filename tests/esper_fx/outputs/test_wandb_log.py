@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -154,6 +155,35 @@ def test_without_the_wandb_package_the_run_stops_before_writing_naming_the_insta
     message = str(caught.value)
     assert "\n" not in message and INSTALL in message and "--wandb offline" in message
     assert not (tmp_path / "r").exists()
+
+
+class shutil_usage(NamedTuple):  # what shutil.disk_usage returns
+    total: int
+    used: int
+    free: int
+
+
+def test_a_disk_without_room_for_wandb_stops_the_run_before_writing(tmp_path, monkeypatch):
+    """W&B's service drops its log on a full disk without a word: the run refuses first (the disk's free space is
+    the check's one input; a real full disk is the fault test's, tests/esper_fx/cli/test_feature_faults.py)."""
+    from esper_fx.outputs import wandb_log
+
+    seen = []
+
+    def usage(path):
+        seen.append(Path(path))
+        return shutil_usage(1 << 30, (1 << 30) - 5 * 1024, 5 * 1024)
+
+    monkeypatch.setattr(wandb_log.shutil, "disk_usage", usage)
+    with pytest.raises(SetupError) as caught:
+        esper_fx.run(tiny(), run_dir=tmp_path / "r")
+    message = str(caught.value)
+    assert "\n" not in message and "has 5 KiB free" in message and "--wandb off" in message
+    assert seen == [tmp_path]  # the nearest folder that exists above the run's wandb/
+    assert not (tmp_path / "r").exists()
+    monkeypatch.setattr(wandb_log.shutil, "disk_usage",
+                        lambda path: shutil_usage(1 << 40, 0, wandb_log.MIN_FREE_BYTES))
+    wandb_log.check_free_space("offline", tmp_path / "r" / WANDB_SUBDIR)  # exactly the minimum is enough
 
 
 def test_online_without_credentials_is_refused_without_a_prompt(tmp_path):
