@@ -469,6 +469,8 @@ def resumed_args(argv: Sequence[str]) -> argparse.Namespace:
     # the paths of the first start, as it read them
     first.checkpoint = [os.path.join(cwd, p) for p in first.checkpoint] if first.checkpoint else None
     first.json = os.path.join(cwd, first.json) if first.json else None
+    if first.data_root and "data_root" not in given:  # a relative --data-dir read from the first start's folder
+        first.data_root = os.path.join(cwd, first.data_root)
     fields = {ff.key for ff in field_flags()}
     sets = given.pop("sets", [])
     changes = command_line_changes(parse_sets(sets), argparse.Namespace(**given))

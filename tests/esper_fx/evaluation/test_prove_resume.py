@@ -144,6 +144,18 @@ def test_a_resume_may_change_where_and_how_it_runs(tmp_path):
     assert config.device == "cpu" and config.checkpoint_every == 2 and config.max_epochs == 4
 
 
+def test_a_resume_reads_a_relative_data_dir_from_the_first_starts_folder(tmp_path, monkeypatch):
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / prove.COMMAND_NAME).write_text(json.dumps({"argv": [*ARGS, "--data-dir", "data", "--out", str(out)],
+                                                      "cwd": str(tmp_path / "first")}))
+    monkeypatch.chdir(out)  # resumed from another folder
+    config = prove.resolve(prove.resumed_args(["--resume", str(out)])).config
+    assert config.data_root == str(tmp_path / "first" / "data")
+    config = prove.resolve(prove.resumed_args(["--resume", str(out), "--data-dir", "elsewhere"])).config
+    assert config.data_root == "elsewhere"  # a --data-dir given anew is the resume's own, read from here
+
+
 def test_compare_with_resume_keeps_each_episode_and_continues_to_the_unbroken_table(tmp_path, monkeypatch):
     from esper_fx.config import TrainingConfig
     from esper_fx.evaluation.comparison import compare
