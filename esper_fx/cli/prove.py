@@ -487,7 +487,7 @@ def resumed_args(argv: Sequence[str]) -> argparse.Namespace:
         if key in fields and key not in given:
             setattr(first, key, None)
     first.sets = [*first.sets, *sets]
-    first.out, first.resume = str(out), str(out)
+    first.out, first.resume, first.resume_argv = str(out), str(out), list(argv)
     return first
 
 
@@ -529,11 +529,9 @@ def _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds=N
 
     check_data(config)  # a missing or malformed dataset is one line before out/ is created
     out.mkdir(parents=True, exist_ok=True)
-    if command is not None:  # first, so that a stop anywhere after it can be resumed
-        from esper_fx.outputs.durable import replace_text
-
-        with deferred_stops():
-            replace_text(out / COMMAND_NAME, json.dumps({"argv": list(command), "cwd": os.getcwd()}, indent=2) + "\n")
+    if command is not None or getattr(args, "resume_argv", None) is not None:
+        with deferred_stops():  # first, so that a stop anywhere after it can be resumed
+            keep_command(out, command, getattr(args, "resume_argv", None))
     say = (lambda line: None) if args.quiet else (lambda line: print(line, flush=True))
     limit_cpu_threads(config, say)
     say(f"prove: preset {args.preset}, task {config.task.value}, arms {', '.join(arms)}, "
@@ -544,7 +542,7 @@ def _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds=N
     wall = time.perf_counter() - started
     print(table.to_text())
     with deferred_stops(reraise=False):  # the evaluation is complete: a late stop waits for its record
-        write_json(json_path, report_of(table, config, wall))
+        write_json(json_path, report_of(table, config, wall, out=out))
     try:
         trained = f"{len(train_seeds)} training seeds × " if train_seeds else ""
         table.plot(out / "prove.png", title=f"{config.task.value}: {trained}{len(seeds)} evaluation seeds")
@@ -576,11 +574,36 @@ def workers_line(config: TrainingConfig, arms: Any, seeds: Any, tuning_seeds: An
             f"{at_a_time} ({'auto: ' if evaluation.auto else ''}{evaluation.why})")
 
 
-def report_of(table: Any, config: TrainingConfig, wall: float, stopped: dict[str, Any] | None = None) -> dict:
-    """prove.json: the table, the command, the configuration, where it ran from (`outputs.provenance`), the
-    training runs (and how it was stopped)."""
+def keep_command(out: Path, first: Sequence[str] | None, resume: Sequence[str] | None) -> None:
+    """`COMMAND_NAME` in `out`: a first start's command line and folder (`first`), or one more resume's command
+    line, folder and UTC time appended to its `resumes` (`resume`)."""
+    from esper_fx.outputs.durable import replace_text
+
+    if first is not None:
+        kept = {"argv": list(first), "cwd": os.getcwd(), "resumes": []}
+    else:
+        kept = json.loads((out / COMMAND_NAME).read_text(encoding="utf-8"))
+        kept["resumes"] = [*kept.get("resumes", []), {"argv": list(resume), "cwd": os.getcwd(),
+                                                      "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+    replace_text(out / COMMAND_NAME, json.dumps(kept, indent=2) + "\n")
+
+
+def command_history(out: Path | None) -> dict[str, Any]:
+    """prove.json's `command` (the first start's command line, which the results answer) and `resumes` (each
+    resume's), read from `COMMAND_NAME`; without it (an older output folder), this process's command line."""
+    try:
+        kept = json.loads((out / COMMAND_NAME).read_text(encoding="utf-8"))
+        return {"command": [sys.argv[0], *kept["argv"]], "resumes": list(kept.get("resumes", []))}
+    except (TypeError, OSError, ValueError, KeyError):
+        return {"command": list(sys.argv), "resumes": []}
+
+
+def report_of(table: Any, config: TrainingConfig, wall: float, stopped: dict[str, Any] | None = None,
+              out: Path | None = None) -> dict:
+    """prove.json: the table, the command with its resumes (`command_history`), the configuration, where it ran
+    from (`outputs.provenance`), the training runs (and how it was stopped)."""
     provenance = collect(run_devices(config.device, config.env_devices), started=time.time() - wall)
-    report = {**table.to_dict(), "command": sys.argv, "config": config.to_dict(), "wall_s": wall,
+    report = {**table.to_dict(), **command_history(out), "config": config.to_dict(), "wall_s": wall,
               "provenance": provenance,
               "training": {arm: {"run_dir": r.run_dir, "episodes": r.summary["episodes"],
                                  "wall_s": r.summary["wall_time_s"]} for arm, r in table.trained.items()}}
@@ -617,7 +640,7 @@ def _stopped(args, config: TrainingConfig, seeds: list[int], json_path: Path, st
     with deferred_stops(reraise=False):
         try:
             if json_path.parent.is_dir():
-                write_json(json_path, report_of(table, config, time.perf_counter() - started, stopped))
+                write_json(json_path, report_of(table, config, time.perf_counter() - started, stopped, out))
                 wrote = f"wrote {json_path} (partial)"
             else:
                 wrote = "nothing written"

@@ -27,7 +27,7 @@ ARGS = ["--train-seeds", "5", "--arms", "ppo", "wait", "best_fixed", "static_fin
         "--set", "checkpoint_every=1", "--set", 'slots=["r0c1"]', "--set", 'blueprint_menu=["noop","conv_light"]',
         "--set", "lifecycle=reference"]
 # clock readings and where it ran: the only things a resumed prove may write differently
-CLOCKS = VOLATILE_KEYS | {"wall_s", "command", "run_dir"}
+CLOCKS = VOLATILE_KEYS | {"wall_s", "command", "run_dir", "resumes"}
 # one prove stopped twice in each stage, once by each signal, in the order it reaches them: (stage, signal, the
 # arm whose n-th episode of that start is stopped as it begins; in training, the n-th controller step of it)
 STOPS = [("training", signal.SIGINT, None, 5),  # the first epoch of the second batch
@@ -110,6 +110,12 @@ def test_a_prove_stopped_twice_in_every_stage_resumes_to_the_unbroken_result(tmp
     # every unit once: the finished training run read back, not trained again; every episode played once
     assert (training / "summary.json").stat().st_mtime_ns == finished_at
     assert sorted(played) == sorted(reference_played)
+    # prove.json names the first start's command line, which the results answer, and each resume's after it
+    kept = json.loads((out / "prove.json").read_text())
+    assert kept["command"][1:] == [*ARGS, "--out", str(out)]
+    assert [r["argv"] for r in kept["resumes"]] == [["--resume", str(out)]] * len(STOPS)
+    assert all(r["utc"].endswith("Z") and r["cwd"] == os.getcwd() for r in kept["resumes"])
+    assert json.loads((reference / "prove.json").read_text())["resumes"] == []
 
 
 def test_a_resume_refuses_a_flag_that_changes_the_result_by_name(tmp_path, capsys):
