@@ -151,3 +151,36 @@ def test_prove_says_what_training_and_the_evaluation_use_before_they_run(monkeyp
         "2 at a time as Ray tasks (auto: 2 usable cores, 48 episodes)")
     assert "training in this process (--env-workers 0); 48 evaluation episodes in this process" in \
         workers_line(quickstart.replace(env_workers=0), arms, seeds, [800_000])
+
+
+@pytest.mark.slow
+def test_compare_resumed_keeps_the_ray_tasks_episodes_and_plays_only_the_missing_one(monkeypatch, tmp_path):
+    """`compare(resume=)` (prove --resume's path) with the evaluation as Ray tasks: every episode a task
+    finished is kept; after one kept episode is lost, the resume plays exactly that one, as a task, and ends
+    with the first call's numbers."""
+    pytest.importorskip("ray")
+    from esper_fx.evaluation import ray_tasks
+
+    monkeypatch.setattr(auto, "usable_cores", lambda: 2)
+    monkeypatch.setattr(auto, "RAY_MIN_ENV_EPOCHS", 1)
+    arms, seeds, kept = {"wait": "wait", "random": "random"}, [900_000, 900_001], tmp_path / "kept"
+    config = small(n_envs=2, max_epochs=2)
+    tasks = []
+
+    run_as_tasks = ray_tasks.remote_run_arms  # every task goes through it (remote_run_arm too)
+
+    def counted(arms_, seeds_, on_episode=None, *, workers):
+        tasks.extend((a.name, int(s)) for a in arms_ for s in seeds_)
+        return run_as_tasks(arms_, seeds_, on_episode, workers=workers)
+
+    monkeypatch.setattr(ray_tasks, "remote_run_arms", counted)
+    first = esper_fx.compare(arms, config, seeds, progress=None, resume=kept)
+    assert sorted(tasks) == sorted((a, s) for a in arms for s in seeds)  # the first call ran them as tasks
+    files = {(d["arm"], d["seed"]): f for f in (kept / "episodes").glob("*.json")
+             for d in [json.loads(f.read_text())]}
+    assert sorted(files) == sorted(tasks)
+    files[("random", 900_001)].unlink()
+    tasks.clear()
+    again = esper_fx.compare(arms, config, seeds, progress=None, resume=kept)
+    assert tasks == [("random", 900_001)]
+    assert _numbers(again) == _numbers(first)
