@@ -20,13 +20,13 @@ Imports neither torch nor jax, so the CLI can reject a bad configuration instant
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Mapping
 
 from esper_fx.configuration.checks import POLICY_DEVICE, SEED_MAX, SEED_MIN, check_config
 from esper_fx.configuration.choices import AUTO, RETIRED_FIELDS, RETIRED_TELEMETRY_LEVELS, TelemetryLevel, WandbMode
 from esper_fx.configuration.facts import DerivedFacts, absolute_paths
 from esper_fx.configuration.keys import (
-    FLAT_GROUPS, GROUP_KEYS, GROUP_OF_KEY, SECTIONS, ConfigFile, nest, refuse_unsettable, upgrade_saved,
+    FLAT_GROUPS, GROUP_KEYS, GROUP_OF_KEY, ConfigFile, nest, refuse_unsettable, sections_of, upgrade_saved,
 )
 from esper_fx.contracts.run_settings import (
     SEED_OPTIMIZER_STATES, AmpDtype, DataPath, DataSplit, HostSettings, Task, option,
@@ -140,6 +140,9 @@ class TrainingConfig(HostSettings, DerivedFacts, ConfigFile):
         return TrainingConfig(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
 
 
+# The nested sections, read from the fields above (`config.heuristic`, `config.oracle`, `config.reinforce`):
+# section name -> its config class.
+SECTIONS: Mapping[str, type] = sections_of(TrainingConfig)
 # On resume the checkpoint's config is authoritative; only these fields may differ (declared with `resume=True`;
 # BEHAVIOUR §7.8).
 RESUME_OVERRIDABLE: tuple[str, ...] = tuple(f.name for f in fields(TrainingConfig) if f.metadata.get("resume"))

@@ -8,7 +8,7 @@ import re
 from typing import Any, Mapping
 
 from esper_fx.configuration.choices import AUTO, RETIRED_TELEMETRY_LEVELS, TelemetryLevel, WandbMode
-from esper_fx.configuration.keys import SECTIONS
+from esper_fx.configuration.keys import sections_of
 from esper_fx.contracts.blueprints import BLUEPRINT_NAMES
 from esper_fx.contracts.lifecycle import LIFECYCLES
 from esper_fx.contracts.observation import WITHHOLDABLE
@@ -56,7 +56,7 @@ def _coerce(c: Any) -> None:
         _set(c, name, check.text(name, getattr(c, name), optional=True))
     check.text("data_root", c.data_root)
     check.text("wandb_project", c.wandb_project)
-    for name, section in SECTIONS.items():
+    for name, section in sections_of(type(c)).items():
         value = getattr(c, name)
         if isinstance(value, Mapping):
             _set(c, name, section.from_dict(value))

@@ -4,7 +4,7 @@ arguments (`nest`), to and from JSON (`ConfigFile`: `to_dict`, `from_dict`, `fro
 
 The PPO fields and the reward's settings keep their flat names as keys (`lr`, `reward_mode`); the reward's
 constants are the keys `reward.NAME`, saved only when changed from their defaults; the fields the run gives
-the reward (`rl.config.REWARD_FROM_RUN`) have no key. Each section (`SECTIONS`) is one JSON object under its
+the reward (`rl.config.REWARD_FROM_RUN`) have no key. Each section (`sections_of`) is one JSON object under its
 name, set key by key on the command line (`--set section.key=VALUE`, `--section.key VALUE`).
 """
 
@@ -20,10 +20,7 @@ from typing import Any, Iterable, Mapping, Self
 from esper_fx.command import did_you_mean
 from esper_fx.configuration.choices import RETIRED_FIELDS, RETIRED_TELEMETRY_LEVELS, TelemetryLevel
 from esper_fx.presets import PRESET_NAMES, PRESETS
-from rl.config import (
-    HeuristicConfig, OracleConfig, PPOConfig, REWARD_CONSTANTS, REWARD_FROM_RUN, REWARD_SETTINGS, ReinforceConfig,
-    RewardConfig, field_names,
-)
+from rl.config import PPOConfig, REWARD_CONSTANTS, REWARD_FROM_RUN, REWARD_SETTINGS, RewardConfig, field_names
 
 # The nested groups whose fields are keys of the run (its JSON, `TrainingConfig(...)`, `replace`): group field ->
 # its dataclass, and each key of a group -> the field it sets: every PPO field and the reward's settings by their
@@ -36,9 +33,15 @@ GROUP_KEYS: Mapping[str, Mapping[str, str]] = {
     "reward": {**{name: name for name in REWARD_SETTINGS}, **{f"reward.{name}": name for name in REWARD_CONSTANTS}},
 }
 GROUP_OF_KEY: Mapping[str, str] = {key: group for group, keys in GROUP_KEYS.items() for key in keys}
-# The nested sections: a field of the run holding its own settings, saved as one JSON object under its name and
-# set key by key on the command line (`--set section.key=VALUE`, `--section.key VALUE`).
-SECTIONS: Mapping[str, type] = {"heuristic": HeuristicConfig, "oracle": OracleConfig, "reinforce": ReinforceConfig}
+
+
+def sections_of(cls: type) -> dict[str, type]:
+    """The nested sections of the config class `cls` (`esper_fx.config.SECTIONS`), read from its declaration:
+    each field holding a nested config (declared with a `factory`) other than a flat group, saved as one JSON
+    object under its name and set key by key on the command line (`--set section.key=VALUE`,
+    `--section.key VALUE`)."""
+    return {f.name: f.default_factory for f in fields(cls)
+            if f.default_factory is not dataclasses.MISSING and f.name not in FLAT_GROUPS}
 
 
 def nest(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,13 +106,14 @@ class ConfigFile:
         """Plain JSON values: the nested PPO and reward groups spliced in as their keys (`GROUP_KEYS`), a reward
         constant only when changed from its default (`every_constant`: each one, as a resume compares them)."""
         out: dict[str, Any] = {}
+        sections = sections_of(type(self))
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in FLAT_GROUPS:
                 default = type(value)()
                 out.update({key: plain(getattr(value, name)) for key, name in GROUP_KEYS[f.name].items()
                             if key == name or every_constant or getattr(value, name) != getattr(default, name)})
-            elif f.name in SECTIONS:
+            elif f.name in sections:
                 out[f.name] = value.to_dict()
             else:
                 out[f.name] = plain(value)
@@ -122,7 +126,7 @@ class ConfigFile:
         refuse_unsettable(d)
         known = set(field_names(cls)) - set(FLAT_GROUPS) | set(GROUP_OF_KEY)
         unknown = sorted(k for k in d if k not in known)
-        for name, section in SECTIONS.items():
+        for name, section in sections_of(cls).items():
             if isinstance(d.get(name), Mapping):
                 unknown += sorted(f"{name}.{k}" for k in d[name] if k not in field_names(section))
         if unknown:
