@@ -22,7 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from esper_fx.configuration.checks import POLICY_DEVICE, SEED_MAX, SEED_MIN, check_config
+from esper_fx.configuration.checks import (
+    DATA_SIZE_LIMITS, ENV_DEVICE, POLICY_DEVICE, SEED_MAX, SEED_MIN, SIZE_LIMITS, check_config,
+)
 from esper_fx.configuration.choices import AUTO, RETIRED_FIELDS, RETIRED_TELEMETRY_LEVELS, TelemetryLevel, WandbMode
 from esper_fx.configuration.facts import DerivedFacts, absolute_paths
 from esper_fx.configuration.keys import (
@@ -41,7 +43,8 @@ __all__ = [
     "TrainingConfig", "HeuristicConfig", "OracleConfig", "PPOConfig", "ReinforceConfig", "RewardConfig", "Task",
     "DataSplit", "DataPath", "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "WandbMode", "PRESET_NAMES",
     "HostSettings", "AUTO", "SECTIONS", "FLAT_GROUPS", "GROUP_KEYS", "GROUP_OF_KEY", "RETIRED_FIELDS",
-    "RETIRED_TELEMETRY_LEVELS", "SEED_OPTIMIZER_STATES", "SEED_MIN", "SEED_MAX", "POLICY_DEVICE", "RESUME_OVERRIDABLE",
+    "RETIRED_TELEMETRY_LEVELS", "SEED_OPTIMIZER_STATES", "SEED_MIN", "SEED_MAX", "POLICY_DEVICE", "ENV_DEVICE",
+    "SIZE_LIMITS", "DATA_SIZE_LIMITS", "RESUME_OVERRIDABLE",
     "absolute_paths", "refuse_unsettable", "upgrade_saved",
 ]
 
