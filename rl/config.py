@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, Callable, Mapping, Sequence
 
 from esper_fx.contracts.actions import ACTION_HEADS, BLEND_NAMES, TEMPO_NAMES
 from esper_fx.contracts.lifecycle import GOVERNOR_DEATH_PENALTY, MIN_FOSSILIZE_CONTRIBUTION, MIN_PROBATION_EPOCHS
+from esper_fx.contracts.run_settings import option  # how every setting is declared (its help, flag, resume)
 from esper_fx.contracts.stages import SeedStage
 from esper_fx.contracts.tasks import TASKS, task_facts
 from rl import validate as check
@@ -59,16 +60,6 @@ EV_MIN_VAR = 1e-8  # explained variance is 0 when Var(R) <= 1e-8
 # (an LSTM of width 100000 asked for 298 GiB).
 PPO_SIZE_LIMITS = {"lstm_hidden_dim": 4096, "update_epochs": 1000, "num_minibatches": 1024}
 COUNT_MAX = 2**62  # the bound of every other count (episodes to anneal over, the heuristic's epoch counts)
-
-
-def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING,
-           flag: str | None = None, metavar: str | None = None, resume: bool = False) -> Any:
-    """A setting declared with its command-line facts, in one place (`esper_fx.cli.parser` builds the flags,
-    `--help` and docs/CLI.md's table from them): `default` (or `factory` for a nested config), `help` (markdown),
-    `flag` (its spelling when not the one derived from its name), `metavar`, and `resume` (the value may
-    change when a run is resumed; every other field must equal the checkpoint's)."""
-    meta = {"help": help, "flag": flag, "metavar": metavar, "resume": resume}
-    return field(default=default, default_factory=factory, metadata={k: v for k, v in meta.items() if v})
 
 
 def _store(settings: Any, name: str, value: Any) -> None:

@@ -21,7 +21,8 @@ INTRO = """\
 (tests/esper_fx/cli/test_cli.py checks it) -->
 
 Every flag of `python -m esper_fx.train`. Each setting is declared once, with its help, on its field
-(`esper_fx/config.py` for the run's, `rl/config.py` for the nested ones), and this file is generated from
+(`esper_fx/contracts/run_settings.py` for those the hosts read, `esper_fx/config.py` for the run's others,
+`rl/config.py` for the nested ones), and this file is generated from
 those declarations: `python -m esper_fx.cli.flag_table` prints the table,
 `python -m esper_fx.cli.flag_table --write` rewrites this file, and a test keeps the file equal to the
 declarations. A field's flag is read as `--set` of that field (`--ppo.lr 1e-3` is `--set ppo.lr=1e-3`). On

@@ -2,9 +2,10 @@
 its nested configs, `--set KEY=VALUE` (train and prove), and the flag table of docs/CLI.md. The parser base is
 `esper_fx.command.CommandParser`.
 
-Every setting is declared once, on its field, with `rl.config.option(default, help, flag=..., metavar=...,
-resume=...)`: the run's in `esper_fx.config`, the nested configs' (`ppo`, `reward`, `heuristic`, `oracle`, `reinforce`)
-in `rl.config`. `add_field_flags` turns those declarations into argparse flags, one argument group per config
+Every setting is declared once, on its field, with `option(default, help, flag=..., metavar=..., resume=...)`
+(`esper_fx.contracts.run_settings`, also `rl.config.option`): the run's in `esper_fx.config` (those the hosts read
+in `esper_fx.contracts.run_settings.HostSettings`, which it inherits), the nested configs' (`ppo`, `reward`,
+`heuristic`, `oracle`, `reinforce`) in `rl.config`. `add_field_flags` turns those declarations into argparse flags, one argument group per config
 (the number of values and the switch direction read from the field's annotation and default; a nested one is
 `--group.key`, the dashed `--set` key), `field_values` reads them back through the same reading and key
 resolution as `--set` (`_set_value`, `_put`), and `flag_table` renders docs/CLI.md's table from the same parser.
@@ -59,7 +60,7 @@ GROUP_HELP: Mapping[str, str] = {
 
 @dataclass(frozen=True)
 class FieldFlag:
-    """One setting's flag, as declared on its field (`rl.config.option`)."""
+    """One setting's flag, as declared on its field (`option`)."""
 
     group: str  # "run", or the nested config holding the field ("ppo", "reward", ...)
     field: str  # the field's name in its dataclass

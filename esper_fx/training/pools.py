@@ -6,10 +6,13 @@ it ends, and what it says about its workers (how many, their time).
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import fields
+from enum import Enum
 from typing import Any, Callable
 
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts.pool import EpisodePool
+from esper_fx.contracts.run_settings import HostSettings
 from esper_fx.devices import env_devices, torch_device
 from esper_fx.distributed.auto import choose_workers, fallback_line
 from esper_fx.distributed.worker import data_errors
@@ -19,27 +22,15 @@ from hosts.settings import PoolSettings
 
 
 def pool_settings(config: TrainingConfig) -> PoolSettings:
-    """What the env pool reads of the run, its devices resolved (`esper_fx.devices`, torch's side only)."""
+    """What the env pool reads of the run: every host setting (`HostSettings`) copied by name, a named choice as
+    its plain string, and what the run resolves for the hosts (its devices by `esper_fx.devices`, torch's side
+    only)."""
+    host = {f.name: getattr(config, f.name) for f in fields(HostSettings)}
     return PoolSettings(
-        task=config.task.value, task_mix=config.task_mix, seed=config.seed, max_epochs=config.max_epochs,
-        policy_device=torch_device(config.device), env_devices=env_devices(config), amp=config.amp,
-        amp_dtype=config.amp_dtype.value, slot_ids=config.slot_ids, enabled_slots=config.enabled_slots,
-        menu=config.menu, max_seeds=config.max_seeds, lifecycle_timings=config.lifecycle_timings,
-        cull_age=config.cull_age,
-        one_seed_at_a_time=config.one_seed_at_a_time, germination_deadline=config.germination_deadline,
-        static_seeds=config.static_seeds, use_telemetry=config.use_telemetry,
-        observe_log_params=config.observe_log_params, observe_withheld=config.observe_withheld,
-        observe_fit_gap=config.observe_fit_gap,
-        lr_schedule=config.lr_schedule,
-        lr_schedule_steps=config.lr_schedule_steps, lr_warmup_fraction=config.lr_warmup_fraction,
-        lr_decay_fraction=config.lr_decay_fraction, seed_lr_rewarm_steps=config.seed_lr_rewarm_steps,
-        seed_lr_scale=config.seed_lr_scale, carry_seed_state=config.seed_optimizer_state == "carry",
-        host_width=config.host_width,
-        train_steps_budget=config.train_steps_budget, data_path=config.data_path.value, data_root=config.data_root,
-        data_seed=config.data_seed, synthetic_train_samples=config.synthetic_train_samples,
-        synthetic_test_samples=config.synthetic_test_samples, data_split=config.data_split.value,
-        batch_size_per_env=config.batch_size_per_env, max_train_batches=config.max_train_batches,
-        num_workers=config.num_workers, val_samples=config.val_samples, val_batch_size=config.val_batch_size)
+        **{name: value.value if isinstance(value, Enum) else value for name, value in host.items()},
+        policy_device=torch_device(config.device), env_devices=env_devices(config), slot_ids=config.slot_ids,
+        enabled_slots=config.enabled_slots, menu=config.menu, lifecycle_timings=config.lifecycle_timings,
+        cull_age=config.cull_age)
 
 
 def build_pool(config: TrainingConfig, say: Callable[[str], None] = print) -> Any:

@@ -340,3 +340,22 @@ def test_the_cull_age_follows_the_lifecycle_unless_it_is_set():
     assert proportional.replace(min_cull_age=1).cull_age == 1
     with pytest.raises(ValueError, match="lifecycle must be one of"):
         TrainingConfig(lifecycle="fast")
+
+
+def test_the_sections_are_read_from_the_declaration():
+    import dataclasses
+
+    from esper_fx.config import SECTIONS
+    from esper_fx.configuration.keys import sections_of
+    from rl.config import OracleConfig, ReinforceConfig
+
+    assert SECTIONS == {"heuristic": HeuristicConfig, "oracle": OracleConfig, "reinforce": ReinforceConfig}
+    assert all(isinstance(getattr(TrainingConfig(), name), cls) for name, cls in SECTIONS.items())
+
+    @dataclasses.dataclass(frozen=True)
+    class Declared:  # a new nested config is a section by being declared; the flat groups are not sections
+        n: int = 1
+        ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
+        extra: HeuristicConfig = dataclasses.field(default_factory=HeuristicConfig)
+
+    assert sections_of(Declared) == {"extra": HeuristicConfig}
