@@ -30,7 +30,8 @@ GIT_TIMEOUT_S = 1.0
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 RESUMES = "resumes"  # provenance.json's list of the resumes' records, oldest first
 # the keys of a `collect()` record, in its order
-FACTS = ("versions", "git", "git_note", "command", "host", "platform", "torch_threads", "devices", "started_utc")
+FACTS = ("versions", "git", "git_note", "command", "host", "platform", "cpu", "torch_threads", "devices",
+         "started_utc")
 
 
 def collect(devices: Mapping[str, Any] | None = None, started: float | None = None) -> dict[str, Any]:
@@ -45,6 +46,7 @@ def collect(devices: Mapping[str, Any] | None = None, started: float | None = No
         "command": list(sys.argv),
         "host": _safely(socket.gethostname),
         "platform": _safely(platform.platform),
+        "cpu": _safely(cpu),
         "torch_threads": _safely(torch_threads),
         "devices": dict(devices) if devices is not None else None,
         "started_utc": when.isoformat(timespec="seconds"),
@@ -146,6 +148,21 @@ def with_resume(earlier: Any, resume: Mapping[str, Any],
     record[RESUMES] = [*kept, dict(resume)]
     return record
 
+
+
+def cpu() -> dict[str, Any]:
+    """The CPU's model name and the vector instruction set torch's CPU kernels use on it (`AVX2`, `AVX512`, ...;
+    None when this process has not imported torch): two CPUs that differ in it sum in different orders, so a
+    run's numbers differ in their last digits, and twelve epochs of training amplify them."""
+    model = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), None)
+    except OSError:
+        pass
+    torch = sys.modules.get("torch")
+    capability = _safely(lambda: str(torch.backends.cpu.get_cpu_capability())) if torch is not None else None
+    return {"model": model or platform.processor() or None, "torch_capability": capability}
 
 
 def torch_threads() -> int | None:

@@ -323,6 +323,7 @@ def provenance_line(p: Mapping[str, Any]) -> str:
         return ""
     versions, git, devices = (_mapping(p.get(key)) for key in ("versions", "git", "devices"))
     esc = html.escape
+    cpu = p.get("cpu") if isinstance(p.get("cpu"), Mapping) else {}
     commit = git.get("commit")
     note = p.get("git_note")
     shown = (f'<code title="{esc(str(commit))}">{esc(str(commit)[:12])}</code>' if commit
@@ -330,6 +331,7 @@ def provenance_line(p: Mapping[str, Any]) -> str:
     parts = [esc(", ".join(f"{name} {v}" for name, v in versions.items() if v is not None)),
              f"commit {shown}{' (dirty)' if git.get('dirty') else ''}",
              esc(f"host {p.get('host')}"), esc(f"torch threads {p.get('torch_threads')}"),
+             esc(f"CPU {cpu.get('model')} ({cpu.get('torch_capability')})"),
              esc("devices " + "; ".join(f"{kind} {', '.join(map(str, v)) if isinstance(v, list) else v}"
                                         for kind, v in devices.items() if v is not None))]
     if isinstance(p.get("command"), list):

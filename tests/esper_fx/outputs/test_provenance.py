@@ -34,7 +34,8 @@ from esper_fx.outputs.run_directory import RunDirectory
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR, config_hparams
 from tests.esper_fx.outputs.test_run_outputs import REPO, tiny
 
-KEYS = {"versions", "git", "git_note", "command", "host", "platform", "torch_threads", "devices", "started_utc"}
+KEYS = {"versions", "git", "git_note", "command", "host", "platform", "cpu", "torch_threads", "devices",
+        "started_utc"}
 RUN_KEYS = KEYS | {"resumes"}  # provenance.json: the first start's facts and each resume's
 
 
@@ -70,6 +71,9 @@ def test_provenance_has_every_key_and_this_checkout_s_commit_quickly():
     assert found["versions"]["torch"] == str(torch.__version__)  # its build tag (+cpu, +cu...) kept
     assert all(found["versions"][name] for name in ("python", "esper_fx", "torch", "jax", "numpy"))
     assert found["command"] == sys.argv and found["torch_threads"] >= 1
+    # the vector ISA torch's CPU kernels use, which changes a run's last digits between CPUs
+    assert found["cpu"]["torch_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert found["cpu"]["model"] is None or isinstance(found["cpu"]["model"], str)
     assert found["devices"]["policy"] == "cpu" and found["devices"]["envs"] == ["cpu"]
 
 
