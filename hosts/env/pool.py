@@ -332,7 +332,7 @@ class EnvPool:
         counters = env.counters
         return EnvView(
             tracker=tracker, reports=reports, host_params=env.model.host_param_count(),
-            host_max_acc=counters.host_max_acc, contributing_fossilized=counters.contributing_fossilized,
+            host_max_acc=counters.host_max_acc, num_contributing_fossilized=counters.contributing_fossilized,
             panic=m.panic, auto_culls=counters.auto_culls,
             contributions={s: c for s, (sid, c) in m.contributions.items() if env.seed_id(s) == sid},
             acc_at_germination=dict(counters.acc_at_germination),
