@@ -5,7 +5,9 @@ reports and the env's counters) and `assemble_signals` turns them into the contr
 fresh, contiguous float32 / int32 / bool tensors on one device. The modules beside this one work on one
 env in python values: the raw observation (`observation.py`), the five masks (`masks.py`), the slots
 and their `slot_*` fields (`slots.py`). Here E envs of them are stacked and moved to the device, and the
-per-env scalars, the epoch's contributions and the germination accuracies are added. `pack_signals` lays
+per-env scalars, the epoch's contributions and the germination accuracies are added. Which fields each group
+holds, and in which order, is read from the one declaration of the signals
+(`esper_fx.contracts.signals.SIGNALS`, `signal_names`); the values are keyed by signal name. `pack_signals` lays
 that dict out as one [E, W] buffer per dtype (`esper_fx.contracts.signals.signal_columns`) for the hand-off to the
 controller.
 
