@@ -6,7 +6,7 @@ it ends, and what it says about its workers (how many, their time).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Callable
 
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts.pool import EpisodePool
