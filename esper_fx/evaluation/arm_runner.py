@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from esper_fx.config import TrainingConfig
@@ -83,31 +83,72 @@ def evaluation_episodes(arms: Mapping[str, Any], config: TrainingConfig, seeds: 
     return len(arms) * len(seeds) + search
 
 
-def run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_training, runner, trained, learned,
-             finished, tuning_seeds=DEFAULT_TUNING_SEEDS, controls=None) -> None:
-    """Build (train) every arm, then run each on every seed; `trained`, `learned`, `finished` and `controls`
-    fill as they go (so a stop keeps what finished)."""
+@dataclass(frozen=True)
+class ArmsJob:
+    """What `run_arms` plays: the arms on `config` and every evaluation seed. `static_final_of`: the arm whose
+    networks `static_final` and `static_matched` rebuild (None: the first learned arm); `train_dir`: where the
+    learning arms train (None writes nothing); `tuning_seeds`: where `best_fixed` searches."""
+
+    arms: Mapping[str, Any]
+    config: TrainingConfig
+    seeds: Sequence[int]
+    static_final_of: str | None = None
+    train_dir: str | None = None
+    quiet_training: bool = True
+    tuning_seeds: Sequence[int] = DEFAULT_TUNING_SEEDS
+
+
+@dataclass
+class ArmsResult:
+    """What `run_arms` built and played: the learning arms' training results (`trained`), the arms that
+    learned, in order (`learned`), every arm's episodes (`finished`: arm -> its episodes, in seed order) and
+    what the controls chose (`controls`). It fills as the arms play, so a stop keeps what finished."""
+
+    trained: dict[str, Any] = field(default_factory=dict)
+    learned: list[str] = field(default_factory=list)
+    finished: dict[str, list[Any]] = field(default_factory=dict)
+    controls: dict[str, Any] = field(default_factory=dict)
+
+
+def run_arms(job: ArmsJob, runner: EpisodeRunner, say: Callable[[str], None]) -> ArmsResult:
+    """Build (train) every arm, then run each on every seed. Stopped (Ctrl-C, SIGTERM, a learning arm's
+    training interrupted), it re-raises with `.partial`: the `ArmsResult` of what finished."""
+    from esper_fx.training.run_state import Interrupted
+
+    result = ArmsResult()
+    try:
+        _play(job, runner, say, result)
+    except (KeyboardInterrupt, Interrupted) as stop:
+        stop.partial = result
+        raise
+    return result
+
+
+def _play(job: ArmsJob, runner: EpisodeRunner, say: Callable[[str], None], result: ArmsResult) -> None:
+    """`run_arms`' work, into `result` as it goes."""
     from esper_fx.evaluation import episodes as ev
 
-    built, cache, controls = {}, {}, {} if controls is None else controls
+    arms, config, seeds, tuning_seeds = job.arms, job.config, job.seeds, job.tuning_seeds
+    learned, finished, controls = result.learned, result.finished, result.controls
+    built, cache = {}, {}
     for name, arm in arms.items():
         if is_static_final(arm) or is_control(arm, STATIC_MATCHED) or is_control(arm, BEST_FIXED):
             continue
-        built[name], result = build_arm(name, arm, config, seeds, train_dir, say, quiet_training, cache,
-                                        resume=runner.store is not None)
+        built[name], trained = build_arm(name, arm, config, seeds, job.train_dir, say, job.quiet_training, cache,
+                                         resume=runner.store is not None)
         if built[name].policy is not None:
             learned.append(name)
-        if result is not None:
-            trained[name] = result
+        if trained is not None:
+            result.trained[name] = trained
     for name, arm in arms.items():
         if is_static_final(arm):
-            source = static_source(static_final_of, learned, arms, name)
+            source = static_source(job.static_final_of, learned, arms, name)
             budget = arm.get("budget") if isinstance(arm, Mapping) else None
             per_seed = (fossils_of(finished[source]) if budget is None
                         else budget_overrides(finished[source], budget, config.lr_schedule))
             built[name] = ev.Arm.build(name, config, STATIC_FINAL, per_seed=per_seed)
         elif is_control(arm, STATIC_MATCHED):
-            source = static_source(static_final_of, learned, arms, name, STATIC_MATCHED)
+            source = static_source(job.static_final_of, learned, arms, name, STATIC_MATCHED)
             built[name] = ev.Arm.build(name, config, STATIC_FINAL,
                                        per_seed=matched_overrides(finished[source], config.lr_schedule))
         elif is_control(arm, BEST_FIXED):

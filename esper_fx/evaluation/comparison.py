@@ -53,14 +53,16 @@ seed checks (`esper_fx.evaluation.seed_sets`).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from bridge.jax_env import ensure_jax_env
 from esper_fx.config import TrainingConfig
-from esper_fx.evaluation.arm_runner import episode_runner, evaluation_episodes, run_arms
+from esper_fx.evaluation.arm_runner import (ArmsJob, ArmsResult, EpisodeRunner, episode_runner, evaluation_episodes,
+                                            run_arms)
 from esper_fx.evaluation.arms import is_control, per_seed_arms, trained_seeds_of
 from esper_fx.evaluation.comparison_table import ComparisonTable, table_of
-from esper_fx.evaluation.fair_controls import BEST_FIXED, DEFAULT_TUNING_SEEDS, default_tuning_seeds
+from esper_fx.evaluation.fair_controls import BEST_FIXED, default_tuning_seeds
 from esper_fx.evaluation.seed_sets import check_seeds, check_train_seeds, check_training_seeds, check_tuning_seeds
 from esper_fx.training import compile_cache
 from esper_fx.training.threads import limit_cpu_threads
@@ -68,33 +70,49 @@ from esper_fx.training.threads import limit_cpu_threads
 BASELINE = "wait"
 
 
-def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int] = (900_000,), *,
-            baseline: str | None = BASELINE, static_final_of: str | None = None, train_dir: str | None = None,
-            progress: Callable[[str], None] | None = print, quiet_training: bool = True,
-            tuning_seeds: Sequence[int] | None = None, train_seeds: Sequence[int] | None = None,
-            resume: str | os.PathLike | None = None) -> ComparisonTable:
-    """Train the learning arms on `config`, run every arm on every seed, and pair them (module docstring).
+@dataclass(frozen=True)
+class CompareOptions:
+    """`compare`'s options, each passed to it by keyword (`compare(arms, config, seeds, resume=DIR)`).
 
-    Pairs: every arm against `baseline` (when it is an arm), and the first learned arm against every other.
-    `train_dir`: where the learning arms' runs are written (`<train_dir>/<arm>`; None writes nothing).
-    `tuning_seeds`: where `best_fixed` searches (disjoint from training and evaluation seeds; default
-    `fair_controls.default_tuning_seeds(config)`). `train_seeds`: one trained controller per seed
-    (`per_seed_arms`), pairs within each seed and the aggregate across them (`table.aggregate`); default
-    the seeds of an arm's `TrainedSeeds` (controllers trained earlier, one per seed), if an arm holds one.
-    `resume`: the directory where finished episodes and training runs are kept, and reused by a call that
-    continues a stopped one (module docstring).
+    `baseline`: every arm is paired against it (when it is an arm), beside the first learned arm against
+    every other. `static_final_of`: the arm whose networks `static_final` and `static_matched` rebuild
+    (default: the first learned arm, else "oracle"). `train_dir`: where the learning arms' runs are written
+    (`<train_dir>/<arm>`; None writes nothing). `progress`: gets one line per event (None: silent);
+    `quiet_training`: the learning arms train without their console. `tuning_seeds`: where `best_fixed`
+    searches (disjoint from training and evaluation seeds; default `fair_controls.default_tuning_seeds(config)`).
+    `train_seeds`: one trained controller per seed (`per_seed_arms`), pairs within each seed and the aggregate
+    across them (`table.aggregate`); default the seeds of an arm's `TrainedSeeds` (controllers trained
+    earlier, one per seed), if an arm holds one. `resume`: the directory where finished episodes and training
+    runs are kept, and reused by a call that continues a stopped one (module docstring).
     """
+
+    baseline: str | None = BASELINE
+    static_final_of: str | None = None
+    train_dir: str | None = None
+    progress: Callable[[str], None] | None = print
+    quiet_training: bool = True
+    tuning_seeds: Sequence[int] | None = None
+    train_seeds: Sequence[int] | None = None
+    resume: str | os.PathLike | None = None
+
+
+def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int] = (900_000,),
+            **options: Any) -> ComparisonTable:
+    """Train the learning arms on `config`, run every arm on every seed, and pair them (module docstring).
+    `options`: the fields of `CompareOptions`, by keyword; another keyword is a TypeError."""
+    opts = CompareOptions(**options)
     ensure_jax_env(warn=False)
     if not arms:
         raise ValueError("compare needs at least one arm")
     seeds = check_seeds(seeds)
     layout = None
+    train_seeds, train_dir = opts.train_seeds, opts.train_dir
     if train_seeds is None:
         train_seeds = trained_seeds_of(arms)
     if train_seeds is not None:
         train_seeds = check_train_seeds(train_seeds)
-        arms, layout = per_seed_arms(arms, config, train_seeds, static_final_of)
-    tuning_seeds = default_tuning_seeds(config) if tuning_seeds is None else tuning_seeds
+        arms, layout = per_seed_arms(arms, config, train_seeds, opts.static_final_of)
+    tuning_seeds = default_tuning_seeds(config) if opts.tuning_seeds is None else opts.tuning_seeds
     fixed = any(is_control(arm, BEST_FIXED) for arm in arms.values())
     if fixed:
         tuning_seeds = [int(s) for s in tuning_seeds]
@@ -103,12 +121,12 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     elif fixed:
         check_tuning_seeds(config, tuning_seeds, seeds)
     store = None
-    if resume is not None:
+    if opts.resume is not None:
         from esper_fx.evaluation.resume import EpisodeStore
 
-        store = EpisodeStore(resume)
-        train_dir = os.path.join(os.fspath(resume), "train") if train_dir is None else train_dir
-    say = progress or (lambda line: None)
+        store = EpisodeStore(opts.resume)
+        train_dir = os.path.join(os.fspath(opts.resume), "train") if train_dir is None else train_dir
+    say = opts.progress or (lambda line: None)
     limit_cpu_threads(config, say)  # as the command line does (`training.threads`)
     compile_cache.enable_once()  # and warm like it, unless the process chose otherwise
     with episode_runner(config, evaluation_episodes(arms, config, seeds, tuning_seeds)) as runner:
@@ -118,20 +136,22 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
             from esper_fx.evaluation.resume import kept_runner
 
             runner = kept_runner(runner, store)
-        return _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, runner,
-                        tuning_seeds, layout)
+        job = ArmsJob(arms, config, seeds, opts.static_final_of, train_dir, opts.quiet_training, tuning_seeds)
+        return _compare(job, runner, say, opts.baseline, layout)
 
 
-def _compare(arms, config, seeds, baseline, static_final_of, train_dir, say, quiet_training, runner,
-             tuning_seeds=DEFAULT_TUNING_SEEDS, layout=None):
+def _compare(job: ArmsJob, runner: EpisodeRunner, say: Callable[[str], None], baseline: str | None,
+             layout: Any = None) -> ComparisonTable:
+    """`run_arms`' episodes paired into the table; stopped, the exception's `.partial` is the table of what
+    finished (`partial=True`)."""
     from esper_fx.training.run_state import Interrupted
 
-    trained, learned, finished, controls = {}, [], {}, {}  # finished: arm -> its episodes so far
     try:
-        run_arms(arms, config, seeds, static_final_of, train_dir, say, quiet_training, runner, trained, learned,
-                 finished, tuning_seeds, controls)
+        result = run_arms(job, runner, say)
     except (KeyboardInterrupt, Interrupted) as stop:
-        stop.partial = table_of(finished, trained, learned, baseline, seeds, partial=True, controls=controls,
-                                layout=layout)
+        done = getattr(stop, "partial", None) or ArmsResult()  # (a stop before any arm began: nothing)
+        stop.partial = table_of(done.finished, done.trained, done.learned, baseline, job.seeds, partial=True,
+                                controls=done.controls, layout=layout)
         raise
-    return table_of(finished, trained, learned, baseline, seeds, controls=controls, layout=layout)
+    return table_of(result.finished, result.trained, result.learned, baseline, job.seeds, controls=result.controls,
+                    layout=layout)

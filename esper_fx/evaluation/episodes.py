@@ -26,14 +26,10 @@ import numpy as np
 from esper_fx.outputs import checkpoint as ckpt
 from esper_fx.controllers import protocol as ctl
 from esper_fx.controllers import registry
-from esper_fx.training import step
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts.actions import growth_name
 from esper_fx.contracts.events import EventType
-from esper_fx.contracts.signals import signal_columns
-from esper_fx.devices import policy_jax_device
-from esper_fx.training.bridged_pool import BridgedPool
-from esper_fx.training.epoch import BatchTally, Runner, resolve_reward_fn, run_epoch
+from esper_fx.training.epoch import BatchTally, Runner, StepFunctions, resolve_reward_fn, run_epoch
 from esper_fx.training.pools import build_pool
 from esper_fx.training.run_state import LearnerState, fresh_learner, learner_builder
 from esper_fx.outputs.console import Console
@@ -121,7 +117,7 @@ class Arm:
     controller: ctl.Controller
     policy: Policy | None = None
     per_seed: Callable[[int], dict[str, Any]] | None = None  # config overrides of one seed (static_final)
-    _step: tuple | None = field(default=None, repr=False)  # (step, new episode, signal columns, learner builder), built once
+    _step: tuple | None = field(default=None, repr=False)  # (training.epoch.StepFunctions, learner builder), built once
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (an evaluation episode as a Ray task, `esper_fx.evaluation.ray_tasks`) without the jitted step: it is
@@ -168,18 +164,13 @@ class Arm:
         """A runner over a fresh pool for one episode; the jitted step is built once per arm."""
         spec = ctl.ControllerSpec.from_config(config)
         if self._step is None:
-            columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
-            reward = config.reward
-            self._step = (step.make_step(self.controller, resolve_reward_fn(config, None), reward, columns,
-                                         spec.max_epochs), step.make_new_episode(self.controller, spec), columns,
+            self._step = (StepFunctions.build(config, spec, self.controller, resolve_reward_fn(config, None)),
                           learner_builder(self.controller, spec))
-        step_fn, new_episode, columns, _ = self._step
-        return Runner(config, spec, self.controller, BridgedPool(build_pool(config), columns),
-                      Console(1, config.max_epochs, quiet=True), policy_jax_device(config), step_fn, None,
-                      new_episode, columns)
+        return Runner.build(config, spec, self.controller, None, build_pool(config),
+                            Console(1, config.max_epochs, quiet=True), self._step[0])
 
     def _learner(self, config: TrainingConfig, spec: ctl.ControllerSpec) -> LearnerState:
-        learner = self._step[3](config.seed)  # traced once per arm, like the step (built by _runner)
+        learner = self._step[1](config.seed)  # traced once per arm, like the step (built by _runner)
         if self.policy is None:
             return learner
         return learner._replace(controller=self.policy.controller_state, obs_rms=self.policy.obs_rms,

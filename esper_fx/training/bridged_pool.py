@@ -17,7 +17,7 @@ The bridge's lifetime rule (keep the torch tensors alive until the JAX computati
 finished) is kept here: a handoff lives until the next `step` (the loop reads the actions back first) or,
 for the bootstrap signals, until the next `begin`. `timing` sums the seconds spent in the pool (`env_s`) and in
 the hand-off (packing, conversion: `bridge_s`) since the last `begin`; a pool that times its phases
-(`phase_s`: `hosts.env.EnvPool`, `esper_fx.distributed.pool.RayEnvPool`) also splits `env_s` into its env
+(a non-empty `phase_s`: `hosts.env.EnvPool`, `esper_fx.distributed.pool.RayEnvPool`) also splits `env_s` into its env
 builds (`env_build_s`), training (`env_train_s`), validation (`env_validate_s`) and, with Ray workers, the
 wait beyond the slowest worker's own time (`env_wait_s`), as `esper_fx.outputs.time_breakdown` says.
 """
@@ -85,12 +85,28 @@ class BridgedPool:
     def prefetch(self, batch_index: int, n_active: int | None = None) -> None:
         """Let a pool that can (Ray's) start batch `batch_index` ahead, while the driver updates; a no-op for
         the in-process pool, which has no other core to do it on."""
-        ahead = getattr(self.pool, "prefetch", None)
-        if ahead is not None:
-            ahead(batch_index, n_active)
+        self.pool.prefetch(batch_index, n_active)
 
     def episode_results(self) -> list:
         return self.pool.episode_results()
+
+    @property
+    def n_workers(self) -> int:
+        return self.pool.n_workers
+
+    @property
+    def phase_s(self) -> dict[str, float]:
+        return self.pool.phase_s
+
+    @property
+    def stats(self) -> dict[str, float]:
+        return self.pool.stats
+
+    def wait_ready(self) -> Any:
+        return self.pool.wait_ready()
+
+    def close(self) -> None:
+        self.pool.close()
 
     def _to_jax(self, signals: dict, name: str) -> Handoff:
         started = time.perf_counter()
@@ -101,11 +117,10 @@ class BridgedPool:
     def _lap(self, key: str, started: float) -> None:
         self.timing[key] += time.perf_counter() - started
 
-    def _phases(self) -> dict[str, float] | None:
-        phases = getattr(self.pool, "phase_s", None)
-        return dict(phases) if isinstance(phases, dict) else None
+    def _phases(self) -> dict[str, float]:
+        return dict(self.pool.phase_s)
 
-    def _pool_lap(self, started: float, before: dict[str, float] | None) -> None:
+    def _pool_lap(self, started: float, before: dict[str, float]) -> None:
         """A pool call's wall time into `env_s` and, where the pool times its phases, its split: the phases'
         own seconds, beside the pool's own time in the call (`work_s`, Ray's slowest worker; in process the
         call's wall time). Work the driver did not wait for (a batch start sent ahead, which overlaps the
@@ -113,7 +128,7 @@ class BridgedPool:
         wall = time.perf_counter() - started
         self.timing["env_s"] += wall
         after = self._phases()
-        if before is None or after is None:
+        if not before or not after:  # a pool that does not time its phases
             return
         work = after["work_s"] - before["work_s"] if "work_s" in after else wall
         scale = wall / work if work > wall else 1.0

@@ -15,7 +15,7 @@ around the batches: `loop.py`, `run.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +38,27 @@ from esper_fx.training.run_state import LearnerState
 from rl import rewards
 
 
+class StepFunctions(NamedTuple):
+    """The jitted functions a `Runner` calls and the signals' packing they read. Built once per run, or once
+    per evaluation arm for all its episodes (`esper_fx.evaluation.episodes.Arm`): a function built again is
+    traced again."""
+
+    step_fn: Callable
+    bootstrap_fn: Callable | None  # V(post-action signals) after the last epoch; None without horizon_bootstrap
+    episode_fn: Callable
+    columns: dict[str, SignalColumn]
+
+    @classmethod
+    def build(cls, config: TrainingConfig, spec: ctl.ControllerSpec, controller: ctl.Controller,
+              reward_fn: Callable) -> "StepFunctions":
+        columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
+        bootstraps = controller.learns and config.ppo.horizon_bootstrap
+        return cls(step.make_step(controller, reward_fn, config.reward, columns, spec.max_epochs,
+                                  config.ppo.horizon_bootstrap),
+                   step.make_bootstrap(controller, columns) if bootstraps else None,
+                   step.make_new_episode(controller, spec), columns)
+
+
 @dataclass(frozen=True)
 class Runner:
     """What lives for the whole run: config, controller, the bridged pool, the jitted step functions."""
@@ -55,16 +76,14 @@ class Runner:
 
     @classmethod
     def build(cls, config: TrainingConfig, spec: ctl.ControllerSpec, controller: ctl.Controller,
-              reward_fn: Callable, pool: EpisodePool, console: Console) -> "Runner":
-        reward_config = config.reward
-        columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
-        bootstraps = controller.learns and config.ppo.horizon_bootstrap
-        return cls(config, spec, controller, pool if isinstance(pool, BridgedPool) else BridgedPool(pool, columns),
-                   console, policy_jax_device(config),
-                   step.make_step(controller, reward_fn, reward_config, columns, spec.max_epochs,
-                               config.ppo.horizon_bootstrap),
-                   step.make_bootstrap(controller, columns) if bootstraps else None,
-                   step.make_new_episode(controller, spec), columns)
+              reward_fn: Callable | None, pool: EpisodePool, console: Console,
+              functions: StepFunctions | None = None) -> "Runner":
+        """The run's runner over `pool` (bridged here unless it is already); its jitted functions are
+        `functions` where the caller built them before (`reward_fn` is then not read), else built now."""
+        if functions is None:
+            functions = StepFunctions.build(config, spec, controller, reward_fn)
+        bridged = pool if isinstance(pool, BridgedPool) else BridgedPool(pool, functions.columns)
+        return cls(config, spec, controller, bridged, console, policy_jax_device(config), *functions)
 
     def to_device(self, tree: Any) -> Any:
         """Everything the jitted functions see is put on the policy device (jax calls such an array

@@ -324,18 +324,37 @@ class Audit:
 
 class _Watched:
     """The run's pool, seen by the audit: marks each batch's start and opens the sync window over its epochs
-    (from the end of `begin` to `episode_results`, which the batch calls after its last epoch)."""
+    (from the end of `begin` to `episode_results`, which the batch calls after its last epoch). Every other
+    member of `contracts.pool.EpisodePool` is the pool's own."""
 
     def __init__(self, pool: Any, counter: SyncCounter, names: list[str], starts: list[int], ends: list[int]):
         self.pool, self._counter, self._names, self._starts, self._ends = pool, counter, names, starts, ends
         self._window: contextlib.ExitStack | None = None
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.pool, name)
-
     @property
     def steps_per_epoch(self) -> int:
         return self.pool.steps_per_epoch
+
+    @property
+    def n_workers(self) -> int:
+        return self.pool.n_workers
+
+    @property
+    def phase_s(self) -> dict[str, float]:
+        return self.pool.phase_s
+
+    @property
+    def stats(self) -> dict[str, float]:
+        return self.pool.stats
+
+    def prefetch(self, batch_index: int, n_active: int | None = None) -> None:
+        self.pool.prefetch(batch_index, n_active)
+
+    def wait_ready(self) -> Any:
+        return self.pool.wait_ready()
+
+    def close(self) -> None:
+        self.pool.close()
 
     def begin(self, batch_index: int, n_active: int | None = None) -> Any:
         self._close()
@@ -377,8 +396,6 @@ def audit_run(config: TrainingConfig | None = None) -> Audit:
             finally:
                 watched._close()
     finally:
-        close = getattr(pool, "close", None)
-        if close is not None:
-            close()
+        pool.close()
     return Audit(config, Counter(counter.counts), {k: Counter(v) for k, v in counter.kinds.items()}, list(names),
                  starts, ends)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import fields
 from enum import Enum
-from typing import Any, Callable
+from typing import Callable
 
 from esper_fx.config import TrainingConfig
 from esper_fx.contracts.pool import EpisodePool
@@ -33,7 +33,7 @@ def pool_settings(config: TrainingConfig) -> PoolSettings:
         cull_age=config.cull_age)
 
 
-def build_pool(config: TrainingConfig, say: Callable[[str], None] = print) -> Any:
+def build_pool(config: TrainingConfig, say: Callable[[str], None] = print) -> EpisodePool:
     """The run's env pool over its `pool_settings`: in this process (`env_workers` 0), or that many Ray
     actors (`esper_fx.distributed.pool.RayEnvPool`; close it). `auto` decides the number at this point
     (`esper_fx.distributed.auto.choose_workers`); when it chose Ray and Ray cannot start, `say` gets one
@@ -67,29 +67,19 @@ def run_pool(config: TrainingConfig, pool: EpisodePool | None = None, say: Calla
     try:
         yield pool
     finally:
-        close = getattr(pool, "close", None)
-        if close is not None:
-            close()
+        pool.close()
 
 
-def wait_ready(pool: Any) -> None:
-    """Wait until a Ray pool's workers are up (their start overlaps the driver's own); the in-process pool
-    is ready when built."""
-    ready = getattr(pool, "wait_ready", None)
-    if ready is not None:
-        ready()
-
-
-def pool_workers(pool: Any) -> int:
+def pool_workers(pool: EpisodePool) -> int:
     """The Ray env workers a pool runs (0: the in-process pool)."""
-    return int(getattr(pool, "n_workers", 0) or 0)
+    return int(pool.n_workers)
 
 
-def worker_time(pool: Any) -> dict[str, float]:
+def worker_time(pool: EpisodePool) -> dict[str, float]:
     """A Ray pool's epochs as its workers timed them: the slowest worker's own time summed over the steps
     (`worker_s`) and the driver's time in those steps (`pool_step_s`); the rest of the run's wall time is
     serial in the driver (docs/PERFORMANCE.md, issue 28). Empty for the in-process pool."""
-    stats = getattr(pool, "stats", None)
-    if not isinstance(stats, dict) or "step_worker_s" not in stats:
+    stats = pool.stats
+    if "step_worker_s" not in stats:
         return {}
     return {"worker_s": float(stats["step_worker_s"]), "pool_step_s": float(stats["step_wall_s"])}

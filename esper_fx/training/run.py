@@ -40,7 +40,7 @@ from esper_fx.training.batch import run_batch
 from esper_fx.training.clock import RunClock
 from esper_fx.training.epoch import Runner, resolve_reward_fn
 from esper_fx.training.loop import start, train
-from esper_fx.training.pools import pool_workers, run_pool, wait_ready, worker_time
+from esper_fx.training.pools import pool_workers, run_pool, worker_time
 from esper_fx.training.run_state import LearnerState, Progress, RunState, fresh_learner
 from esper_fx.stopping import deferred_stops, sigterm_stops, stop_signal
 from esper_fx.training.threads import limit_cpu_threads
@@ -101,7 +101,7 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
         # built while Ray workers start; they must be up before anything is written (a failed worker
         # leaves the run directory untouched)
         learner = fresh_learner(bundle, spec, config.seed, policy_jax_device(config))
-        wait_ready(pool)
+        pool.wait_ready()
         with open_run_log(config, console, clock) as out:
             result = train_and_summarize(config, bundle, spec, reward, pool, out, n_batches, learner, clock)
     for line in closing_lines(result, clock.wall_s()):

@@ -140,32 +140,32 @@ def plan_epoch(
     batch_idx: int,
     epoch: int,
     envs_running: int | None = None,
-    augment: bool = True,
-    pad: int = PAD,
+    pad: int | None = PAD,
 ) -> EpochPlan:
     """The plan of one epoch for envs 0..envs_running−1 (default: all n_envs), on the CPU; crop offsets
-    are drawn for images padded by `pad` (`pad_for(image side)`)."""
+    are drawn for images padded by `pad` (`pad_for(image side)`), and flips; `pad` None: no augmentation
+    (no crops, no flips)."""
     envs_running = n_envs if envs_running is None else envs_running
     if not 1 <= envs_running <= n_envs:
         raise ValueError(f"envs_running must be in [1, n_envs={n_envs}] (got {envs_running})")
     k = steps_per_epoch(n_train, n_envs, batch_per_env, split, max_batches)
     if split == "shared":
-        return _shared_plan(n_train, n_envs, batch_per_env, k, envs_running, augment, pad, (seed, batch_idx, epoch))
+        return _shared_plan(n_train, n_envs, batch_per_env, k, envs_running, pad, (seed, batch_idx, epoch))
     plans = [
-        _shared_plan(n_train, 1, batch_per_env, k, 1, augment, pad, (seed, batch_idx, epoch, env))
+        _shared_plan(n_train, 1, batch_per_env, k, 1, pad, (seed, batch_idx, epoch, env))
         for env in range(envs_running)
     ]
     cat = lambda ts: None if ts[0] is None else torch.cat(ts)  # noqa: E731
     return EpochPlan(*(cat([getattr(p, f) for p in plans]) for f in EpochPlan._fields))
 
 
-def _shared_plan(n_train, n_envs, bpe, k, envs_running, augment, pad, seed_values) -> EpochPlan:
+def _shared_plan(n_train, n_envs, bpe, k, envs_running, pad, seed_values) -> EpochPlan:
     """One permutation; step-major [K, n_envs, Bpe] slices, keeping the first envs_running envs."""
     gen = make_generator("cpu", *seed_values)
     used = k * n_envs * bpe
     perm = torch.randperm(n_train, generator=gen)[:used]
     indices = perm.view(k, n_envs, bpe).transpose(0, 1)[:envs_running].contiguous()
-    if not augment:
+    if pad is None:
         return EpochPlan(indices, None, None)
     crops, flips = _augment_draws(gen, used, pad)
     crops = crops.view(k, n_envs, bpe, 2).transpose(0, 1)[:envs_running].contiguous()

@@ -78,7 +78,7 @@ def train_host(
         start = time.perf_counter()
         plan = plan_epoch(data.n_train, n_envs=n_envs, batch_per_env=bpe, split="shared",
                           max_batches=max_batches, seed=seed, batch_idx=0, epoch=epoch, envs_running=1,
-                          augment=data.augment, pad=pad_for(data.x_train.shape[-1])).to(data.device)
+                          pad=pad_for(data.x_train.shape[-1]) if data.augment else None).to(data.device)
         model.train()
         for step in range(plan.num_steps):
             x, y = train_batch(data, plan, 0, step)

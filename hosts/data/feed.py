@@ -25,8 +25,8 @@ them and records them there.
 from __future__ import annotations
 
 import sys
-
-from typing import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -41,22 +41,31 @@ DEFAULT_NUM_WORKERS = 4
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
+@dataclass(frozen=True)
+class FeedOptions:
+    """How a `DataFeed` deals its data, each passed to it by keyword: the batch per env and the cap on an
+    epoch's steps (None: the task's), the split ("shared", "full"), the seed of the plans, the data path
+    ("device", "loader") with the loader's worker processes, the validation samples and their batch size
+    (None: every test sample, the training batch)."""
+
+    batch_per_env: int | None = None
+    max_train_batches: int | None = None
+    split: str = "shared"
+    seed: int = 0
+    data_path: str = "device"
+    num_workers: int | None = None
+    val_samples: int | None = None
+    val_batch_size: int | None = None
+
+
 class DataFeed:
-    def __init__(
-        self,
-        task: TaskSpec,
-        data: TaskData,
-        env_devices: Sequence[torch.device | str],
-        *,
-        batch_per_env: int | None = None,
-        max_train_batches: int | None = None,
-        split: str = "shared",
-        seed: int = 0,
-        data_path: str = "device",
-        num_workers: int | None = None,
-        val_samples: int | None = None,
-        val_batch_size: int | None = None,
-    ) -> None:
+    def __init__(self, task: TaskSpec, data: TaskData, env_devices: Sequence[torch.device | str],
+                 **options: Any) -> None:
+        """`options`: the fields of `FeedOptions`, by keyword; another keyword is a TypeError."""
+        o = FeedOptions(**options)
+        batch_per_env, max_train_batches, split, seed = o.batch_per_env, o.max_train_batches, o.split, o.seed
+        data_path, num_workers, val_samples, val_batch_size = (o.data_path, o.num_workers, o.val_samples,
+                                                               o.val_batch_size)
         if data_path not in ("device", "loader"):
             raise ValueError(f"data_path must be 'device' or 'loader' (got {data_path!r})")
         self.task, self.split, self.seed, self.data_path = task, split, seed, data_path
@@ -98,7 +107,7 @@ class DataFeed:
         """The CPU plan of one epoch (the same on both paths and every device)."""
         return plan_epoch(self.n_train, n_envs=self.n_envs, batch_per_env=self.batch_per_env, split=self.split,
                           max_batches=self.max_batches, seed=self.seed, batch_idx=batch_idx, epoch=epoch,
-                          envs_running=envs_running, augment=self.kind == "classification", pad=self.pad)
+                          envs_running=envs_running, pad=self.pad if self.kind == "classification" else None)
 
     def train_epoch(self, batch_idx: int, epoch: int, envs_running: int | None = None) -> Iterator[list[Batch]]:
         """For each training step, one (x, y) per running env, on that env's device."""

@@ -157,6 +157,23 @@ class EnvPool:
     def steps_per_epoch(self) -> int:
         return self.data.steps_per_epoch
 
+    # ---------------------------------------------------------------- the rest of contracts.pool.EpisodePool
+    n_workers = 0  # no Ray workers: the envs run in this process
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """No round trips to count."""
+        return {}
+
+    def prefetch(self, batch_index: int, n_active: int | None = None) -> None:
+        """Nothing to start ahead: the pool has no other core to build the next batch on."""
+
+    def wait_ready(self) -> None:
+        """Ready when built."""
+
+    def close(self) -> None:
+        """Nothing to release (the envs' memory goes with the pool)."""
+
     @property
     def episode_steps(self) -> int:
         """Training steps of a whole episode (every epoch's, under `train_steps_budget` its share)."""
@@ -315,7 +332,7 @@ class EnvPool:
         counters = env.counters
         return EnvView(
             tracker=tracker, reports=reports, host_params=env.model.host_param_count(),
-            host_max_acc=counters.host_max_acc, contributing_fossilized=counters.contributing_fossilized,
+            host_max_acc=counters.host_max_acc, num_contributing_fossilized=counters.contributing_fossilized,
             panic=m.panic, auto_culls=counters.auto_culls,
             contributions={s: c for s, (sid, c) in m.contributions.items() if env.seed_id(s) == sid},
             acc_at_germination=dict(counters.acc_at_germination),

@@ -5,7 +5,9 @@ reports and the env's counters) and `assemble_signals` turns them into the contr
 fresh, contiguous float32 / int32 / bool tensors on one device. The modules beside this one work on one
 env in python values: the raw observation (`observation.py`), the five masks (`masks.py`), the slots
 and their `slot_*` fields (`slots.py`). Here E envs of them are stacked and moved to the device, and the
-per-env scalars, the epoch's contributions and the germination accuracies are added. `pack_signals` lays
+per-env scalars, the epoch's contributions and the germination accuracies are added. Which fields each group
+holds, and in which order, is read from the one declaration of the signals
+(`esper_fx.contracts.signals.SIGNALS`, `signal_names`); the values are keyed by signal name. `pack_signals` lays
 that dict out as one [E, W] buffer per dtype (`esper_fx.contracts.signals.signal_columns`) for the hand-off to the
 controller.
 
@@ -26,10 +28,10 @@ import torch
 
 from esper_fx.contracts.actions import LifecycleOp
 from esper_fx.contracts.lifecycle import LifecycleTimings, lifecycle_timings
-from esper_fx.contracts.signals import PACKED_DTYPES, SIGNAL_FIELDS, SignalColumn
+from esper_fx.contracts.signals import PACKED_DTYPES, SIGNAL_FIELDS, SignalColumn, signal_names
 from hosts.seeds.slot_report import SlotReport
 from hosts.signals.masks import MASK_FIELDS, ActionMasks, build_masks
-from hosts.signals.observation import build_observation
+from hosts.signals.observation import ObservationOptions, build_observation
 from hosts.signals.slots import (
     SLOT_BOOL_FIELDS,
     SLOT_FLOAT_FIELDS,
@@ -41,17 +43,13 @@ from hosts.signals.slots import (
 )
 from hosts.signals.tracker import TrackerSignals
 
-ENV_INT_FIELDS = (
-    "epoch", "max_epochs", "plateau_epochs", "host_stabilized", "num_contributing_fossilized", "total_seeds",
-    "auto_culls",
-)
-ENV_FLOAT_FIELDS = (
-    "val_acc", "val_loss", "train_acc", "train_loss", "acc_delta", "loss_delta", "host_max_acc",
-    "host_params", "seed_params", "seed_flop_share",
-)
-ENV_BOOL_FIELDS = ("panic",)
-SLOT_VALUE_FIELDS = ("slot_contribution", "slot_acc_at_germination")
-SLOT_VALID_FIELDS = ("slot_contribution_valid", "slot_acc_at_germination_valid")
+# the declaration's per-env fields (one tensor per dtype crosses to the device) and its per-slot values of
+# the epoch with their valid flags, in contract order
+ENV_INT_FIELDS = signal_names("env", "int32")
+ENV_FLOAT_FIELDS = signal_names("env", "float32")
+ENV_BOOL_FIELDS = signal_names("env", "bool")
+SLOT_VALUE_FIELDS = signal_names("slot_value", "float32")
+SLOT_VALID_FIELDS = signal_names("slot_value", "bool")
 _DTYPES = {"float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
 
 
@@ -76,18 +74,25 @@ class SignalLayout:
 
 @dataclass(frozen=True)
 class EnvView:
-    """One env's inputs to the signals, all python values."""
+    """One env's inputs to the signals, all python values: the tracker's signals and the slot reports (the
+    observation, the masks, the slot fields and several per-env signals are computed from them), each
+    per-env signal the env counts itself (named as the signal: `esper_fx.contracts.signals.SIGNALS`), and
+    the per-slot value tables of the epoch (`SLOT_TABLES`: which signal each fills)."""
 
     tracker: TrackerSignals
     reports: Mapping[str, SlotReport]
     host_params: int
     host_max_acc: float
-    contributing_fossilized: int
+    num_contributing_fossilized: int
     panic: bool
     auto_culls: int  # seeds the last lifecycle step auto-culled
     contributions: Mapping[str, float]  # c of this epoch, only for cf slots still holding the same seed
     acc_at_germination: Mapping[str, float]
     seed_flop_share: float  # hosts.env.compute.ComputeMeter.seed_share (0 where the host has no FLOP count)
+
+
+# EnvView's table of each per-slot value signal (slot id -> value; a slot missing from it is not valid)
+SLOT_TABLES: Mapping[str, str] = {"slot_contribution": "contributions", "slot_acc_at_germination": "acc_at_germination"}
 
 
 # ------------------------------------------------------------------------------------------
@@ -180,32 +185,39 @@ def build_slot_fields(
 # ------------------------------------------------------------------------------------------
 
 
-def _env_rows(view: EnvView, layout: SignalLayout) -> tuple[list[int], list[float], list[bool]]:
+def env_values(view: EnvView, layout: SignalLayout) -> dict[str, int | float | bool]:
+    """One env's per-env signals by name (python values; the declaration's order is applied by the caller)."""
     t = view.tracker
     active, fossilized = count_seeds(view.reports, layout.enabled)
-    ints = [t.epoch, layout.max_epochs, t.plateau_epochs, t.host_stabilized, view.contributing_fossilized,
-            active + fossilized, view.auto_culls]
-    floats = [t.val_acc, t.val_loss, t.train_acc, t.train_loss, t.accuracy_delta, t.loss_delta,
-              view.host_max_acc, view.host_params, active_seed_params(view.reports, layout.enabled),
-              view.seed_flop_share]
-    return ints, floats, [bool(view.panic)]
+    return {
+        "epoch": t.epoch, "max_epochs": layout.max_epochs, "val_acc": t.val_acc, "val_loss": t.val_loss,
+        "train_acc": t.train_acc, "train_loss": t.train_loss, "acc_delta": t.accuracy_delta,
+        "loss_delta": t.loss_delta, "host_max_acc": view.host_max_acc, "plateau_epochs": t.plateau_epochs,
+        "host_stabilized": t.host_stabilized, "host_params": view.host_params,
+        "seed_params": active_seed_params(view.reports, layout.enabled), "seed_flop_share": view.seed_flop_share,
+        "num_contributing_fossilized": view.num_contributing_fossilized, "total_seeds": active + fossilized,
+        "panic": bool(view.panic), "auto_culls": view.auto_culls,
+    }
 
 
 def _per_env_fields(views: Sequence[EnvView], layout: SignalLayout, device) -> dict[str, torch.Tensor]:
-    rows = [_env_rows(v, layout) for v in views]
+    values = [env_values(v, layout) for v in views]
     out: dict[str, torch.Tensor] = {}
-    for group, (names, dtype) in enumerate(
-        ((ENV_INT_FIELDS, torch.int32), (ENV_FLOAT_FIELDS, torch.float32), (ENV_BOOL_FIELDS, torch.bool))
-    ):
-        packed = torch.tensor([r[group] for r in rows], dtype=dtype).t().contiguous()  # [fields, E]
+    for names, dtype in ((ENV_INT_FIELDS, torch.int32), (ENV_FLOAT_FIELDS, torch.float32),
+                         (ENV_BOOL_FIELDS, torch.bool)):
+        rows = [[env[name] for name in names] for env in values]
+        packed = torch.tensor(rows, dtype=dtype).t().contiguous()  # [fields, E]
         out.update(zip(names, upload_planes(packed, device)))
     return out
 
 
 def _slot_values(view: EnvView, layout: SignalLayout) -> tuple[list[list[float]], list[list[bool]]]:
+    """The per-slot values and their valid flags, [field][slot] in SLOT_VALUE_FIELDS order (each flag is its
+    value's name + "_valid", SLOT_VALID_FIELDS)."""
     seeds = seeded_slots(view.reports, layout.enabled)
     values, valid = [], []
-    for table in (view.contributions, view.acc_at_germination):
+    for name in SLOT_VALUE_FIELDS:
+        table = getattr(view, SLOT_TABLES[name])
         present = [sid in seeds and sid in table for sid in layout.slot_ids]
         valid.append(present)
         values.append([float(table[sid]) if ok else 0.0 for sid, ok in zip(layout.slot_ids, present)])
@@ -222,10 +234,10 @@ def _per_slot_extras(views: Sequence[EnvView], layout: SignalLayout, device) -> 
 
 
 def _observations(views: Sequence[EnvView], layout: SignalLayout, device) -> torch.Tensor:
+    options = ObservationOptions(layout.use_telemetry, layout.log_params, tuple(layout.withheld), layout.fit_gap)
     rows = [
         build_observation(v.tracker, layout.max_epochs, v.host_params, v.reports, layout.enabled,
-                          layout.slot_ids, layout.menu, layout.max_seeds, layout.use_telemetry, layout.log_params,
-                          layout.withheld, layout.fit_gap)
+                          layout.slot_ids, layout.menu, layout.max_seeds, options)
         for v in views
     ]
     return stack_observations(rows, device)

@@ -19,13 +19,13 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 
 
 from esper_fx.contracts.actions import NUM_BLENDS, NUM_TEMPOS, LifecycleOp
+from esper_fx.contracts.signals import signal_names
 from esper_fx.contracts.stages import CULLABLE_STAGES, FOSSILIZABLE_STAGES, SeedStage
 
 from hosts.seeds.slot_report import SlotReport
 from hosts.signals.slots import check_slot_ids, seeded_slots
 
-MASK_FIELDS: tuple[str, ...] = ("mask_slot", "mask_blueprint", "mask_blend", "mask_op", "mask_tempo",
-                                 "mask_slot_op")
+MASK_FIELDS: tuple[str, ...] = signal_names("mask")  # ActionMasks' heads, in order
 
 
 class ActionMasks(NamedTuple):

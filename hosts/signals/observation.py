@@ -11,7 +11,7 @@ turns E of them into one [E, D] tensor.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 
 from esper_fx.contracts.actions import NUM_TEMPOS
@@ -140,6 +140,18 @@ def telemetry_block(report: SlotReport | None, epoch: int, max_epochs: int) -> l
     ]
 
 
+class ObservationOptions(NamedTuple):
+    """What a run's observation shows (the config's use_telemetry and observe_*): the telemetry blocks,
+    the parameter count as ln(1 + count) (`log_params`), what it withholds (`withheld`: names of
+    `WITHHOLDABLE`, a control: `host_params` leaves the host out of feature 21, `curves` zeroes features
+    2..20) and the fit gap (`fit_gap`: one more feature at the end, `fit_gap(signals)`, BEHAVIOUR §8.7)."""
+
+    use_telemetry: bool
+    log_params: bool = False
+    withheld: tuple[str, ...] = ()
+    fit_gap: bool = False
+
+
 def build_observation(
     signals: TrackerSignals,
     max_epochs: int,
@@ -149,15 +161,11 @@ def build_observation(
     slot_ids: Sequence[str],
     menu: Sequence[str],
     max_seeds: int | None,
-    use_telemetry: bool,
-    log_params: bool = False,
-    withheld: Iterable[str] = (),
-    fit_gap: bool = False,
+    options: ObservationOptions,
 ) -> list[float]:
-    """The raw observation of one env, a list of D floats (BEHAVIOUR §8.1); `withheld` (names of
-    `WITHHOLDABLE`, a control): `host_params` leaves the host out of feature 21, `curves` zeroes features 2..20;
-    `fit_gap`: one more feature at the end, `fit_gap(signals)` (BEHAVIOUR §8.7)."""
-    withheld = frozenset(withheld)
+    """The raw observation of one env, a list of D floats (BEHAVIOUR §8.1), as `options` say."""
+    use_telemetry, log_params, fit_gap = options.use_telemetry, options.log_params, options.fit_gap
+    withheld = frozenset(options.withheld)
     if not withheld <= set(WITHHOLDABLE):
         raise ValueError(f"cannot withhold {sorted(withheld - set(WITHHOLDABLE))}: only {list(WITHHOLDABLE)}")
     enabled = tuple(enabled_slot_ids)

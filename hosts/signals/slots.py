@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
+from esper_fx.contracts.signals import signal_names
 from esper_fx.contracts.stages import SeedStage
 from hosts.seeds.slot_report import SlotReport
 
@@ -73,15 +74,15 @@ def active_seed_params(reports: Mapping[str, SlotReport], enabled_slot_ids: Iter
 # ------------------------------------------------------------------------------------------
 
 
-SLOT_BOOL_FIELDS: tuple[str, ...] = ("slot_enabled", "slot_occupied")
-SLOT_INT_FIELDS: tuple[str, ...] = (
-    "slot_stage", "slot_previous_stage", "slot_eis", "slot_age", "slot_blueprint",
-)
-SLOT_FLOAT_FIELDS: tuple[str, ...] = ("slot_alpha", "slot_total_improvement", "slot_stage_improvement")
+# the declaration's slot fields of each dtype, in contract order
+SLOT_BOOL_FIELDS: tuple[str, ...] = signal_names("slot", "bool")
+SLOT_INT_FIELDS: tuple[str, ...] = signal_names("slot", "int32")
+SLOT_FLOAT_FIELDS: tuple[str, ...] = signal_names("slot", "float32")
 
 NO_BLUEPRINT = -1
-_EMPTY_INTS = (int(SeedStage.UNKNOWN), int(SeedStage.UNKNOWN), 0, 0, NO_BLUEPRINT)
-_EMPTY_FLOATS = (0.0, 0.0, 0.0)
+_EMPTY = {"slot_stage": int(SeedStage.UNKNOWN), "slot_previous_stage": int(SeedStage.UNKNOWN), "slot_eis": 0,
+          "slot_age": 0, "slot_blueprint": NO_BLUEPRINT, "slot_alpha": 0.0, "slot_total_improvement": 0.0,
+          "slot_stage_improvement": 0.0}  # an empty or disabled slot's int and float fields
 
 
 def blueprint_index(blueprint_id: str, menu: Sequence[str]) -> int:
@@ -89,24 +90,20 @@ def blueprint_index(blueprint_id: str, menu: Sequence[str]) -> int:
     return menu.index(blueprint_id) if blueprint_id in menu else NO_BLUEPRINT
 
 
-def _int_values(report: SlotReport | None, menu: Sequence[str]) -> tuple[int, ...]:
-    """stage, previous_stage, eis, age, blueprint index (in SLOT_INT_FIELDS order)."""
+def slot_values(report: SlotReport | None, menu: Sequence[str]) -> dict[str, int | float]:
+    """One slot's int and float `slot_*` fields by name, from the report of the seed it holds (None: empty)."""
     if report is None:
-        return _EMPTY_INTS
-    return (
-        int(report.stage),
-        int(report.previous_stage),
-        int(report.epochs_in_stage),
-        int(report.epochs_total),
-        blueprint_index(report.blueprint_id, menu),
-    )
-
-
-def _float_values(report: SlotReport | None) -> tuple[float, ...]:
-    """alpha, total improvement, improvement since stage start (in SLOT_FLOAT_FIELDS order)."""
-    if report is None:
-        return _EMPTY_FLOATS
-    return (float(report.alpha), float(report.total_improvement), float(report.improvement_since_stage_start))
+        return dict(_EMPTY)
+    return {
+        "slot_stage": int(report.stage),
+        "slot_previous_stage": int(report.previous_stage),
+        "slot_eis": int(report.epochs_in_stage),
+        "slot_age": int(report.epochs_total),
+        "slot_blueprint": blueprint_index(report.blueprint_id, menu),
+        "slot_alpha": float(report.alpha),
+        "slot_total_improvement": float(report.total_improvement),
+        "slot_stage_improvement": float(report.improvement_since_stage_start),
+    }
 
 
 def slot_planes(
@@ -117,7 +114,10 @@ def slot_planes(
     check_slot_ids(slot_ids, enabled, reports)
     seeds = seeded_slots(reports, enabled)
     per_slot = [seeds.get(sid) for sid in slot_ids]
-    bools = [[sid in enabled for sid in slot_ids], [rep is not None for rep in per_slot]]
-    ints = [list(col) for col in zip(*(_int_values(rep, menu) for rep in per_slot))]
-    floats = [list(col) for col in zip(*(_float_values(rep) for rep in per_slot))]
+    flags = {"slot_enabled": [sid in enabled for sid in slot_ids],
+             "slot_occupied": [rep is not None for rep in per_slot]}
+    values = [slot_values(rep, menu) for rep in per_slot]
+    bools = [flags[name] for name in SLOT_BOOL_FIELDS]
+    ints = [[slot[name] for slot in values] for name in SLOT_INT_FIELDS]
+    floats = [[slot[name] for slot in values] for name in SLOT_FLOAT_FIELDS]
     return bools, ints, floats

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 PLATEAU_THRESHOLD = 0.5  # pp (BEHAVIOUR §1.6)
 STABILIZATION_THRESHOLD = 0.03  # relative val-loss improvement
@@ -41,6 +42,17 @@ class TrackerSignals:
     accuracy_history_5: tuple[float, ...]  # last <= 5 val accuracies, oldest first (unpadded)
     active_seeds: int
     available_slots: int  # enabled empty slots
+
+
+class _Curve(NamedTuple):
+    """The validation curve as of an epoch: the changes since the previous epoch, the best accuracy so far,
+    and the windows of the last <= 10 losses and accuracies (oldest first)."""
+
+    loss_delta: float
+    accuracy_delta: float
+    best_accuracy: float
+    losses: list[float]
+    accuracies: list[float]
 
 
 def _is_stable_epoch(loss_delta: float, prev_loss: float, val_loss: float) -> bool:
@@ -102,9 +114,8 @@ class SignalTracker:
         self._losses.append(val_loss)
         self._accuracies.append(val_acc)
         signals = self._signals(
-            epoch, global_step, train_loss, train_acc, val_loss, val_acc,
-            loss_delta, accuracy_delta, self._best_accuracy,
-            list(self._losses), list(self._accuracies), active_seeds, available_slots,
+            epoch, global_step, train_loss, train_acc, val_loss, val_acc, active_seeds, available_slots,
+            _Curve(loss_delta, accuracy_delta, self._best_accuracy, list(self._losses), list(self._accuracies)),
         )
         self._prev_loss = val_loss
         self._prev_acc = val_acc
@@ -123,12 +134,10 @@ class SignalTracker:
     ) -> TrackerSignals:
         """What `update` would return, without mutating; plateau and latch are the stored values."""
         return self._signals(
-            epoch, global_step, train_loss, train_acc, val_loss, val_acc,
-            self._prev_loss - val_loss, val_acc - self._prev_acc,
-            max(self._best_accuracy, val_acc),
-            _window(self._losses, val_loss, TRACKER_HISTORY_WINDOW),
-            _window(self._accuracies, val_acc, TRACKER_HISTORY_WINDOW),
-            active_seeds, available_slots,
+            epoch, global_step, train_loss, train_acc, val_loss, val_acc, active_seeds, available_slots,
+            _Curve(self._prev_loss - val_loss, val_acc - self._prev_acc, max(self._best_accuracy, val_acc),
+                   _window(self._losses, val_loss, TRACKER_HISTORY_WINDOW),
+                   _window(self._accuracies, val_acc, TRACKER_HISTORY_WINDOW)),
         )
 
     def _update_plateau(self, accuracy_delta: float) -> None:
@@ -155,13 +164,9 @@ class SignalTracker:
         train_acc: float,
         val_loss: float,
         val_acc: float,
-        loss_delta: float,
-        accuracy_delta: float,
-        best_accuracy: float,
-        losses: list[float],
-        accuracies: list[float],
         active_seeds: int,
         available_slots: int,
+        curve: _Curve,
     ) -> TrackerSignals:
         return TrackerSignals(
             epoch=int(epoch),
@@ -170,14 +175,14 @@ class SignalTracker:
             train_acc=float(train_acc),
             val_loss=float(val_loss),
             val_acc=float(val_acc),
-            loss_delta=float(loss_delta),
-            accuracy_delta=float(accuracy_delta),
+            loss_delta=float(curve.loss_delta),
+            accuracy_delta=float(curve.accuracy_delta),
             plateau_epochs=self._plateau_count,
             host_stabilized=int(self._stabilized),
-            best_val_accuracy=float(best_accuracy),
-            best_val_loss=float(min(losses)),
-            loss_history_5=tuple(float(v) for v in losses[-HISTORY_FEATURES:]),
-            accuracy_history_5=tuple(float(v) for v in accuracies[-HISTORY_FEATURES:]),
+            best_val_accuracy=float(curve.best_accuracy),
+            best_val_loss=float(min(curve.losses)),
+            loss_history_5=tuple(float(v) for v in curve.losses[-HISTORY_FEATURES:]),
+            accuracy_history_5=tuple(float(v) for v in curve.accuracies[-HISTORY_FEATURES:]),
             active_seeds=int(active_seeds),
             available_slots=int(available_slots),
         )

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from esper_fx.config import TrainingConfig
 from esper_fx.training.pools import pool_settings
-from hosts.data.batching import augment_batch, plan_epoch, resolve_max_batches, steps_per_epoch
+from hosts.data.batching import PAD, augment_batch, plan_epoch, resolve_max_batches, steps_per_epoch
 from hosts.data.task_data import TaskData, train_batch, val_batches, val_size
 from hosts.data.external import CIFAR_MEAN, CIFAR_STD, normalized_black
 from hosts.data.feed import DataFeed
@@ -21,7 +21,7 @@ CPU = torch.device("cpu")
 def _plan(n=50_000, n_envs=4, bpe=512, split="shared", max_batches=None, seed=42, b=0, t=1, running=None,
           augment=True):
     return plan_epoch(n, n_envs=n_envs, batch_per_env=bpe, split=split, max_batches=max_batches, seed=seed,
-                      batch_idx=b, epoch=t, envs_running=running, augment=augment)
+                      batch_idx=b, epoch=t, envs_running=running, pad=PAD if augment else None)
 
 
 def _image_data(n_train=64, n_test=23, seed=0) -> TaskData:

@@ -22,7 +22,7 @@ from esper_fx.contracts.slots import format_slot_id
 from esper_fx.contracts.stages import SeedStage
 from hosts.seeds.slot_report import SlotReport
 from hosts.signals.assembly import build_slot_fields, stack_observations
-from hosts.signals.observation import build_observation, safe
+from hosts.signals.observation import ObservationOptions, build_observation, safe
 from hosts.signals.slots import SLOT_BOOL_FIELDS, SLOT_FLOAT_FIELDS, SLOT_INT_FIELDS
 from hosts.signals.tracker import SignalTracker, TrackerSignals
 
@@ -51,7 +51,7 @@ def observe(signals=None, reports=None, enabled=("r0c1",), slot_ids=SLOTS, menu=
             max_seeds=None, telemetry=True, max_epochs=T, log_params=False) -> list[float]:
     return build_observation(
         signals or first_signals(), max_epochs, HOST_PARAMS, reports or {}, enabled, slot_ids, menu,
-        max_seeds, telemetry, log_params,
+        max_seeds, ObservationOptions(telemetry, log_params),
     )
 
 
@@ -346,10 +346,11 @@ def test_the_slot_block_ends_in_the_seed_tempo_one_hot(tempo):
 def test_the_fit_gap_is_one_more_feature_at_the_end(train, val):
     signals = SignalTracker().update(1, 40, 2.4, train, 2.3, val, 0, 1)
     plain = observe(signals)
-    gapped = build_observation(signals, T, HOST_PARAMS, {}, ("r0c1",), SLOTS, MENU, None, True, fit_gap=True)
+    gapped = build_observation(signals, T, HOST_PARAMS, {}, ("r0c1",), SLOTS, MENU, None,
+                               ObservationOptions(True, fit_gap=True))
     assert len(gapped) == len(plain) + 1 == obs_dim(len(SLOTS), True, len(MENU), fit_gap=True)
     assert gapped[:-1] == plain  # nothing else moves
     assert gapped[-1] == pytest.approx(safe(train - val, 0.0))
-    withheld = build_observation(signals, T, HOST_PARAMS, {}, ("r0c1",), SLOTS, MENU, None, True,
-                                 withheld=("curves",), fit_gap=True)
+    withheld = build_observation(signals, T, HOST_PARAMS, {}, ("r0c1",), SLOTS, MENU, None,
+                                 ObservationOptions(True, withheld=("curves",), fit_gap=True))
     assert withheld[-1] == 0.0  # the curves withheld: so is the gap between them
