@@ -99,7 +99,8 @@ class CompareOptions:
 def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int] = (900_000,),
             **options: Any) -> ComparisonTable:
     """Train the learning arms on `config`, run every arm on every seed, and pair them (module docstring).
-    `options`: the fields of `CompareOptions`, by keyword; another keyword is a TypeError."""
+    `options`, by keyword (`CompareOptions` says what each does): baseline, static_final_of, train_dir,
+    progress, quiet_training, tuning_seeds, train_seeds, resume; another keyword is a TypeError."""
     opts = CompareOptions(**options)
     ensure_jax_env(warn=False)
     if not arms:
