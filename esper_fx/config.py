@@ -2,9 +2,10 @@
 
 The settings the hosts read are declared in `esper_fx.contracts.run_settings.HostSettings` (inherited here and
 by `hosts.settings.PoolSettings`); the run's others below. The controller side's settings live with the
-controller code and are nested: `config.ppo` (`rl.config.PPOConfig`), `config.reward` (`rl.config.RewardConfig`),
-and the sections (`SECTIONS`, one JSON object each) `config.heuristic`, `config.oracle` and `config.reinforce`
-(`rl.config.HeuristicConfig`, `OracleConfig`, `ReinforceConfig`), each default written once, there, with its help
+controller code and are nested, each one JSON object under its name (`ppo.lr` on the command line): the groups
+`config.ppo` (`rl.config.PPOConfig`) and `config.reward` (`rl.config.RewardConfig`), and the sections (`SECTIONS`)
+`config.heuristic`, `config.oracle` and `config.reinforce` (`rl.config.HeuristicConfig`, `OracleConfig`,
+`ReinforceConfig`), each default written once, there, with its help
 (`option`: the command line is built from it). `config.reward` also carries the values a run gives the reward
 (its gamma, its min_cull_age, its lifecycle's legitimacy, its task's loss scale), filled in here so each keeps
 one home: a key `reward.gamma` is refused, naming the run's setting.
@@ -28,7 +29,8 @@ from esper_fx.configuration.checks import (
 from esper_fx.configuration.choices import AUTO, RETIRED_FIELDS, RETIRED_TELEMETRY_LEVELS, TelemetryLevel, WandbMode
 from esper_fx.configuration.facts import DerivedFacts, absolute_paths
 from esper_fx.configuration.keys import (
-    FLAT_GROUPS, GROUP_KEYS, GROUP_OF_KEY, ConfigFile, nest, refuse_unsettable, sections_of, upgrade_saved,
+    GROUP_FIELDS, GROUP_KEYS, GROUP_OF_KEY, GROUPS, OLD_KEYS, ConfigFile, flat_view, nest, old_keys,
+    old_spellings_note, read_config_json, refuse_unsettable, sections_of, upgrade_saved,
 )
 from esper_fx.contracts.run_settings import (
     SEED_OPTIMIZER_STATES, AmpDtype, DataPath, DataSplit, HostSettings, Task, option,
@@ -42,10 +44,12 @@ from rl.config import (
 __all__ = [
     "TrainingConfig", "HeuristicConfig", "OracleConfig", "PPOConfig", "ReinforceConfig", "RewardConfig", "Task",
     "DataSplit", "DataPath", "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "WandbMode", "PRESET_NAMES",
-    "HostSettings", "AUTO", "SECTIONS", "FLAT_GROUPS", "GROUP_KEYS", "GROUP_OF_KEY", "RETIRED_FIELDS",
+    "HostSettings", "AUTO", "SECTIONS", "GROUPS", "GROUP_FIELDS", "GROUP_KEYS", "GROUP_OF_KEY", "OLD_KEYS",
+    "RETIRED_FIELDS",
     "RETIRED_TELEMETRY_LEVELS", "SEED_OPTIMIZER_STATES", "SEED_MIN", "SEED_MAX", "POLICY_DEVICE", "ENV_DEVICE",
     "SIZE_LIMITS", "DATA_SIZE_LIMITS", "RESUME_OVERRIDABLE",
-    "absolute_paths", "refuse_unsettable", "upgrade_saved",
+    "absolute_paths", "refuse_unsettable", "upgrade_saved", "flat_view", "old_keys", "old_spellings_note",
+    "read_config_json",
 ]
 
 
@@ -127,8 +131,9 @@ class TrainingConfig(HostSettings, DerivedFacts, ConfigFile):
 
 
     def __init__(self, **values: Any) -> None:
-        """Keyword arguments only: any field, or a key of a nested group (`lr=...`, `reward_mode=...`,
-        `**{"reward.probation_base": 4}`)."""
+        """Keyword arguments only: any field (a group, `ppo` or `reward`, as its dataclass or a mapping of its
+        keys), or a keyword of a group's field (`lr=...`, `reward_mode=...`, `**{"reward.probation_base": 4}`;
+        `GROUP_KEYS`)."""
         for name, value in nest(type(self), values).items():
             object.__setattr__(self, name, value)
         self.__post_init__()
@@ -139,7 +144,7 @@ class TrainingConfig(HostSettings, DerivedFacts, ConfigFile):
                                                                self.lifecycle_timings.legitimacy))
 
     def replace(self, **changes: Any) -> "TrainingConfig":
-        """A validated copy with some fields (or group keys) changed."""
+        """A validated copy with some fields (or group keywords, `GROUP_KEYS`) changed."""
         return TrainingConfig(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
 
 

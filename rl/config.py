@@ -218,7 +218,8 @@ STAGE_POTENTIALS: tuple[float, ...] = tuple(_STAGE_POTENTIAL_BY_STAGE.get(v, 0.0
                                             for v in range(max(int(s) for s in SeedStage) + 1))
 _DEFAULT_TASK = TASKS["cifar10"]
 
-# The reward fields a run sets as its own flat keys (JSON, command line: `reward_mode`).
+# The reward fields a run sets as its settings (JSON `{"reward": {"reward_mode": ...}}`, command line
+# `reward.reward_mode`).
 REWARD_SETTINGS: tuple[str, ...] = ("reward_family", "reward_mode", "param_budget", "param_penalty_weight",
                                     "sparse_reward_scale", "flop_rent_weight")
 # The reward fields a run gives it (`RewardConfig.for_run`), each with the run's setting that decides it: never
@@ -235,7 +236,7 @@ class RewardConfig:
     reference's cull age of 1 epoch).
 
     Three kinds of field: the settings of `REWARD_SETTINGS` (which family and mode, the sparse reward's
-    constants), a run's flat keys; those of `REWARD_FROM_RUN` (`gamma`, `min_cull_age`, `legitimacy_epochs` and
+    constants), a run's keys `reward.NAME`; those of `REWARD_FROM_RUN` (`gamma`, `min_cull_age`, `legitimacy_epochs` and
     the task's loss scale), taken from the run (`for_run`: the run's `TrainingConfig` fills them in, so they have
     one home each: its `gamma`, its `cull_age`, its lifecycle, the task table); and the reward's constants
     (`REWARD_CONSTANTS`), a run's keys `reward.NAME` for ablations. The fields of the last two kinds are stored

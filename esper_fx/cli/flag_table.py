@@ -25,7 +25,10 @@ Every flag of `python -m esper_fx.train`. Each setting is declared once, with it
 `rl/config.py` for the nested ones), and this file is generated from
 those declarations: `python -m esper_fx.cli.flag_table` prints the table,
 `python -m esper_fx.cli.flag_table --write` rewrites this file, and a test keeps the file equal to the
-declarations. A field's flag is read as `--set` of that field (`--ppo.lr 1e-3` is `--set ppo.lr=1e-3`). On
+declarations. A field's flag is read as `--set` of that field (`--ppo.lr 1e-3` is `--set ppo.lr=1e-3`). The
+field column is the key: a nested config's key is its path, the same key a config file (and a run's
+`config.json`) nests under the group, `{"ppo": {"lr": 0.001}}`; the top-level keys of earlier versions (`lr`,
+`reward_mode`) still read, with one line naming today's ([USAGE.md](USAGE.md#command-line)). On
 `--resume` the checkpoint's configuration holds: only the fields marked "may change" may differ from it.
 How the configuration is built in layers, and how a bad one is refused:
 [USAGE.md, Command line](USAGE.md#command-line).

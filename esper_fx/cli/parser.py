@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import types
 import typing
 from dataclasses import MISSING, dataclass, fields
@@ -30,12 +31,15 @@ from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
 from esper_fx.command import with_markdown_help
-from esper_fx.config import GROUP_KEYS, GROUP_OF_KEY, SECTIONS, TrainingConfig, refuse_unsettable
+from esper_fx.config import (
+    GROUP_FIELDS as KEYS_OF_GROUP, GROUP_OF_KEY, OLD_KEYS, TrainingConfig, flat_view, old_keys,
+    old_spellings_note, refuse_unsettable,
+)
 from esper_fx.errors import ConfigError
 from rl.config import field_names
 
-# The nested sections (`esper_fx.config.SECTIONS`) are set key by key with `--set section.key=VALUE`, merged onto
-# the base config's section.
+# Every nested config (a group, `ppo` and `reward`, or a section: `esper_fx.config.GROUPS`, `SECTIONS`) is set key
+# by key with `--set name.key=VALUE` (`--name.key VALUE`), merged onto the base config's.
 # The config's groups as the command line shows them, in order: the run's own fields ("run"), then each nested
 # config (a field of TrainingConfig), each with the dataclass that declares its fields and the fields settable
 # from the command line (the reward's: its settings and constants, those the run gives it left out).
@@ -44,8 +48,7 @@ NESTED: Mapping[str, type] = {f.name: f.default_factory for f in fields(Training
                               if f.default_factory is not MISSING}
 GROUP_FIELDS: Mapping[str, tuple[str, ...]] = {
     RUN: tuple(name for name in field_names(TrainingConfig) if name not in NESTED),
-    **{name: tuple(GROUP_KEYS[name].values()) if name in GROUP_KEYS else field_names(cls)
-       for name, cls in NESTED.items()},
+    **{name: KEYS_OF_GROUP[name] if name in KEYS_OF_GROUP else field_names(cls) for name, cls in NESTED.items()},
 }
 GROUP_HELP: Mapping[str, str] = {
     RUN: "the run's own fields",
@@ -142,11 +145,11 @@ def _group_description(group: str) -> str:
 
 def command_line_changes(sets: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """The command line's changes: the `--set` items (`sets`, from `parse_sets`), then the field flags on top;
-    a nested section's keys from both are merged (`--reinforce.lr 3e-3 --set reinforce.hidden_dim=32` sets
+    a nested config's keys from both are merged (`--reinforce.lr 3e-3 --set reinforce.hidden_dim=32` sets
     both), a key given both ways takes the flag's value."""
     out = dict(sets)
     for key, value in field_values(args).items():
-        both = key in SECTIONS and isinstance(out.get(key), Mapping) and isinstance(value, Mapping)
+        both = key in NESTED and isinstance(out.get(key), Mapping) and isinstance(value, Mapping)
         out[key] = {**out[key], **value} if both else value
     return out
 
@@ -171,10 +174,10 @@ def field_values(args: argparse.Namespace) -> dict[str, Any]:
 # --set KEY=VALUE
 # ----------------------------------------------------------------------------------------------
 
-SET_HELP = ("set any config field: a field of the run (`max_train_batches=8`), a key of a nested config "
-            "(`ppo.gamma=0.9`, `reward.reward_family=accuracy`, `reward.probation_base=4`, `oracle.slot=r0c1`, "
-            "`heuristic.blend=linear`); a PPO key or a reward setting may drop its group (`lr=1e-3`), as in a config "
-            "file; VALUE is read as JSON, else as a string; repeatable")
+SET_HELP = ("set any config field: a field of the run (`max_train_batches=8`), a key of a nested config as its "
+            "path, as a config file nests it (`ppo.gamma=0.9`, `reward.reward_family=accuracy`, "
+            "`reward.probation_base=4`, `oracle.slot=r0c1`, `heuristic.blend=linear`); VALUE is read as JSON, else "
+            "as a string; repeatable")
 
 
 def add_set_option(parser: argparse.ArgumentParser) -> None:
@@ -184,9 +187,9 @@ def add_set_option(parser: argparse.ArgumentParser) -> None:
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     """`--set` items as config changes: a VALUE that parses as JSON is taken as JSON, else as a string; a
-    `section.key` sets one field of a nested section ({section: {key: value}}), a `ppo.key` / `reward.key`
-    its flat key (a reward constant: its key `reward.key`). Raises ConfigError naming an item that is not
-    KEY=VALUE or a key that is no config field."""
+    `name.key` sets one field of a nested config ({name: {key: value}}); a key of an earlier version (`lr`,
+    `reward_mode`: `esper_fx.config.OLD_KEYS`) is read as today's (`old_set_keys` finds them for the note).
+    Raises ConfigError naming an item that is not KEY=VALUE or a key that is no config field."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -197,20 +200,17 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
 
 
 def _put(out: dict[str, Any], key: str, value: Any, given: str) -> None:
-    """Put one setting into the config changes `out`, at the key the config takes: a section's key nested
-    ({section: {key: value}}), a PPO key or a reward setting flat (the config's JSON key: `ppo.lr` and its alias
-    `lr` are one key, `lr`), a reward constant and any other field as itself. Raises ConfigError (naming
-    `given`) for an unknown key, and for a field the run gives the reward (naming the run's setting)."""
+    """Put one setting into the config changes `out`, where the config's JSON holds it: a nested config's key
+    under its name ({name: {key: value}}; an earlier version's key, `lr`, where today's, `ppo.lr`, goes), any
+    other field as itself. Raises ConfigError (naming `given`) for an unknown key, and for a field the run
+    gives the reward (naming the run's setting)."""
+    key = OLD_KEYS.get(key, key) if "." not in key else key
     section, dot, name = key.partition(".")
     if not dot:
         _check_key(key, given)
         out[key] = value
-    elif section in SECTIONS and name in field_names(SECTIONS[section]):
+    elif section in GROUP_FIELDS and section != RUN and name in GROUP_FIELDS[section]:
         out.setdefault(section, {})[name] = value
-    elif GROUP_KEYS.get(section, {}).get(name) == name:  # a flat key by its group: `ppo.lr` is `lr`
-        out[name] = value
-    elif key in GROUP_OF_KEY:  # a reward constant: `reward.probation_base`
-        out[key] = value
     else:
         try:
             refuse_unsettable([key])
@@ -238,25 +238,40 @@ def _shown(text: str, limit: int = 40) -> str:
     return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
 
 
+def old_set_keys(items: Sequence[str]) -> list[str]:
+    """The keys of earlier versions (`OLD_KEYS`: `lr`, `reward_mode`) the `--set` items use (`reward.NAME` is
+    today's path on the command line, an old key only at the top level of a file)."""
+    return old_keys({key: None for key in (item.partition("=")[0] for item in items) if "." not in key})
+
+
+def note_old_spellings(keys: Iterable[str]) -> None:
+    """Print the one line naming today's key of each key of an earlier version the command was given (a
+    config file's or a `--set` item's; `esper_fx.config.old_spellings_note`), if any, to stderr."""
+    note = old_spellings_note(keys)
+    if note is not None:
+        print(note, file=sys.stderr)
+
+
 def _check_key(key: str, given: str) -> None:
-    if key in GROUP_OF_KEY or key in GROUP_FIELDS[RUN] or key in SECTIONS:
+    if key in GROUP_FIELDS[RUN] or key in NESTED:
         return
     if f"reward.{key}" in GROUP_OF_KEY:
         raise ConfigError(f"{given}: {key!r} is a constant of the reward: its key is 'reward.{key}'")
-    raise ConfigError(f"{given}: unknown config key {key!r} (a field of TrainingConfig, a PPO or reward "
-                      f"key such as 'ppo.lr', or section.key for {', '.join(SECTIONS)})")
+    raise ConfigError(f"{given}: unknown config key {key!r} (a field of TrainingConfig, or name.key for "
+                      f"{', '.join(NESTED)}, such as 'ppo.lr')")
 
 
 def with_sections(base: TrainingConfig, changes: Mapping[str, Any]) -> dict[str, Any]:
-    """`changes` with each nested section's keys merged onto `base`'s section (the other keys keep theirs)."""
+    """`changes` with each nested config's keys merged onto `base`'s (the other keys keep theirs)."""
     out = dict(changes)
-    for name in SECTIONS:
+    kept = base.to_dict(every_constant=True)
+    for name in NESTED:
         if name in out:
             if not isinstance(out[name], Mapping):
                 raise ConfigError(f"{name} must be a JSON object of its keys, or set field by field as "
-                                  f"{name}.FIELD=VALUE (fields: {', '.join(field_names(SECTIONS[name]))}; "
+                                  f"{name}.FIELD=VALUE (fields: {', '.join(GROUP_FIELDS[name])}; "
                                   f"got {out[name]!r})")
-            out[name] = {**getattr(base, name).to_dict(), **out[name]}
+            out[name] = {**kept[name], **out[name]}
     return out
 
 
@@ -264,9 +279,11 @@ def refuse_resume_changes(kept: Mapping[str, Any], wanted: Mapping[str, Any], ma
                           kept_by: str = "the checkpoint") -> None:
     """A resume's command line may change only what `may_change` names (`config.RESUME_OVERRIDABLE` for
     `train --resume`): any other setting in `wanted` that differs from the `kept` one (what `kept_by`
-    recorded) is refused by name, one line. Shared by `train --resume` and `prove --resume`."""
+    recorded) is refused by name, one line; a nested config's keys are compared one by one, named by their
+    path (`ppo.lr`; `esper_fx.config.flat_view`). Shared by `train --resume` and `prove --resume`."""
     allowed = set(may_change)
-    for name, value in wanted.items():
+    kept = flat_view(kept)
+    for name, value in flat_view(wanted).items():
         value = list(value) if isinstance(value, (list, tuple)) else value
         if name not in allowed and value != kept.get(name):
             raise ConfigError(f"--resume: {name} cannot change on resume ({kept_by} has {kept.get(name)!r}, "

@@ -4,7 +4,7 @@
     python -m esper_fx.prove --arms wait random heuristic oracle --n-eval-seeds 8
     python -m esper_fx.prove --checkpoint runs/quickstart-…    # evaluate a trained run instead
     python -m esper_fx.prove --checkpoint out/train/ppo-seed42 out/train/ppo-seed7   # several, aggregated
-    python -m esper_fx.prove --set reward_family=contribution --set update_epochs=1   # an ablation
+    python -m esper_fx.prove --set reward.reward_family=contribution --set ppo.update_epochs=1   # an ablation
     python -m esper_fx.prove --train-seeds 42 7 11             # one controller per training seed, aggregated
 
 Arms: `ppo` (the trained controller, greedy), `ppo_sampled` (the same policy, sampling), `wait` (the static
@@ -60,9 +60,10 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 from bridge.jax_env import ensure_jax_env
-from esper_fx.cli.parser import (add_field_flags, add_set_option, command_line_changes, field_flags, parse_sets,
-                                  refuse_resume_changes, with_sections)
-from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, SEED_MAX, SEED_MIN, TrainingConfig
+from esper_fx.cli.parser import (add_field_flags, add_set_option, command_line_changes, field_flags,
+                                  note_old_spellings, old_set_keys, parse_sets, refuse_resume_changes, with_sections)
+from esper_fx.config import (AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, SEED_MAX, SEED_MIN, TrainingConfig,
+                             flat_view)
 from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, default_tuning_seeds
 from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
 from esper_fx.command import EXIT_OK, CommandParser
@@ -208,14 +209,14 @@ def load_checkpoints(paths: Sequence[str]) -> list[tuple[str, TrainingConfig, An
 
     loaded = [(path, *load_policy(path)) for path in paths]
     first_path, first, _ = loaded[0]
-    theirs = first.to_dict(every_constant=True)
+    theirs = flat_view(first.to_dict(every_constant=True))
     by_seed: dict[int, str] = {}
     for path, config, _ in loaded:
         if config.seed in by_seed:
             raise ProveError(f"--checkpoint: {by_seed[config.seed]} and {path} were both trained with seed "
                              f"{config.seed}; several runs must have distinct training seeds")
         by_seed[config.seed] = path
-        mine = config.to_dict(every_constant=True)
+        mine = flat_view(config.to_dict(every_constant=True))
         differ = [name for name in sorted(set(mine) | set(theirs)) if name not in _RUN_ONLY
                   and mine.get(name) != theirs.get(name)]
         if differ:
@@ -292,7 +293,7 @@ def eval_seeds(args: argparse.Namespace) -> range | list[int]:
 def _policy_value(config: TrainingConfig, name: str) -> Any:
     values = {"slots": list(config.enabled_slots), "blueprint_menu": list(config.menu),
               "controller": config.controller_name}
-    return values[name] if name in values else config.to_dict()[name]
+    return values[name] if name in values else flat_view(config.to_dict())[name]
 
 
 def check_policy_fields(trained: TrainingConfig, config: TrainingConfig, checkpoint: str) -> None:
@@ -435,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             json_path = Path(os.path.abspath(args.json)) if args.json else None
             if command is not None:
                 check_outputs(out, json_path)
+            note_old_spellings(old_set_keys(args.sets))
         except ConfigError as exc:
             return CommandParser(NAME).fail(exc)
         except KeyboardInterrupt as stop:
@@ -483,7 +485,7 @@ def resumed_args(argv: Sequence[str]) -> argparse.Namespace:
                               "the first start")
     for name, value in given.items():
         setattr(first, name, value)
-    for key in parse_sets(sets):  # a --set on the resume wins over the first start's flag for that field
+    for key in flat_view(parse_sets(sets)):  # a --set on the resume wins over the first start's flag for that field
         if key in fields and key not in given:
             setattr(first, key, None)
     first.sets = [*first.sets, *sets]

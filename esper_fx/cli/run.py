@@ -21,6 +21,7 @@ from esper_fx.distributed.auto import choose_workers
 from esper_fx.command import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR
 from esper_fx.errors import RunDirectoryError, RunFailure, SetupError
 from esper_fx.stopping import exit_code, stop_signal
+from rl.config import REWARD_SETTINGS
 from esper_fx.training.threads import limit_cpu_threads
 
 
@@ -34,7 +35,8 @@ def config_summary(config: TrainingConfig) -> list[str]:
         entropy = f"{ppo.entropy_coef:g}"
     weighted = [f"{head} {w:g}" for head, w in zip(ACTION_HEADS, ppo.entropy_head_weights) if w != 1.0]
     weights = f"; head weights {', '.join(weighted)}, the others 1" if weighted else ""
-    changed = [f"{key}={value}" for key, value in config.to_dict().items() if key.startswith("reward.")]
+    changed = [f"reward.{key}={value}" for key, value in config.to_dict()["reward"].items()
+               if key not in REWARD_SETTINGS]  # the reward's constants changed from their defaults
     return [
         f"esper_fx: task={config.task.value} ({config.topology}), controller={config.controller_name}, "
         f"seed={config.seed}",

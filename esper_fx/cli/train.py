@@ -21,9 +21,10 @@ from bridge.jax_env import ensure_jax_env
 from esper_fx.training import compile_cache
 from esper_fx.outputs.run_names import default_run_dir
 from esper_fx.cli.run import config_summary, run_from_cli  # noqa: F401 (config_summary re-exported)
-from esper_fx.cli.parser import (add_field_flags, add_set_option, command_line_changes, parse_sets,
-                                  refuse_resume_changes, with_sections)
-from esper_fx.config import AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths
+from esper_fx.cli.parser import (add_field_flags, add_set_option, command_line_changes, note_old_spellings,
+                                  old_set_keys, parse_sets, refuse_resume_changes, with_sections)
+from esper_fx.config import (AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths, old_keys,
+                             read_config_json)
 from esper_fx.command import CommandParser
 from esper_fx.errors import ConfigError
 from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
@@ -60,16 +61,23 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, argparse.Namespace]:
-    """Parse the command line into a validated config. Raises ConfigError; writes nothing."""
+    """Parse the command line into a validated config. Raises ConfigError; writes nothing but, when the config
+    file or a `--set` item used a key of an earlier version (`lr` for `ppo.lr`), one line on stderr naming
+    today's (`note_old_spellings`)."""
     args = build_parser().parse_args(argv)
     if args.config is not None and args.preset is not None:
         raise ConfigError("--config replaces the preset: pass either --config or --preset, not both")
     overrides = _overrides(args)
     if overrides.get("resume_path") is not None:
-        return _with_ray(absolute_paths(_resume_config(args, overrides))), args
+        config = _with_ray(absolute_paths(_resume_config(args, overrides)))
+        note_old_spellings(old_set_keys(args.sets))
+        return config, args
+    old = old_set_keys(args.sets)
     try:
         if args.config is not None:
-            base = TrainingConfig.from_json(args.config)
+            data = read_config_json(args.config)
+            old = [*old_keys(data), *old]
+            base = TrainingConfig.from_dict(data)
         else:
             base = TrainingConfig.preset(args.preset or DEFAULT_PRESET)
         config = base.replace(**with_sections(base, overrides)) if overrides else base
@@ -78,7 +86,9 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
     if config.run_dir is None and config.resume_path is None:
         label = Path(args.config).stem if args.config else (args.preset or DEFAULT_PRESET)
         config = config.replace(run_dir=default_run_dir(label))
-    return _with_ray(absolute_paths(config)), args
+    config = _with_ray(absolute_paths(config))
+    note_old_spellings(old)
+    return config, args
 
 
 def _with_ray(config: TrainingConfig) -> TrainingConfig:

@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from esper_fx.config import RESUME_OVERRIDABLE, TrainingConfig
+from esper_fx.config import RESUME_OVERRIDABLE, TrainingConfig, flat_view
+from esper_fx.configuration.keys import legacy_dict
 from esper_fx.errors import ResumeMismatchError
 from esper_fx.outputs.durable import replace_text
 from esper_fx.stopping import deferred_stops
@@ -91,8 +92,9 @@ def episode_key(arm: Any, seed: int) -> str:
     from esper_fx.evaluation.episodes import episode_config
 
     overrides = arm.per_seed(seed) if arm.per_seed is not None else {}
-    config = {k: v for k, v in episode_config(arm.config, seed, **overrides).to_dict(every_constant=True).items()
-              if k not in _KEY_IGNORES}
+    # the config's keys as earlier versions wrote them (`legacy_dict`), so a kept folder's digests still match
+    config = {k: v for k, v in legacy_dict(episode_config(arm.config, seed, **overrides).to_dict(every_constant=True))
+              .items() if k not in _KEY_IGNORES}
     digest = hashlib.sha256()
     digest.update(json.dumps([arm.name, int(seed), getattr(arm.controller, "name", repr(arm.controller)), config],
                              sort_keys=True, default=repr).encode("utf-8"))
@@ -220,7 +222,7 @@ def _check_same(path: Path, config: TrainingConfig) -> None:
     except (OSError, ValueError) as exc:
         raise ResumeMismatchError(f"resume: the training run {path} cannot be read ({exc}); delete it to train "
                                   f"it again") from None
-    theirs, mine = saved.to_dict(every_constant=True), config.to_dict(every_constant=True)
+    theirs, mine = flat_view(saved.to_dict(every_constant=True)), flat_view(config.to_dict(every_constant=True))
     for name in sorted(set(theirs) | set(mine)):
         if name not in _RUN_IGNORES and theirs.get(name) != mine.get(name):
             raise ResumeMismatchError(f"resume: the training run {path} was trained with {name} "

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from esper_fx.contracts.actions import ACTION_HEADS
-from esper_fx.config import TrainingConfig
+from esper_fx.config import TrainingConfig, flat_view, upgrade_saved
 from esper_fx.errors import OutputError, ResumeMismatchError, SetupError
 from esper_fx.outputs.durable import fsync_dir, fsync_tree, install_dir, replace_link, write_durably
 
@@ -62,7 +62,7 @@ _PREFERENCE = {None: 2, "tmp": 1, "old": 0}  # of two copies of one batch: insta
 # Fields that fix the shapes of the controller and the observation, or what an observation means: a resume
 # must not change them (nor `prove --checkpoint`, but for n_envs).
 SHAPE_FIELDS = ("task", "n_envs", "max_epochs", "slots", "use_telemetry", "observe_log_params", "observe_withheld",
-                "observe_fit_gap", "blueprint_menu", "controller", "lstm_hidden_dim", "lifecycle")
+                "observe_fit_gap", "blueprint_menu", "controller", "ppo.lstm_hidden_dim", "lifecycle")
 # The action heads of a checkpoint written before the manifest named them (before the tempo head).
 FOUR_HEADS = ("slot", "blueprint", "blend", "op")
 
@@ -521,7 +521,8 @@ def check_compatible(manifest: Mapping[str, Any], config_dict: Mapping[str, Any]
     A field the checkpoint's config lacks came later: that run had the field's default, so the resumed run
     must have it too."""
     check_heads(manifest)
-    saved = {**TrainingConfig().to_dict(), **manifest["config"]}
+    saved = {**flat_view(TrainingConfig().to_dict()), **flat_view(upgrade_saved(manifest["config"]))}
+    config_dict = flat_view(config_dict)
     for name in SHAPE_FIELDS:
         if saved.get(name) != config_dict.get(name):
             raise ResumeMismatchError(

@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 from bridge.jax_env import ensure_jax_env
 from esper_fx.outputs import plots
 from esper_fx.outputs.checkpoint import CheckpointError, read_manifest
-from esper_fx.config import TrainingConfig
+from esper_fx.config import TrainingConfig, flat_view
 from esper_fx.contracts.slots import SlotIdError, sort_slot_ids
 from esper_fx.command import EXIT_OK, CommandParser
 from esper_fx.errors import ConfigError, OutputError
@@ -363,7 +363,8 @@ def plot_section(plot: Plot) -> str:
 
 
 def config_section(config: Mapping[str, Any]) -> str:
-    rows = [(key, format_config(value)) for key, value in config.items()]
+    """config.json as a table, a row per key; a nested config's keys by their path (`ppo.lr`)."""
+    rows = [(key, format_config(value)) for key, value in flat_view(config).items()]
     return f'<div class="scroll">{_table(("field", "value"), rows, key_columns=2)}</div>'
 
 

@@ -176,7 +176,9 @@ JSON_CASES = [
     _json_case("blueprint_menu string", blueprint_menu="noop,conv_light"),
     _json_case("data_root number", data_root=5), _json_case("data_root empty", data_root=""),
     _json_case("discard_rolled_back_envs number", discard_rolled_back_envs=1),
-    _json_case("unknown key", learning_rate=1e-3), _json_case("nested ppo group", ppo={"lr": 1e-3}),
+    _json_case("unknown key", learning_rate=1e-3), _json_case("ppo group not an object", ppo=1e-3),
+    _json_case("unknown key of the ppo group", ppo={"learning_rate": 1e-3}),
+    _json_case("old key and its new spelling", lr=1e-3, ppo={"lr": 2e-3}),
 ]
 
 CONFIG_FILE_CASES = [
@@ -475,7 +477,7 @@ PROVE_CASES = [
     _prove_case("ray-address unreachable", "--env-workers", "1", "--ray-address", "127.0.0.1:1"),
     _prove_checkpoint_case("checkpoint with another task", "--set", "task=shapes16"),
     _prove_checkpoint_case("checkpoint with other slots", "--set", "slots=[\"r0c0\"]"),
-    _prove_checkpoint_case("checkpoint with another lstm size", "--set", "lstm_hidden_dim=64"),
+    _prove_checkpoint_case("checkpoint with another lstm size", "--set", "ppo.lstm_hidden_dim=64"),
     _prove_checkpoint_case("checkpoint with another controller", "--set", "controller=ppo_mlp"),
 ]
 

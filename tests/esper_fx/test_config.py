@@ -7,7 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esper_fx.config import HeuristicConfig, PPOConfig, RewardConfig, TrainingConfig
+from esper_fx.config import (
+    OLD_KEYS, HeuristicConfig, PPOConfig, RewardConfig, TrainingConfig, flat_view, old_keys, old_spellings_note,
+    upgrade_saved,
+)
 from esper_fx.presets import PRESET_NAMES
 from rl.config import REWARD_FROM_RUN, REWARD_SETTINGS
 
@@ -24,14 +27,15 @@ DEFAULTS = {
     "data_path": "device", "num_workers": None, "env_workers": "auto", "ray_address": None, "data_root": "./data", "data_split": "shared",
     "batch_size_per_env": None, "max_train_batches": None, "val_samples": None, "val_batch_size": None,
     "data_seed": 0, "synthetic_train_samples": 50000, "synthetic_test_samples": 10000, "amp": False,
-    "amp_dtype": "float16", "lstm_hidden_dim": 128, "blueprint_menu": None,
-    "lr": 3e-4, "gamma": 0.99, "gae_lambda": 0.95, "clip_ratio": 0.2, "clip_value": True,
-    "value_clip": 10.0, "value_coef": 0.5, "max_grad_norm": 1.0, "target_kl": 0.05, "update_epochs": 8, "kl_per_head": True,
-    "num_minibatches": 1, "adam_eps": 1e-5, "weight_decay": 0.0, "entropy_coef": 0.02,
-    "entropy_coef_start": None, "entropy_coef_end": None, "entropy_coef_min": 0.0,
-    "entropy_anneal_episodes": 0, "entropy_head_weights": [1.0, 1.0, 1.0, 1.0, 1.0], "horizon_bootstrap": False,
-    "reward_family": "contribution", "reward_mode": "shaped",
-    "param_budget": 500000, "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "flop_rent_weight": 0.0,
+    "amp_dtype": "float16", "blueprint_menu": None,
+    "ppo": {"lstm_hidden_dim": 128, "lr": 3e-4, "gamma": 0.99, "gae_lambda": 0.95, "clip_ratio": 0.2,
+            "clip_value": True, "value_clip": 10.0, "value_coef": 0.5, "max_grad_norm": 1.0, "target_kl": 0.05,
+            "update_epochs": 8, "kl_per_head": True, "num_minibatches": 1, "adam_eps": 1e-5, "weight_decay": 0.0,
+            "entropy_coef": 0.02, "entropy_coef_start": None, "entropy_coef_end": None, "entropy_coef_min": 0.0,
+            "entropy_anneal_episodes": 0, "entropy_head_weights": [1.0, 1.0, 1.0, 1.0, 1.0],
+            "horizon_bootstrap": False},
+    "reward": {"reward_family": "contribution", "reward_mode": "shaped", "param_budget": 500000,
+               "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "flop_rent_weight": 0.0},
     "discard_rolled_back_envs": False, "use_telemetry": True, "observe_log_params": False, "observe_withheld": [],
     "observe_fit_gap": False, "telemetry_level": "normal",
     "run_dir": None, "resume_path": None,
@@ -119,21 +123,79 @@ def test_unknown_keys_are_rejected_and_named():
         TrainingConfig(bogus=1)
 
 
-def test_a_default_config_saves_the_keys_it_always_saved_and_no_reward_constant():
-    """The run's fields, the PPO fields and the reward's settings spliced in where their groups stand, in that
-    order (run directories and checkpoints of a default config are written as before the constants were keys)."""
-    groups = {"ppo": PPOConfig.__dataclass_fields__, "reward": REWARD_SETTINGS}
-    keys = [key for name in TrainingConfig.__dataclass_fields__ for key in groups.get(name, [name])]
+def test_a_default_config_saves_every_field_nested_by_group_and_no_reward_constant():
+    """One key a field of the run, one JSON object a nested config: `ppo` with every PPO field, `reward` with the
+    reward's settings (no constant left at its default), each section with its keys."""
     for config in (TrainingConfig(), *(TrainingConfig.preset(name) for name in PRESET_NAMES)):
-        assert list(config.to_dict()) == keys
+        saved = config.to_dict()
+        assert list(saved) == list(TrainingConfig.__dataclass_fields__)
+        assert list(saved["ppo"]) == list(PPOConfig.__dataclass_fields__)
+        assert list(saved["reward"]) == list(REWARD_SETTINGS)
+        assert all(isinstance(saved[name], dict) for name in ("ppo", "reward", "heuristic", "oracle", "reinforce"))
+        assert not [key for key in saved if key in OLD_KEYS]
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_every_preset_round_trips_through_its_json(name):
+    config = TrainingConfig.preset(name)
+    for every_constant in (False, True):
+        saved = json.loads(json.dumps(config.to_dict(every_constant=every_constant)))
+        assert TrainingConfig.from_dict(saved) == config
+        assert TrainingConfig.from_saved(saved) == config
+
+
+def old_form(config: TrainingConfig) -> dict:
+    """`config`'s JSON as versions before the one key style wrote it, built by hand: the PPO fields and the
+    reward's settings as top-level keys, the reward's changed constants as top-level `reward.NAME`."""
+    d = config.to_dict()
+    ppo, reward = d.pop("ppo"), d.pop("reward")
+    return {**d, **ppo, **{(k if k in REWARD_SETTINGS else f"reward.{k}"): v for k, v in reward.items()}}
+
+
+def test_an_old_flat_saved_config_loads_silently_and_equal(tmp_path, capsys):
+    config = TrainingConfig(lr=1e-3, gamma=0.9, reward_family="loss", **{"reward.probation_base": 4},
+                            heuristic={"blend": "linear"})
+    old = old_form(config)
+    assert old["lr"] == 1e-3 and old["reward_family"] == "loss" and old["reward.probation_base"] == 4.0
+    assert "ppo" not in old and "reward" not in old
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(old))
+    for back in (TrainingConfig.from_saved(old), TrainingConfig.from_json(path, saved=True),
+                 TrainingConfig.from_dict(old)):
+        assert back == config and back.to_dict() == config.to_dict()
+    assert upgrade_saved(old) == {**config.to_dict()}
+    assert capsys.readouterr().err == ""
+
+
+def test_an_old_key_and_its_new_spelling_together_are_refused_naming_both():
+    with pytest.raises(ValueError, match=r"'lr' is an old spelling of ppo.lr, given as well"):
+        TrainingConfig.from_dict({"lr": 1e-3, "ppo": {"lr": 2e-3}})
+
+
+def test_the_note_on_old_spellings_names_each_new_key_in_one_line():
+    assert old_keys({"lr": 1, "seed": 2, "reward_mode": "sparse", "reward.probation_base": 4, "ppo": {}}) == [
+        "lr", "reward_mode", "reward.probation_base"]
+    note = old_spellings_note(["lr", "reward_mode", "reward.probation_base", "lr"])
+    assert "\n" not in note and note.startswith("esper_fx: note: config key 'lr' is now 'ppo.lr', ")
+    assert "'reward_mode' is now 'reward.reward_mode'" in note and "'probation_base' under 'reward'" in note
+    assert note.count("'lr'") == 1 and old_spellings_note([]) is None
+
+
+def test_a_nested_key_the_config_does_not_have_is_refused_by_its_path():
+    with pytest.raises(ValueError, match=r"\['ppo.bogus'\]"):
+        TrainingConfig.from_dict({"ppo": {"bogus": 1}})
+    with pytest.raises(ValueError, match=r"^reward.gamma is taken from the run: set ppo.gamma instead$"):
+        TrainingConfig.from_dict({"reward": {"gamma": 0.9}})
+    with pytest.raises(ValueError, match=r"\['reward.bogus'\]"):
+        TrainingConfig(reward={"bogus": 1})
 
 
 def test_a_reward_constant_set_from_python_is_saved_and_restored(tmp_path):
     config = TrainingConfig(reward=RewardConfig(probation_base=4, auto_cull_penalty=-0.5), reward_mode="sparse")
     assert config.reward.probation_base == 4.0 and config.reward.reward_mode == "sparse"
     saved = config.to_dict()
-    assert [(k, v) for k, v in saved.items() if k.startswith("reward.")] == [
-        ("reward.probation_base", 4.0), ("reward.auto_cull_penalty", -0.5)]
+    assert [(k, v) for k, v in saved["reward"].items() if k not in REWARD_SETTINGS] == [
+        ("probation_base", 4.0), ("auto_cull_penalty", -0.5)]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(saved))
     for back in (TrainingConfig.from_dict(saved), TrainingConfig.from_saved(saved),
@@ -142,12 +204,12 @@ def test_a_reward_constant_set_from_python_is_saved_and_restored(tmp_path):
     assert config.replace(seed=1).reward.probation_base == 4.0
     assert TrainingConfig(**{"reward.probation_base": 4}).reward == TrainingConfig(
         reward=RewardConfig(probation_base=4)).reward
-    assert "reward.probation_base" not in config.replace(**{"reward.probation_base": 3}).to_dict()  # the default
-    assert config.to_dict(every_constant=True)["reward.germinate_cost"] == RewardConfig().germinate_cost
+    assert "probation_base" not in config.replace(**{"reward.probation_base": 3}).to_dict()["reward"]  # the default
+    assert config.to_dict(every_constant=True)["reward"]["germinate_cost"] == RewardConfig().germinate_cost
 
 
 def test_a_saved_config_without_reward_constants_loads_them_at_their_defaults():
-    earlier = TrainingConfig(reward_mode="sparse").to_dict()  # as earlier versions wrote it: no `reward.NAME` key
+    earlier = old_form(TrainingConfig(reward_mode="sparse"))  # as earlier versions wrote it: no `reward.NAME` key
     assert not [key for key in earlier if key.startswith("reward.")]
     loaded = TrainingConfig.from_saved(earlier).reward
     assert loaded == TrainingConfig(reward_mode="sparse").reward and loaded.probation_base == 3.0
@@ -172,14 +234,14 @@ def test_strings_coerce_to_enums_and_use_telemetry_false_drops_the_features():
     assert c.task == "shapes10" and c.use_telemetry is False and c.state_dim == 59
 
 
-PRESET_EXPECT = {
-    "cifar10": {"task": "cifar10", "entropy_coef": 0.1},
-    "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
-    "tinystories": {"task": "tinystories", "entropy_coef": 0.05, "entropy_coef_start": 0.05,
-                    "entropy_coef_end": 0.01, "entropy_anneal_episodes": 10, "sparse_reward_scale": 0.5},
-    "shapes10": {"task": "shapes10", "entropy_coef": 0.1},
-    "pytext": {"task": "pytext", "entropy_coef": 0.05, "entropy_coef_start": 0.05,
-               "entropy_coef_end": 0.01, "entropy_anneal_episodes": 10, "sparse_reward_scale": 0.5},
+PRESET_EXPECT = {  # by path: `ppo.entropy_coef` is {"ppo": {"entropy_coef": ...}} on disk
+    "cifar10": {"task": "cifar10", "ppo.entropy_coef": 0.1},
+    "cifar10_deep": {"task": "cifar10_deep", "ppo.entropy_coef": 0.08},
+    "tinystories": {"task": "tinystories", "ppo.entropy_coef": 0.05, "ppo.entropy_coef_start": 0.05,
+                    "ppo.entropy_coef_end": 0.01, "ppo.entropy_anneal_episodes": 10, "reward.sparse_reward_scale": 0.5},
+    "shapes10": {"task": "shapes10", "ppo.entropy_coef": 0.1},
+    "pytext": {"task": "pytext", "ppo.entropy_coef": 0.05, "ppo.entropy_coef_start": 0.05,
+               "ppo.entropy_coef_end": 0.01, "ppo.entropy_anneal_episodes": 10, "reward.sparse_reward_scale": 0.5},
     "heuristic": {"controller": "heuristic", "task": "cifar10", "n_episodes": 1, "n_envs": 1,
                   "max_epochs": 75, "batch_size_per_env": 128, "max_train_batches": 50,
                   "val_samples": 6400, "slots": ["r0c0", "r0c1", "r0c2"]},
@@ -189,9 +251,10 @@ PRESET_EXPECT = {
 @pytest.mark.parametrize("name", sorted(PRESET_EXPECT))
 def test_presets_set_exactly_their_values(name):
     got = TrainingConfig.preset(name).to_dict()
-    default = TrainingConfig().to_dict()
+    default = flat_view(TrainingConfig().to_dict())
     expect = PRESET_EXPECT[name]
-    for key, value in got.items():
+    assert set(expect) <= set(flat_view(got))
+    for key, value in flat_view(got).items():
         assert value == expect.get(key, default[key]), key
     assert TrainingConfig.from_dict(got) == TrainingConfig.preset(name)
 

@@ -163,7 +163,7 @@ def test_summary_names_the_feature_groups_a_control_withholds():
 
 
 def test_summary_names_the_entropy_head_weights_that_differ_from_one():
-    plain, _ = resolve_config(["--set", "entropy_head_weights={}", "--run-dir", "x"])
+    plain, _ = resolve_config(["--set", "ppo.entropy_head_weights={}", "--run-dir", "x"])
     weighted, _ = resolve_config(["--set", 'entropy_head_weights={"blueprint": 3, "op": 0.5}', "--run-dir", "x"])
     entropy = [next(line for line in config_summary(c) if line.startswith("Entropy:")) for c in (plain, weighted)]
     assert "head weights" not in entropy[0]
@@ -273,7 +273,7 @@ def test_todays_flag_spellings_keep_working():
 
 def test_set_reaches_the_ppo_lr_nested_sections_and_flags_win(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    config, _ = resolve_config(["--set", "lr=1e-3", "--set", "oracle.slot=r0c1", "--set", "heuristic.blend=linear",
+    config, _ = resolve_config(["--set", "ppo.lr=1e-3", "--set", "oracle.slot=r0c1", "--set", "heuristic.blend=linear",
                                 "--set", "ppo.gamma=0.9", "--set", "reward.param_penalty_weight=0.2", "--set", "seed=1",
                                 "--seed", "2"])
     assert config.ppo.lr == 1e-3 and config.ppo.gamma == 0.9 and config.reward.param_penalty_weight == 0.2
@@ -291,13 +291,15 @@ def test_a_sections_flags_and_its_set_items_merge(tmp_path, monkeypatch):
     assert (config.oracle.slot, config.oracle.germinate_epoch) == ("r0c1", 4)
 
 
-def test_a_reward_constant_set_by_flag_or_set_reaches_the_reward_and_its_saved_config(tmp_path, monkeypatch):
+def test_a_reward_constant_set_by_flag_or_set_reaches_the_reward_and_its_saved_config(tmp_path, monkeypatch,
+                                                                                       capsys):
     monkeypatch.chdir(tmp_path)
     by_flag, _ = resolve_config(["--reward.probation-base", "4", "--reward.auto-cull-penalty", "-0.5"])
     by_set, _ = resolve_config(["--set", "reward.probation_base=4", "--set", "reward.auto_cull_penalty=-0.5"])
+    assert capsys.readouterr().err == ""  # today's spelling: no note
     for config in (by_flag, by_set):
         assert (config.reward.probation_base, config.reward.auto_cull_penalty) == (4.0, -0.5)
-        assert config.to_dict()["reward.probation_base"] == 4.0
+        assert config.to_dict()["reward"]["probation_base"] == 4.0
         assert TrainingConfig.from_dict(config.to_dict()).reward == config.reward
     assert by_flag.replace(run_dir=None) == by_set.replace(run_dir=None)
 
@@ -329,7 +331,7 @@ def test_a_reward_constant_is_read_back_on_resume_and_may_not_change(tmp_path, m
                                          r"the command line 5\)"):
         resolve_config(["--resume", str(runs["changed"]), "--reward.probation-base", "5"])
     explicit, _ = resolve_config(["--resume", str(runs["default"]), "--set", "reward.probation_base=3"])
-    assert explicit.reward.probation_base == 3.0 and "reward.probation_base" not in explicit.to_dict()
+    assert explicit.reward.probation_base == 3.0 and "probation_base" not in explicit.to_dict()["reward"]
 
 
 def test_every_settable_field_of_every_config_has_a_flag():
@@ -444,12 +446,112 @@ def test_on_resume_exactly_the_declared_fields_may_change(tmp_path, monkeypatch)
         else:
             assert name in RESUME_OVERRIDABLE, name
             assert config.resume_path == os.path.abspath("run")
-    same, _ = resolve_config(["--resume", "run", "--seed", str(saved.seed), "--set", f"lr={saved.ppo.lr}"])
+    same, _ = resolve_config(["--resume", "run", "--seed", str(saved.seed), "--set", f"ppo.lr={saved.ppo.lr}"])
     assert same.seed == saved.seed
-    with pytest.raises(ValueError, match="lr cannot change on resume"):
+    with pytest.raises(ValueError, match=r"--resume: ppo.lr cannot change on resume \(the checkpoint has 0.0003, "):
+        resolve_config(["--resume", "run", "--set", "ppo.lr=0.5"])
+    with pytest.raises(ValueError, match="--resume: ppo.lr cannot change on resume"):  # the old spelling: same key
         resolve_config(["--resume", "run", "--set", "lr=0.5"])
-    with pytest.raises(ValueError, match="oracle cannot change on resume"):
+    with pytest.raises(ValueError, match="--resume: oracle.slot cannot change on resume"):
         resolve_config(["--resume", "run", "--set", "oracle.slot=r0c2"])
+
+
+# ----------------------------------------------------------------------------------------------
+# one key style: `group.key` on the command line, {"group": {"key": ...}} on disk; old spellings still read
+# ----------------------------------------------------------------------------------------------
+
+OLD_FILE = {"task": "shapes10", "lr": 1e-3, "gamma": 0.9, "reward_family": "loss", "reward.probation_base": 4,
+            "heuristic": {"blend": "linear"}}
+NEW_FILE = {"task": "shapes10", "ppo": {"lr": 1e-3, "gamma": 0.9},
+            "reward": {"reward_family": "loss", "probation_base": 4}, "heuristic": {"blend": "linear"}}
+
+
+def _note_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("esper_fx: note: ")]
+
+
+def test_a_config_file_in_todays_keys_reads_silently(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "new.json").write_text(json.dumps(NEW_FILE))
+    config, _ = resolve_config(["--config", "new.json", "--set", "ppo.update_epochs=2",
+                                "--set", "reward.reward_mode=shaped", "--ppo.clip-ratio", "0.1"])
+    assert (config.ppo.lr, config.ppo.gamma, config.ppo.update_epochs, config.ppo.clip_ratio) == (1e-3, 0.9, 2, 0.1)
+    assert (config.reward.reward_family, config.reward.probation_base) == ("loss", 4.0)
+    assert capsys.readouterr().err == ""
+
+
+def test_old_keys_in_a_config_file_read_as_todays_with_one_line_naming_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.json").write_text(json.dumps(OLD_FILE))
+    (tmp_path / "new.json").write_text(json.dumps(NEW_FILE))
+    old, _ = resolve_config(["--config", "old.json", "--run-dir", "run"])
+    err = capsys.readouterr().err
+    new, _ = resolve_config(["--config", "new.json", "--run-dir", "run"])
+    assert old == new and capsys.readouterr().err == ""
+    assert len(err.splitlines()) == 1 and _note_lines(err) == err.splitlines()
+    for name in ("'lr' is now 'ppo.lr'", "'gamma' is now 'ppo.gamma'", "'reward_family' is now 'reward.reward_family'",
+                 "a top-level 'reward.probation_base' is now 'probation_base' under 'reward'",
+                 "old spellings still read"):
+        assert name in err, name
+    assert "heuristic" not in err  # a section was always nested
+
+
+def test_old_keys_in_set_read_as_todays_with_one_line_for_the_command(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.json").write_text(json.dumps({"task": "shapes10", "entropy_coef": 0.05}))
+    old, _ = resolve_config(["--config", "old.json", "--run-dir", "run", "--set", "lr=1e-3",
+                             "--set", "reward_mode=sparse", "--set", "seed=3"])
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and _note_lines("\n".join(err)) == err
+    assert "'entropy_coef' is now 'ppo.entropy_coef'" in err[0] and "'lr' is now 'ppo.lr'" in err[0]
+    assert "'reward_mode' is now 'reward.reward_mode'" in err[0] and "seed" not in err[0]
+    new, _ = resolve_config(["--run-dir", "run", "--preset", "shapes10", "--set", "ppo.entropy_coef=0.05",
+                             "--set", "ppo.lr=1e-3", "--set", "reward.reward_mode=sparse", "--set", "seed=3"])
+    assert capsys.readouterr().err == ""
+    assert old.replace(run_dir=None) == TrainingConfig.preset("shapes10").replace(
+        ppo={**TrainingConfig.preset("shapes10").to_dict()["ppo"], "entropy_coef": 0.05, "lr": 1e-3},
+        reward_mode="sparse", seed=3, run_dir=None)
+    assert old.ppo == new.ppo and old.reward == new.reward and old.seed == new.seed
+
+
+def test_an_old_key_refused_on_the_command_line_prints_the_error_alone(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--set", "lr=-1"]) == EXIT_SETUP_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lr" in err[0] and not _note_lines(err[0])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_of_a_run_whose_config_json_has_the_old_keys_works_and_refuses_changes(tmp_path, monkeypatch,
+                                                                                        capsys):
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"  # a run stopped before its first checkpoint: config.json alone
+    run.mkdir()
+    saved = TrainingConfig.preset("quickstart", run_dir=str(run), lr=1e-3, reward_family="contribution",
+                                  reward_mode="sparse",
+                                  **{"reward.probation_base": 4})
+    d = saved.to_dict()
+    ppo, reward = d.pop("ppo"), d.pop("reward")
+    old = {**d, **ppo, "reward_family": reward["reward_family"], "reward_mode": "sparse",
+           "param_budget": reward["param_budget"], "param_penalty_weight": reward["param_penalty_weight"],
+           "sparse_reward_scale": reward["sparse_reward_scale"], "flop_rent_weight": reward["flop_rent_weight"],
+           "reward.probation_base": 4.0}
+    assert "ppo" not in old and "reward" not in old and old["lr"] == 1e-3  # as earlier versions wrote it
+    (run / "config.json").write_text(json.dumps(old))
+    config, _ = resolve_config(["--resume", str(run)])
+    assert config.replace(resume_path=None) == saved
+    same, _ = resolve_config(["--resume", str(run), "--set", "ppo.lr=1e-3", "--reward.probation-base", "4",
+                              "--checkpoint-every", "3"])
+    assert same.checkpoint_every == 3 and same.ppo == saved.ppo and same.reward == saved.reward
+    assert capsys.readouterr().err == ""  # a saved config of an earlier version reads silently
+    for argv, name, kept, given in ((["--set", "ppo.lr=0.5"], "ppo.lr", "0.001", "0.5"),
+                                    (["--set", "reward.reward_mode=shaped"], "reward.reward_mode", "'sparse'",
+                                     "'shaped'"),
+                                    (["--reward.probation-base", "5"], "reward.probation_base", "4.0", "5")):
+        with pytest.raises(ValueError) as info:
+            resolve_config(["--resume", str(run), *argv])
+        assert str(info.value) == (f"--resume: {name} cannot change on resume (the checkpoint has {kept}, "
+                                   f"the command line {given})")
 
 
 def test_the_resume_overridable_fields_are_todays_and_fix_no_shape():
@@ -540,7 +642,7 @@ def test_prove_reads_set_and_the_field_flags_through_the_same_code(tmp_path, mon
     from esper_fx.cli import prove
 
     monkeypatch.chdir(tmp_path)
-    args = prove.build_parser().parse_args(["--set", "lr=1e-3", "--set", "oracle.slot=r0c2", "--seed", "3",
+    args = prove.build_parser().parse_args(["--set", "ppo.lr=1e-3", "--set", "oracle.slot=r0c2", "--seed", "3",
                                             "--n-eval-seeds", "2"])
     config, _, seeds, _ = prove.resolve(args)
     assert (config.ppo.lr, config.oracle.slot, config.seed) == (1e-3, "r0c2", 3) and len(seeds) == 2

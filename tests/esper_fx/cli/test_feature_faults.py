@@ -342,8 +342,8 @@ RESUME_FIELD_CASES = [
     (["--set", "fossil_release=\"yes\""], "fossil_release cannot change on resume"),
     (["--lr-warmup-fraction", "nan"], "lr_warmup_fraction cannot change on resume"),
     (["--lr-schedule", "cosine"], "lr_schedule cannot change on resume"),
-    (["--set", "oracle.tempo=3"], "oracle cannot change on resume"),
-    (["--heuristic.tempo", "slow"], "heuristic cannot change on resume"),
+    (["--set", "oracle.tempo=3"], "oracle.tempo cannot change on resume"),
+    (["--heuristic.tempo", "slow"], "heuristic.tempo cannot change on resume"),
 ]
 
 

@@ -24,7 +24,7 @@ from esper_fx.distributed import auto, reaper
 from esper_fx.distributed.runtime import INSTALL_HINT
 from esper_fx.cli.train import main
 from tests.esper_fx.breakdowns import check_breakdown
-from tests.esper_fx.distributed.ray_runs import SMALL, small
+from tests.esper_fx.distributed.ray_runs import SMALL, as_file, as_sets, small
 
 ray = pytest.importorskip("ray")
 
@@ -137,9 +137,8 @@ def test_a_clean_ray_run_prints_no_line_on_stderr(command, reference, tmp_path):
     """Issue 39, item 8: Ray's "Token authentication is enabled for this Ray cluster ..." was on stderr in
     every Ray run, so a clean run's stderr and a failure's one line were each a line longer. The command
     line's run is the in-process run too."""
-    (tmp_path / "c.json").write_text(json.dumps(RUN))
-    sets = [arg for k, v in SMALL.items() if k not in ("n_episodes", "seed", "checkpoint_every")
-            for arg in ("--set", f"{k}={json.dumps(v)}")]
+    (tmp_path / "c.json").write_text(json.dumps(as_file(RUN)))
+    sets = as_sets({k: v for k, v in SMALL.items() if k not in ("n_episodes", "seed", "checkpoint_every")})
     argv = (["--config", "c.json", "--run-dir", "r", "--quiet"] if command == "train" else
             ["--arms", "wait", "--n-eval-seeds", "2", "--out", "p", "--quiet", *sets])
     proc = subprocess.run([sys.executable, "-m", f"esper_fx.{command}", *argv, "--env-workers", "2"], cwd=tmp_path,
@@ -167,7 +166,7 @@ def test_a_run_joins_a_running_cluster_and_leaves_it_running(reference, tmp_path
                             stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     try:
         _wait_listening(port, head)  # (the command checks the address at once, before its summary)
-        (tmp_path / "c.json").write_text(json.dumps(RUN))
+        (tmp_path / "c.json").write_text(json.dumps(as_file(RUN)))
         run = subprocess.run([sys.executable, "-m", "esper_fx.train", "--config", str(tmp_path / "c.json"),
                               "--env-workers", "2", "--ray-address", f"127.0.0.1:{port}", "--run-dir",
                               str(tmp_path / "joined"), "--quiet"], cwd=REPO, env=env, capture_output=True,
@@ -244,7 +243,7 @@ def test_a_stopped_ray_run_checkpoints_and_leaves_no_ray_process(tmp_path, signu
     """A terminal's Ctrl-C reaches the whole process group (the driver and Ray's processes); a scheduler's
     SIGTERM only the driver."""
     config = {k: v for k, v in SMALL.items() if k != "device"} | {"device": "cpu", "n_envs": 2, "n_episodes": 2000}
-    (tmp_path / "c.json").write_text(json.dumps(config))
+    (tmp_path / "c.json").write_text(json.dumps(as_file(config)))
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "esper_fx.train", "--config", str(tmp_path / "c.json"),

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[3]
 # (the training runs write no TensorBoard and no report: prove reads neither)
 TINY_SETS = ["--set", "n_envs=2", "--set", "synthetic_train_samples=256", "--set", "synthetic_test_samples=64",
              "--set", "batch_size_per_env=32", "--set", "max_train_batches=2", "--set", "max_epochs=4",
-             "--set", "num_minibatches=1", "--set", "tensorboard=false", "--set", "report=false"]
+             "--set", "ppo.num_minibatches=1", "--set", "tensorboard=false", "--set", "report=false"]
 TINY_PROVE = ["--episodes", "2", "--n-eval-seeds", "2", "--quiet", *TINY_SETS]
 
 
@@ -97,10 +97,17 @@ def test_bad_flags_exit_2_with_one_line_and_write_nothing(args, needle, tmp_path
 
 
 def test_parse_sets_reads_json_values_and_nested_keys():
-    from esper_fx.cli.parser import parse_sets  # one implementation for train and prove
+    from esper_fx.cli.parser import old_set_keys, parse_sets  # one implementation for train and prove
 
-    assert parse_sets(["lr=1e-3", "slots=[\"r0c0\"]", "oracle.slot=r0c1", "reward_family=accuracy"]) == {
-        "lr": 1e-3, "slots": ["r0c0"], "oracle": {"slot": "r0c1"}, "reward_family": "accuracy"}
+    assert parse_sets(["ppo.lr=1e-3", "slots=[\"r0c0\"]", "oracle.slot=r0c1", "reward.reward_family=accuracy",
+                       "reward.probation_base=4"]) == {
+        "ppo": {"lr": 1e-3}, "slots": ["r0c0"], "oracle": {"slot": "r0c1"},
+        "reward": {"reward_family": "accuracy", "probation_base": 4}}
+    # the keys of earlier versions land where today's do; `old_set_keys` names them for the command's note
+    assert parse_sets(["lr=1e-3", "reward_family=accuracy", "ppo.gamma=0.9"]) == {
+        "ppo": {"lr": 1e-3, "gamma": 0.9}, "reward": {"reward_family": "accuracy"}}
+    assert old_set_keys(["lr=1e-3", "reward_family=accuracy", "ppo.gamma=0.9", "seed=3",
+                         "reward.probation_base=4"]) == ["lr", "reward_family"]
 
 
 def test_the_command_line_runs_as_a_module(tmp_path):
@@ -209,7 +216,7 @@ def test_the_seed_overlap_check_agrees_with_enumerating_every_training_seed():
 
 
 @pytest.mark.parametrize("sets, field", [  # (the tiny prove trained ppo_lstm on shapes16, 4 epochs, 3 slots)
-    (["task=shapes10"], "task"), (["slots=[\"r0c0\"]"], "slots"), (["lstm_hidden_dim=64"], "lstm_hidden_dim"),
+    (["task=shapes10"], "task"), (["slots=[\"r0c0\"]"], "slots"), (["ppo.lstm_hidden_dim=64"], "ppo.lstm_hidden_dim"),
     (["controller=ppo_mlp"], "controller"), (["max_epochs=5"], "max_epochs"),
     (["use_telemetry=false"], "use_telemetry"), (["observe_log_params=true"], "observe_log_params"),
     (['observe_withheld=["curves"]'], "observe_withheld"),
@@ -424,7 +431,7 @@ def test_several_checkpoints_must_be_runs_of_one_configuration_with_distinct_see
         prove.load_checkpoints(["a", "c"])
     with pytest.raises(prove.ProveError, match="--checkpoint d: trained with n_episodes 16, a with 8"):
         prove.load_checkpoints(["a", "d"])
-    with pytest.raises(prove.ProveError, match="--checkpoint e: trained with lr 0.001, a with 0.0003"):
+    with pytest.raises(prove.ProveError, match="--checkpoint e: trained with ppo.lr 0.001, a with 0.0003"):
         prove.load_checkpoints(["a", "e"])
 
 
@@ -469,3 +476,20 @@ def test_prove_spells_the_fields_it_shares_with_train_as_train_does():
     for parser in (prove.build_parser(), train_parser()):
         assert shared <= set(parser._option_string_actions)
     assert "--train-episodes" not in prove.build_parser().format_help()
+
+
+def test_an_old_key_in_set_reads_as_todays_with_one_note_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    got = {}
+    monkeypatch.setattr(prove, "run_prove", lambda args, config, *rest, **kw: got.setdefault("config", config) and 0)
+    base = ["--arms", "wait", "--n-eval-seeds", "1", "--out", "o"]
+    assert prove.main([*base, "--set", "lr=1e-3", "--set", "reward_mode=sparse", "--set",
+                       "reward.reward_family=contribution"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("esper_fx: note: config key 'lr' is now 'ppo.lr', ")
+    assert "'reward_mode' is now 'reward.reward_mode'" in err[0]
+    old = got.pop("config")
+    assert prove.main([*base, "--set", "ppo.lr=1e-3", "--set", "reward.reward_mode=sparse", "--set",
+                       "reward.reward_family=contribution"]) == 0
+    assert capsys.readouterr().err == ""
+    assert got["config"] == old and old.ppo.lr == 1e-3 and old.reward.reward_mode == "sparse"

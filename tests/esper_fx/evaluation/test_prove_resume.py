@@ -21,7 +21,7 @@ from tests.esper_fx.stops import VOLATILE_KEYS, signal_at_apply, signal_at_call,
 # rebuilding the trained network, on its whole budget and on half of it
 TINY_SETS = ["--set", "n_envs=2", "--set", "synthetic_train_samples=256", "--set", "synthetic_test_samples=64",
              "--set", "batch_size_per_env=32", "--set", "max_train_batches=2", "--set", "max_epochs=4",
-             "--set", "num_minibatches=1", "--set", "tensorboard=false", "--set", "report=false"]
+             "--set", "ppo.num_minibatches=1", "--set", "tensorboard=false", "--set", "report=false"]
 ARGS = ["--train-seeds", "5", "--arms", "ppo", "wait", "best_fixed", "static_final", "--static-budgets", "0.5",
         "--episodes", "6", "--n-eval-seeds", "1", "--env-workers", "0", "--quiet", *TINY_SETS,
         "--set", "checkpoint_every=1", "--set", 'slots=["r0c1"]', "--set", 'blueprint_menu=["noop","conv_light"]',
@@ -201,3 +201,24 @@ def test_compare_refuses_a_resume_folder_of_the_users_and_touches_nothing(tmp_pa
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="is a file"):
         compare({"wait": "wait"}, config, [900_000], progress=None, resume=tmp_path / "file")
+
+
+def test_the_episode_key_of_a_fixed_config_is_the_one_earlier_versions_computed():
+    """The key's digest reads the config in the keys it had before they were nested by group
+    (`configuration.keys.legacy_dict`): a prove folder kept by an earlier version still finds its episodes. The
+    digests below were computed by the version before the one key style."""
+    from types import SimpleNamespace
+
+    from esper_fx.config import TrainingConfig
+    from esper_fx.evaluation.resume import episode_key
+
+    changed = TrainingConfig.preset("quickstart", **{"reward.probation_base": 4, "lr": 1e-3,
+                                                     "heuristic": {"blend": "linear"}})
+    arm = SimpleNamespace(name="heuristic", config=changed, controller=SimpleNamespace(name="heuristic"),
+                          policy=None, per_seed=None)
+    assert episode_key(arm, 7) == "39576a202a3f9a14b8cc6f543bdb7630"
+    per_seed = SimpleNamespace(name="ppo", config=TrainingConfig.preset("quickstart"),
+                               controller=SimpleNamespace(name="ppo_lstm"), policy=None,
+                               per_seed=lambda seed: {"max_epochs": 5})
+    assert episode_key(per_seed, 3) == "b0519692395ec5ebc2ea048cf36da46e"
+    assert episode_key(per_seed, 4) != episode_key(per_seed, 3)

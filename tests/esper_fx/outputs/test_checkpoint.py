@@ -391,6 +391,25 @@ def test_a_field_the_policy_depends_on_must_match_unless_the_checkpoint_predates
         ckpt.check_compatible({"config": {**now, "lifecycle": "proportional"}, "architecture": heads}, now, {})
 
 
+def test_a_manifest_whose_config_has_the_old_flat_keys_is_compared_key_by_key():
+    """A checkpoint written before the keys were nested by group holds `lstm_hidden_dim` (and every PPO field, the
+    reward's settings) at the top level of its config: it is read as today's `ppo.lstm_hidden_dim`."""
+    from esper_fx.config import TrainingConfig
+    from esper_fx.errors import ResumeMismatchError
+
+    now = TrainingConfig().to_dict()
+    rest = {k: v for k, v in now.items() if k not in ("ppo", "reward")}
+    old = {**rest, **now["ppo"], **now["reward"]}  # as earlier versions saved it
+    heads = {"action_heads": list(ACTION_HEADS)}
+    ckpt.check_compatible({"config": old, "architecture": heads}, now, {})
+    wider = TrainingConfig(lstm_hidden_dim=64).to_dict()
+    with pytest.raises(ResumeMismatchError, match=r"^cannot resume: ppo.lstm_hidden_dim differs from the checkpoint "
+                                                  r"\(128 in the checkpoint, 64 now\)$"):
+        ckpt.check_compatible({"config": old, "architecture": heads}, wider, {})
+    with pytest.raises(ResumeMismatchError, match="ppo.lstm_hidden_dim differs"):
+        ckpt.check_compatible({"config": {**old, "lstm_hidden_dim": 64}, "architecture": heads}, now, {})
+
+
 def test_a_checkpoint_from_before_the_tempo_head_is_refused_by_name():
     from esper_fx.config import TrainingConfig
 

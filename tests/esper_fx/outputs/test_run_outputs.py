@@ -740,3 +740,5 @@ def test_the_reports_config_table_shows_values_as_config_json_writes_them():
     for shown in (">true<", ">false<", ">null<", '>[&quot;r0c0&quot;, &quot;r0c1&quot;]<', ">shapes16<", ">0.0003<"):
         assert shown in page
     assert "True" not in page and "None" not in page
+    nested = report.config_section({"task": "shapes16", "ppo": {"lr": 0.0003}, "heuristic": {"blend": "linear"}})
+    assert ">ppo.lr<" in nested and ">0.0003<" in nested and ">heuristic.blend<" in nested and ">linear<" in nested
