@@ -180,3 +180,14 @@ def test_best_by_task_follows_the_rule():
     by_cost = best_by_task(config, table, seeds, PickRule("cheapest", 0.15))
     for task in {episode_task(config, s) for s in seeds}:
         assert by_accuracy[task]["chosen"] == "s0" and by_cost[task]["chosen"] == "s1"
+
+
+@pytest.mark.parametrize("case", __import__("tests.esper_fx.bad_inputs", fromlist=["PICK_CASES"]).PICK_CASES,
+                         ids=lambda case: case.name)
+def test_a_bad_pick_flag_or_second_seed_is_one_line_exit_2_and_nothing_written(case, tmp_path):
+    from tests.esper_fx import bad_inputs
+
+    with bad_inputs.offline():
+        outcome = bad_inputs.run_case(case, tmp_path)
+    assert outcome.clean and outcome.code == 2 and not outcome.traceback, outcome.describe()
+    assert len(outcome.stderr.strip().splitlines()) == 1, outcome.stderr
