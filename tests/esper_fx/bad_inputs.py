@@ -452,7 +452,8 @@ def _prove_checkpoint_case(name: str, *flags: str) -> Case:
     return _prove_case(name, "--checkpoint", "run", *flags, setup=_checkpointed())
 
 
-PICK_CASES = [  # best_fixed's pick rule and the oracle's second seed (tests/esper_fx/evaluation/test_best_fixed_pick.py)
+# best_fixed's pick rule and the oracle's second seed (tests/esper_fx/evaluation/test_best_fixed_pick.py runs them)
+PICK_CASES = [
     _prove_case("best-fixed-pick unknown", "--arms", "wait", "best_fixed", "--best-fixed-pick", "fastest"),
     _prove_case("best-fixed-within negative", "--arms", "wait", "best_fixed", "--best-fixed-within", "-1"),
     _prove_case("best-fixed-within nan", "--arms", "wait", "best_fixed", "--best-fixed-within", "nan"),
