@@ -493,13 +493,21 @@ def section_from_dict(cls: type, section: str, d: Any) -> Any:
 @dataclass(frozen=True)
 class OracleConfig:
     """Germinate `blueprint` with blend `blend` at `tempo` in `slot` at epoch `germinate_epoch`, fossilize at
-    the first epoch it is allowed, never cull. The defaults are the quickstart's (shapes16) best fixed schedule."""
+    the first epoch it is allowed, never cull. The defaults are the quickstart's (shapes16) best fixed schedule.
+    With `then_slot` and `then_blueprint` (both or neither), a second seed: `then_blueprint` in `then_slot`, with
+    the same blend and tempo, germinated once, at the first epoch after `germinate_epoch` at which the masks
+    allow a germination in `then_slot`, and fossilized as the first is. Unset, they are left out of `to_dict`,
+    so a one-seed schedule's JSON (and every key computed from it) is the one earlier versions wrote."""
 
     slot: str = option("r0c0", "the slot it germinates in", metavar="SLOT")
     blueprint: str = option("conv_light", "the blueprint it germinates", metavar="NAME")
     blend: str = option("sigmoid", "the seed's blend", metavar="NAME")
     germinate_epoch: int = option(1, "the epoch it germinates at")
     tempo: str = option("standard", "the blend's tempo", metavar="NAME")
+    then_slot: str | None = option(None, "a second seed's slot, germinated at the first epoch after "
+                                   "`germinate_epoch` the masks allow it there, with the same blend and tempo, "
+                                   "fossilized as the first (default: no second seed)", metavar="SLOT")
+    then_blueprint: str | None = option(None, "the second seed's blueprint (set with `then_slot`)", metavar="NAME")
 
     def __post_init__(self) -> None:
         if self.blend not in BLEND_NAMES:
@@ -511,6 +519,25 @@ class OracleConfig:
                 raise ValueError(f"oracle.{name} must be a string (got {getattr(self, name)!r})")
         check.at_least_one("oracle.germinate_epoch", self.germinate_epoch)
         object.__setattr__(self, "germinate_epoch", check.integer("oracle.germinate_epoch", self.germinate_epoch))
+        self._check_second_seed()
+
+    def _check_second_seed(self) -> None:
+        """`then_slot` and `then_blueprint`: both strings or both None, the slot another than `slot`."""
+        for name in ("then_slot", "then_blueprint"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ValueError(f"oracle.{name} must be a string or null (got {getattr(self, name)!r})")
+        if (self.then_slot is None) != (self.then_blueprint is None):
+            missing = "then_blueprint" if self.then_blueprint is None else "then_slot"
+            raise ValueError(f"oracle.{missing} must be set with oracle.then_slot and oracle.then_blueprint "
+                             f"together (got then_slot {self.then_slot!r}, then_blueprint {self.then_blueprint!r})")
+        if self.then_slot is not None and self.then_slot == self.slot:
+            raise ValueError(f"oracle.then_slot {self.then_slot!r} is the first seed's slot: the second seed "
+                             f"needs another slot")
+
+    @property
+    def two_seeds(self) -> bool:
+        """Whether the schedule grows a second seed."""
+        return self.then_slot is not None
 
     def check_against(self, enabled_slots: Sequence[str], menu: Sequence[str], max_epochs: int) -> None:
         """The schedule must name an enabled slot and a menu blueprint, inside the episode."""
@@ -521,9 +548,16 @@ class OracleConfig:
         if self.germinate_epoch > max_epochs:
             raise ValueError(f"oracle.germinate_epoch {self.germinate_epoch} is after the episode's last epoch "
                              f"({max_epochs})")
+        if self.then_slot is not None and self.then_slot not in enabled_slots:
+            raise ValueError(f"oracle.then_slot {self.then_slot!r} is not an enabled slot {list(enabled_slots)}")
+        if self.then_blueprint is not None and (self.then_blueprint == "noop" or self.then_blueprint not in menu):
+            raise ValueError(f"oracle.then_blueprint {self.then_blueprint!r} is not in the blueprint menu "
+                             f"{list(menu[1:])}")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as JSON; the second seed's only when set (the one-seed JSON of earlier versions)."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if not (k in ("then_slot", "then_blueprint") and v is None)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OracleConfig":

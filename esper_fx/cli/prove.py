@@ -13,7 +13,8 @@ architecture the first learned arm ended with — or the oracle's, or best_fixed
 the oracle — trained from scratch as a static
 network), `static_matched` (that architecture trained for the grown run's training FLOPs, lr cosine-decayed
 over its own steps), `best_fixed` (the best fixed schedule found on --tuning-seeds, then run on the
-evaluation seeds; `esper_fx.evaluation.fair_controls`), or any registered controller name. Evaluation
+evaluation seeds; `esper_fx.evaluation.fair_controls`; `--best-fixed-pick cheapest` picks the cheapest schedule
+within `--best-fixed-within` pp of the most accurate instead), or any registered controller name. Evaluation
 seeds never overlap the training run's seeds.
 The metric is the validation accuracy averaged over the last 3 epochs (`esper_fx.evaluation.episodes`); every pair
 against `wait` and against the trained controller gets a paired difference, its 95% interval and a
@@ -64,7 +65,8 @@ from esper_fx.cli.parser import (add_field_flags, add_set_option, command_line_c
                                   note_old_spellings, old_set_keys, parse_sets, refuse_resume_changes, with_sections)
 from esper_fx.config import (AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, SEED_MAX, SEED_MIN, TrainingConfig,
                              flat_view)
-from esper_fx.evaluation.fair_controls import DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, default_tuning_seeds
+from esper_fx.evaluation.fair_controls import (DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, PickRule,
+                                               default_tuning_seeds)
 from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
 from esper_fx.command import EXIT_OK, CommandParser
 from esper_fx.errors import ConfigError
@@ -115,6 +117,7 @@ def build_parser() -> CommandParser:
                         f"and for a task mix the first seeds from there that draw each task, "
                         f"{MIX_TUNING_SEEDS_PER_TASK} per task); "
                         f"disjoint from training and evaluation seeds")
+    add_pick_flags(p)
     p.add_argument("--checkpoint", metavar="RUN_DIR", nargs="+",
                    help="evaluate this trained run instead of training one; several runs that differ in their "
                         "training seed alone are played as ppo[seed=S] each, with the aggregate across them")
@@ -137,6 +140,37 @@ def build_parser() -> CommandParser:
     return p
 
 
+def add_pick_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag per field of `fair_controls.PickRule` (`--best-fixed-pick`, `--best-fixed-within`), built from its
+    declaration: its help, metavar and default; unset, it parses as None (`pick_options` checks it)."""
+    from dataclasses import fields
+
+    for f in fields(PickRule):
+        parser.add_argument(_pick_flag(f.name), dest=f.name, type=type(f.default), default=None,
+                            metavar=f.metadata.get("metavar"), help=f"{f.metadata['help']} (default {f.default})")
+
+
+def _pick_flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def pick_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The `PickRule` fields the command line gives (`compare`'s options of the same names), each checked: a
+    bad value, or one given when no arm is best_fixed, is refused by its flag. Raises ProveError."""
+    from dataclasses import fields
+
+    given = {f.name: getattr(args, f.name) for f in fields(PickRule) if getattr(args, f.name, None) is not None}
+    for name, value in given.items():
+        if "best_fixed" not in args.arms:
+            raise ProveError(f"{_pick_flag(name)}: no arm of {' '.join(args.arms)} searches a fixed schedule "
+                             f"(list best_fixed in --arms, or drop the flag)")
+        try:
+            PickRule(**{name: value})
+        except ValueError as exc:
+            raise ProveError(f"{_pick_flag(name)}: {exc}") from None
+    return given
+
+
 # ----------------------------------------------------------------------------------------------
 # configuration
 # ----------------------------------------------------------------------------------------------
@@ -155,6 +189,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
     """The command line's configuration, policy and seeds (`Resolved`). Raises ProveError."""
     sets = parse_sets(args.sets)
     check_nothing_ignored(args, sets)
+    pick_options(args)
     seeds = eval_seeds(args)
     train_seeds = train_seed_list(args)
     policy = None
@@ -540,7 +575,7 @@ def _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds=N
         f"evaluation seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), output {out}")
     say(workers_line(config, arms, seeds, args.tuning_seeds, train_seeds))
     table = compare(arms, config, seeds, progress=say, train_dir=str(out / "train"), quiet_training=args.quiet,
-                    tuning_seeds=args.tuning_seeds, train_seeds=train_seeds, resume=out)
+                    tuning_seeds=args.tuning_seeds, train_seeds=train_seeds, resume=out, **pick_options(args))
     wall = time.perf_counter() - started
     print(table.to_text())
     with deferred_stops(reraise=False):  # the evaluation is complete: a late stop waits for its record

@@ -6,7 +6,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from esper_fx.contracts.actions import ACTION_HEADS, BLEND_NAMES, DEFAULT_TEMPO, HEAD_SLOT, TEMPO_NAMES, LifecycleOp
+from esper_fx.contracts.actions import (ACTION_HEADS, BLEND_NAMES, DEFAULT_TEMPO, HEAD_OP, HEAD_SLOT, TEMPO_NAMES,
+                                       LifecycleOp)
 from esper_fx.contracts.stages import SeedStage
 from esper_fx.controllers.protocol import Controller, ControllerSpec
 from rl.config import MASKED_LOGIT
@@ -77,14 +78,55 @@ def oracle_actions(signals, slot: int, blueprint: int, blend: int, germinate_epo
     return jnp.stack([column(slot), column(blueprint), column(blend), op, column(tempo)], -1).astype(jnp.int32)
 
 
+def second_seed_germinates(signals, then_slot: int, germinate_epoch: int, done: jax.Array) -> jax.Array:
+    """[E] bool: whether the second seed germinates now: once (`done` [E]: it did already), after
+    `germinate_epoch`, into `then_slot` while it is empty and the masks allow a germination there."""
+    epoch = jnp.asarray(signals["epoch"])
+    germinate = int(LifecycleOp.GERMINATE)
+    allowed = signals["mask_op"][:, germinate] & ~jnp.asarray(signals["slot_occupied"])[:, then_slot]
+    if "mask_slot_op" in signals:
+        allowed = allowed & signals["mask_slot_op"][:, germinate, then_slot]
+    return (epoch > germinate_epoch) & allowed & ~done
+
+
+def two_seed_actions(signals, done: jax.Array, first: tuple[int, ...], then_slot: int,
+                     then_blueprint: int) -> tuple[jax.Array, jax.Array]:
+    """(actions [E, 5], the new `done`): the first seed's schedule as `oracle_actions` plays it (`first`: its
+    arguments), and in an epoch where that waits, FOSSILIZE `then_slot` when it holds a PROBATIONARY seed, else
+    the second seed's germination (`second_seed_germinates`: `then_blueprint` with the first's blend and tempo).
+    An epoch acts once: the first seed's ops come first, then a fossilization, then the second germination
+    (under `one_seed_at_a_time`, the default, the second waits for the first's fossil anyway)."""
+    slot, _, blend, germinate_epoch, tempo = first
+    actions = oracle_actions(signals, *first)
+    waits = actions[:, HEAD_OP] == int(LifecycleOp.WAIT)
+    stage = jnp.asarray(signals["slot_stage"])[:, then_slot]
+    fossilize = waits & (stage == int(SeedStage.PROBATIONARY)) & signals["mask_op"][:, int(LifecycleOp.FOSSILIZE)]
+    germinate = waits & ~fossilize & second_seed_germinates(signals, then_slot, germinate_epoch, done)
+    column = lambda v: jnp.full_like(actions[:, 0], v)  # noqa: E731
+    second = jnp.stack([column(then_slot), column(then_blueprint), column(blend),
+                        jnp.where(germinate, int(LifecycleOp.GERMINATE), int(LifecycleOp.FOSSILIZE)),
+                        column(tempo)], -1).astype(jnp.int32)
+    return jnp.where((fossilize | germinate)[:, None], second, actions), done | germinate
+
+
 def build_oracle(spec: ControllerSpec) -> Controller:
-    """`oracle`: the schedule of `config.oracle` (slot, blueprint, blend, germinate_epoch, tempo)."""
+    """`oracle`: the schedule of `config.oracle` (slot, blueprint, blend, germinate_epoch, tempo; and a second
+    seed's `then_slot` and `then_blueprint`, when set: `two_seed_actions`, its carry [E] whether the second
+    seed germinated)."""
     cfg, config = spec.config.oracle, spec.config
     cfg.check_against(config.enabled_slots, spec.menu, spec.max_epochs)
     indices = (config.slot_ids.index(cfg.slot), spec.menu.index(cfg.blueprint), BLEND_NAMES.index(cfg.blend),
                cfg.germinate_epoch, TEMPO_NAMES.index(cfg.tempo))
-    return Controller(name="oracle",
-                      act=lambda state, carry, signals, key: (oracle_actions(signals, *indices), {}, carry))
+    if not cfg.two_seeds:
+        return Controller(name="oracle",
+                          act=lambda state, carry, signals, key: (oracle_actions(signals, *indices), {}, carry))
+    then = (config.slot_ids.index(cfg.then_slot), spec.menu.index(cfg.then_blueprint))
+
+    def act(state, carry, signals, key):
+        actions, done = two_seed_actions(signals, carry, indices, *then)
+        return actions, {}, done
+
+    return Controller(name="oracle", act=act, initial_carry=lambda n_envs: jnp.zeros((n_envs,), bool))
 
 
 def build_static_final(spec: ControllerSpec) -> Controller:

@@ -12,9 +12,10 @@ from typing import Any, Callable, Mapping, Sequence
 from esper_fx.config import TrainingConfig
 from esper_fx.evaluation.arms import (STATIC_FINAL, build_arm, fossils_of, is_control, is_static_final, per_seed_arms,
                                       source_named, static_source)
-from esper_fx.evaluation.fair_controls import (BEST_FIXED, DEFAULT_TUNING_SEEDS, STATIC_MATCHED, best_by_task,
-                                               budget_overrides, fixed_for, flop_ratios, matched_overrides,
-                                               schedule_arm, schedule_name, search_best_fixed, search_episodes)
+from esper_fx.evaluation.fair_controls import (BEST_FIXED, DEFAULT_TUNING_SEEDS, STATIC_MATCHED, PickRule,
+                                               best_by_task, budget_overrides, fixed_for, flop_ratios,
+                                               matched_overrides, schedule_arm, schedule_name, search_best_fixed,
+                                               search_episodes)
 
 
 def warn(line: str) -> None:
@@ -87,7 +88,8 @@ def evaluation_episodes(arms: Mapping[str, Any], config: TrainingConfig, seeds: 
 class ArmsJob:
     """What `run_arms` plays: the arms on `config` and every evaluation seed. `static_final_of`: the arm whose
     networks `static_final` and `static_matched` rebuild (None: the first learned arm); `train_dir`: where the
-    learning arms train (None writes nothing); `tuning_seeds`: where `best_fixed` searches."""
+    learning arms train (None writes nothing); `tuning_seeds`: where `best_fixed` searches; `pick`: how it
+    picks its schedule (`fair_controls.PickRule`)."""
 
     arms: Mapping[str, Any]
     config: TrainingConfig
@@ -96,6 +98,7 @@ class ArmsJob:
     train_dir: str | None = None
     quiet_training: bool = True
     tuning_seeds: Sequence[int] = DEFAULT_TUNING_SEEDS
+    pick: PickRule = PickRule()
 
 
 @dataclass
@@ -152,9 +155,10 @@ def _play(job: ArmsJob, runner: EpisodeRunner, say: Callable[[str], None], resul
             built[name] = ev.Arm.build(name, config, STATIC_FINAL,
                                        per_seed=matched_overrides(finished[source], config.lr_schedule))
         elif is_control(arm, BEST_FIXED):
-            best, table = search_best_fixed(config, tuning_seeds, runner.many, say)
-            per_task = best_by_task(config, table, tuning_seeds)
+            best, table = search_best_fixed(config, tuning_seeds, runner.many, say, job.pick)
+            per_task = best_by_task(config, table, tuning_seeds, job.pick)
             controls[BEST_FIXED] = {"tuning_seeds": list(tuning_seeds), "chosen": schedule_name(best),
+                                    "pick": job.pick.to_dict(),
                                     "budget_episodes": len(table) * len(tuning_seeds), "search": table,
                                     **({"by_task": per_task} if per_task else {})}
             built[name] = schedule_arm(name, config, best)

@@ -18,7 +18,8 @@ An arm is
   learned arm, else "oracle");
 - `"static_matched"`: the same architecture trained for the same training FLOPs as that arm's grown run,
   its learning rate decayed by a cosine over its own steps; `"best_fixed"`: the best fixed schedule found
-  on `tuning_seeds` (`esper_fx.evaluation.fair_controls`; the search table is kept in `table.controls`);
+  on `tuning_seeds` (`esper_fx.evaluation.fair_controls`; the search table is kept in `table.controls`), the
+  most accurate or, with `best_fixed_pick="cheapest"`, the cheapest within `best_fixed_within` pp of it;
 - a dict of the above under "controller", with "reward_fn", "config" overrides and "greedy" (False samples).
 
 With `train_seeds` (several training seeds, `esper_fx.evaluation.across_seeds`) every learning arm is
@@ -62,7 +63,7 @@ from esper_fx.evaluation.arm_runner import (ArmsJob, ArmsResult, EpisodeRunner, 
                                             run_arms)
 from esper_fx.evaluation.arms import is_control, per_seed_arms, trained_seeds_of
 from esper_fx.evaluation.comparison_table import ComparisonTable, table_of
-from esper_fx.evaluation.fair_controls import BEST_FIXED, default_tuning_seeds
+from esper_fx.evaluation.fair_controls import BEST_FIXED, PickRule, default_tuning_seeds
 from esper_fx.evaluation.seed_sets import check_seeds, check_train_seeds, check_training_seeds, check_tuning_seeds
 from esper_fx.training import compile_cache
 from esper_fx.training.threads import limit_cpu_threads
@@ -71,7 +72,7 @@ BASELINE = "wait"
 
 
 @dataclass(frozen=True)
-class CompareOptions:
+class CompareOptions(PickRule):
     """`compare`'s options, each passed to it by keyword (`compare(arms, config, seeds, resume=DIR)`).
 
     `baseline`: every arm is paired against it (when it is an arm), beside the first learned arm against
@@ -80,6 +81,8 @@ class CompareOptions:
     (`<train_dir>/<arm>`; None writes nothing). `progress`: gets one line per event (None: silent);
     `quiet_training`: the learning arms train without their console. `tuning_seeds`: where `best_fixed`
     searches (disjoint from training and evaluation seeds; default `fair_controls.default_tuning_seeds(config)`).
+    `best_fixed_pick`, `best_fixed_within`: how `best_fixed` picks its schedule from the search (declared, with
+    their help, on `fair_controls.PickRule`, which this class inherits; a bad value is a ValueError naming it).
     `train_seeds`: one trained controller per seed (`per_seed_arms`), pairs within each seed and the aggregate
     across them (`table.aggregate`); default the seeds of an arm's `TrainedSeeds` (controllers trained
     earlier, one per seed), if an arm holds one. `resume`: the directory where finished episodes and training
@@ -100,7 +103,8 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
             **options: Any) -> ComparisonTable:
     """Train the learning arms on `config`, run every arm on every seed, and pair them (module docstring).
     `options`, by keyword (`CompareOptions` says what each does): baseline, static_final_of, train_dir,
-    progress, quiet_training, tuning_seeds, train_seeds, resume; another keyword is a TypeError."""
+    progress, quiet_training, tuning_seeds, best_fixed_pick, best_fixed_within, train_seeds, resume; another
+    keyword is a TypeError."""
     opts = CompareOptions(**options)
     ensure_jax_env(warn=False)
     if not arms:
@@ -137,7 +141,8 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
             from esper_fx.evaluation.resume import kept_runner
 
             runner = kept_runner(runner, store)
-        job = ArmsJob(arms, config, seeds, opts.static_final_of, train_dir, opts.quiet_training, tuning_seeds)
+        job = ArmsJob(arms, config, seeds, opts.static_final_of, train_dir, opts.quiet_training, tuning_seeds,
+                      PickRule(opts.best_fixed_pick, opts.best_fixed_within))
         return _compare(job, runner, say, opts.baseline, layout)
 
 

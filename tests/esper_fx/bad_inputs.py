@@ -452,7 +452,19 @@ def _prove_checkpoint_case(name: str, *flags: str) -> Case:
     return _prove_case(name, "--checkpoint", "run", *flags, setup=_checkpointed())
 
 
-PROVE_CASES = [
+# best_fixed's pick rule and the oracle's second seed (tests/esper_fx/evaluation/test_best_fixed_pick.py runs them)
+PICK_CASES = [
+    _prove_case("best-fixed-pick unknown", "--arms", "wait", "best_fixed", "--best-fixed-pick", "fastest"),
+    _prove_case("best-fixed-within negative", "--arms", "wait", "best_fixed", "--best-fixed-within", "-1"),
+    _prove_case("best-fixed-within nan", "--arms", "wait", "best_fixed", "--best-fixed-within", "nan"),
+    _prove_case("best-fixed-within not a number", "--arms", "wait", "best_fixed", "--best-fixed-within", "half"),
+    _prove_case("best-fixed-pick without best_fixed", "--best-fixed-pick", "cheapest"),
+    _prove_case("oracle then_slot without then_blueprint", "--set", "oracle.then_slot=r0c1"),
+    _prove_case("oracle then_slot is the first's", "--set", "oracle.then_slot=r0c0",
+                "--set", "oracle.then_blueprint=conv_light"),
+]
+
+PROVE_CASES = PICK_CASES + [
     _prove_case("seed beyond 64 bits", "--seed", str(2**64)),
     _prove_case("eval seed beyond 64 bits", "--eval-seeds", str(2**64)),
     _prove_case("eval seed offset past the top", "--eval-seed-offset", str(2**63 - 2), "--n-eval-seeds", "8"),

@@ -138,3 +138,89 @@ def test_the_reference_horizon_bootstraps_the_last_epoch():
     rollout = captured["rollout"]
     assert np.all(np.asarray(rollout.truncated[:, -1])) and np.all(np.asarray(rollout.dones[:, -1]))
     assert np.all(np.asarray(rollout.bootstrap[:, -1]) != 0.0)  # V of the post-action signals
+
+
+def _signals(epoch, occupied, stages, germinate=True, fossilize=False, slots=3):
+    """One env's signals as the oracle reads them; `occupied` / `stages` per slot."""
+    from esper_fx.contracts.actions import LifecycleOp
+
+    op = np.zeros((1, 4), bool)
+    op[0, int(LifecycleOp.WAIT)], op[0, int(LifecycleOp.GERMINATE)] = True, germinate
+    op[0, int(LifecycleOp.FOSSILIZE)] = fossilize
+    by_op = np.ones((1, 4, slots), bool)
+    by_op[0, int(LifecycleOp.GERMINATE)] = ~np.asarray(occupied) if germinate else True
+    return {"epoch": jnp.asarray([epoch], jnp.int32), "slot_occupied": jnp.asarray([occupied]),
+            "slot_stage": jnp.asarray([stages], jnp.int32), "mask_op": jnp.asarray(op),
+            "mask_slot_op": jnp.asarray(by_op)}
+
+
+def test_the_two_seed_oracle_acts_once_per_epoch_in_its_order():
+    from esper_fx.contracts.actions import HEAD_BLUEPRINT, HEAD_OP, HEAD_SLOT, LifecycleOp
+    from esper_fx.contracts.stages import SeedStage
+    from esper_fx.controllers.baselines import two_seed_actions
+
+    first = (0, 1, 2, 3, 1)  # slot 0, blueprint 1, blend 2, epoch 3, tempo 1
+    none, prob = 0, int(SeedStage.PROBATIONARY)
+    act = lambda signals, done=False: two_seed_actions(signals, jnp.asarray([done]), first, 2, 4)  # noqa: E731
+    ops = lambda a: (int(a[0, HEAD_SLOT]), int(a[0, HEAD_BLUEPRINT]), LifecycleOp(int(a[0, HEAD_OP])))  # noqa: E731
+    # before and at the first seed's epoch the second waits; the first germinates at its epoch
+    a, done = act(_signals(2, [False] * 3, [none] * 3))
+    assert ops(a)[2] == LifecycleOp.WAIT and not bool(done[0])
+    a, done = act(_signals(3, [False] * 3, [none] * 3))
+    assert ops(a) == (0, 1, LifecycleOp.GERMINATE) and not bool(done[0])
+    # after it: the second, in its slot with its blueprint, the first's blend and tempo, once
+    a, done = act(_signals(4, [True, False, False], [3, none, none]))
+    assert ops(a) == (2, 4, LifecycleOp.GERMINATE) and bool(done[0])
+    assert int(a[0, 2]) == 2 and int(a[0, 4]) == 1
+    a, _ = act(_signals(5, [True, False, False], [3, none, none]), done=True)
+    assert ops(a)[2] == LifecycleOp.WAIT  # a second seed culled is not grown again
+    # not while the masks forbid a germination (one seed at a time) or in an occupied slot
+    a, done = act(_signals(5, [True, False, False], [3, none, none], germinate=False))
+    assert ops(a)[2] == LifecycleOp.WAIT and not bool(done[0])
+    # the first seed's fossilization comes first, then the second's, then the second germination
+    a, done = act(_signals(6, [True, False, True], [prob, none, prob], fossilize=True), done=True)
+    assert ops(a)[::2] == (0, LifecycleOp.FOSSILIZE)
+    a, done = act(_signals(7, [True, False, True], [7, none, prob], fossilize=True), done=True)
+    assert ops(a)[::2] == (2, LifecycleOp.FOSSILIZE)
+    a, done = act(_signals(7, [True, False, False], [prob, none, none], fossilize=True))
+    assert ops(a)[::2] == (0, LifecycleOp.FOSSILIZE) and not bool(done[0])
+
+
+@pytest.mark.parametrize("one_at_a_time", [False, True])
+def test_the_two_seed_oracle_grows_its_second_seed_in_a_real_episode(one_at_a_time):
+    oracle = {"slot": "r0c1", "blueprint": "conv_light", "then_slot": "r0c2", "then_blueprint": "depthwise"}
+    config = tiny16(controller="oracle", oracle=oracle, one_seed_at_a_time=one_at_a_time,
+                    **({} if not one_at_a_time else {"lifecycle": "proportional"}))
+    result = esper_fx.run(config, run_dir=False, quiet=True)
+    events = _lifecycle(result)
+    germinated = [(epoch, slot, data["blueprint"], data["blend"]) for kind, epoch, slot, data in events
+                  if kind == "SEED_GERMINATED"]
+    assert germinated[0] == (1, "r0c1", "conv_light", "sigmoid")
+    if one_at_a_time:  # the epoch after the first seed's slot was freed (fossilized or culled)
+        freed = next(epoch for kind, epoch, slot, _ in events if slot == "r0c1" and kind != "SEED_GERMINATED")
+        assert germinated[1] == (freed + 1, "r0c2", "depthwise", "sigmoid")
+    else:  # the first epoch after the first seed's at which the masks allow it
+        assert germinated[1] == (2, "r0c2", "depthwise", "sigmoid")
+    assert len(germinated) == 2 and all(kind != "SEED_CULLED" or data.get("auto") for kind, *_, data in events)
+    probationary = [e for e in result.events if e["event_type"] == "SEED_STAGE_CHANGED"
+                    and e["data"].get("to_stage") == "PROBATIONARY"]
+    counts = result.history[0].action_counts
+    assert counts["GERMINATE"] == 2 and counts["CULL"] == 0
+    assert counts["FOSSILIZE"] == len(probationary)  # each seed fossilized at the first epoch it is allowed
+
+
+def test_a_second_seed_is_checked_and_left_out_of_the_json_when_unset():
+    from rl.config import OracleConfig
+
+    assert "then_slot" not in OracleConfig().to_dict() and "then_blueprint" not in OracleConfig().to_dict()
+    two = tiny16(oracle={"then_slot": "r0c1", "then_blueprint": "depthwise"})
+    assert TrainingConfig.from_dict(two.to_dict()).oracle == two.oracle
+    assert two.oracle.to_dict()["then_slot"] == "r0c1" and two.oracle.two_seeds
+    with pytest.raises(ValueError, match="oracle.then_blueprint"):
+        tiny16(oracle={"then_slot": "r0c1"})
+    with pytest.raises(ValueError, match="oracle.then_slot"):
+        tiny16(oracle={"then_slot": "r0c0", "then_blueprint": "depthwise"})  # the first seed's slot
+    with pytest.raises(ValueError, match="oracle.then_slot"):  # checked against the run when the oracle plays
+        tiny16(controller="oracle", slots=("r0c0", "r0c1"), oracle={"then_slot": "r0c2", "then_blueprint": "depthwise"})
+    with pytest.raises(ValueError, match="oracle.then_blueprint"):
+        tiny16(controller="oracle", oracle={"then_slot": "r0c1", "then_blueprint": "conv_heavy"})

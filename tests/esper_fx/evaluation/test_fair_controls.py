@@ -114,3 +114,13 @@ def test_without_a_learned_arm_the_static_arms_rebuild_the_oracle_or_else_best_f
     assert default_source(["oracle", "best_fixed", "static_final"]) == "oracle"
     assert default_source(["best_fixed", "wait", "static_final"]) == "best_fixed"
     assert default_source(["wait", "static_final"]) == "oracle"  # (refused later: list it first)
+
+
+def test_every_search_row_keeps_its_training_flops_and_the_rule(table):
+    search = table.controls["best_fixed"]
+    assert search["pick"] == {"rule": "accuracy", "within_pp": 0.5}
+    rows = search["search"]
+    for row in rows:
+        assert len(row["training_flops"]) == 1 and row["training_flops_mean"] == row["training_flops"][0] > 0
+    assert rows[0]["schedule"] == NO_GROWTH  # the static host trains the fewest FLOPs
+    assert rows[0]["training_flops_mean"] < min(row["training_flops_mean"] for row in rows[1:])
