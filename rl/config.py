@@ -489,6 +489,8 @@ def section_from_dict(cls: type, section: str, d: Any) -> Any:
 # The oracle: a fixed growth schedule (LEARNING.md §3)
 # ------------------------------------------------------------------------------------------
 
+SECOND_SEED_FIELDS = ("then_slot", "then_blueprint")  # OracleConfig's second seed: set both or neither
+
 
 @dataclass(frozen=True)
 class OracleConfig:
@@ -523,7 +525,7 @@ class OracleConfig:
 
     def _check_second_seed(self) -> None:
         """`then_slot` and `then_blueprint`: both strings or both None, the slot another than `slot`."""
-        for name in ("then_slot", "then_blueprint"):
+        for name in SECOND_SEED_FIELDS:
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise ValueError(f"oracle.{name} must be a string or null (got {getattr(self, name)!r})")
         if (self.then_slot is None) != (self.then_blueprint is None):
@@ -557,7 +559,7 @@ class OracleConfig:
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON; the second seed's only when set (the one-seed JSON of earlier versions)."""
         return {k: v for k, v in dataclasses.asdict(self).items()
-                if not (k in ("then_slot", "then_blueprint") and v is None)}
+                if not (k in SECOND_SEED_FIELDS and v is None)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OracleConfig":

@@ -43,6 +43,7 @@ from esper_fx.contracts.actions import BLEND_NAMES, TEMPO_NAMES, growth_name
 from esper_fx.contracts.run_settings import option
 from esper_fx.config import TrainingConfig
 from hosts.models.flops import BACKWARD_FACTOR
+from rl.config import SECOND_SEED_FIELDS
 
 STATIC_MATCHED = "static_matched"
 BEST_FIXED = "best_fixed"
@@ -52,7 +53,6 @@ MIX_TUNING_SEEDS_PER_TASK = 2  # a task mix: this many tuning seeds per task (ea
 MATCH_TOLERANCE = 0.05  # static_matched's training FLOPs within 5% of the grown run's
 BLEND_FINALISTS = 3  # best_fixed's second round tries every other blend on this many of the first's best
 PICK_RULES = ("accuracy", "cheapest")  # how best_fixed picks its schedule (`PickRule`)
-SECOND_SEED = ("then_slot", "then_blueprint")  # a two-seed schedule's keys (`OracleConfig`)
 
 
 @dataclass(frozen=True)
@@ -175,9 +175,14 @@ def schedule_name(schedule: dict[str, Any] | None) -> str:
         return NO_GROWTH
     name = growth_name(schedule["slot"], schedule["blueprint"], schedule["blend"], schedule["germinate_epoch"],
                        schedule.get("tempo"))
-    if schedule.get("then_slot") is not None:
+    if two_seeds(schedule):
         name += f" + {schedule['then_slot']}={schedule['then_blueprint']}"
     return name
+
+
+def two_seeds(schedule: dict[str, Any]) -> bool:
+    """Whether a growing schedule of the search grows a second seed (`OracleConfig.two_seeds` on its dict)."""
+    return schedule.get("then_slot") is not None
 
 
 def schedule_arm(name: str, config: TrainingConfig, schedule: dict[str, Any] | None):
@@ -187,7 +192,7 @@ def schedule_arm(name: str, config: TrainingConfig, schedule: dict[str, Any] | N
 
     if schedule is None:
         return ev.Arm.build(name, config, "wait")
-    oracle = {**config.oracle.to_dict(), **dict.fromkeys(SECOND_SEED), **schedule}
+    oracle = {**config.oracle.to_dict(), **dict.fromkeys(SECOND_SEED_FIELDS), **schedule}
     return ev.Arm.build(name, config.replace(oracle=oracle), "oracle")
 
 
@@ -218,7 +223,7 @@ def second_seed_round(table: Sequence[dict[str, Any]], config: TrainingConfig,
     after the first's epoch)."""
     if len(config.enabled_slots) < 2:
         return []
-    one_seed = [row for row in table if row["config"] is None or row["config"].get("then_slot") is None]
+    one_seed = [row for row in table if row["config"] is None or not two_seeds(row["config"])]
     blueprints = [b for b in config.menu if b != "noop"]
     return [{**config_, "then_slot": slot, "then_blueprint": blueprint} for config_ in _finalists(one_seed, rule)
             for slot in config.enabled_slots if slot != config_["slot"] for blueprint in blueprints]
