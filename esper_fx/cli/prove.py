@@ -25,7 +25,10 @@ verdict. Output: the table on the console (with parameters and training GFLOPs p
 `--static-budgets 0.4 0.6 0.8` adds `static_final@0.4`, … (static_final's network on that fraction of its own
 training steps, decayed over them) and, for every grown arm, the compute it saved at equal accuracy against
 that curve, with a bootstrap interval over the evaluation seeds (`esper_fx.evaluation.iso_accuracy`; table,
-`prove.json`'s `iso_accuracy_saving`, the dashed curve in `prove_compute.png`).
+`prove.json`'s `iso_accuracy_saving`, the dashed curve in `prove_compute.png`). With `wait` (the host alone)
+beside the curve, it also gives the ceiling of growth there: the most any growth from the host to static_final's
+network could save at static_final's accuracy − 0.5 pp, if it transferred perfectly (`growth_ceiling`; under 30%,
+no growth there can save 30%, so read it before a long grid).
 
 `--train-seeds S1 S2 …` trains one controller per seed (`<out>/train/ppo-seed<S>`, each resumable with
 `python -m esper_fx.train --resume`), runs each as `ppo[seed=S]` (and `static_final[seed=S]`, …) on the same

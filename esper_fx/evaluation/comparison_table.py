@@ -28,6 +28,7 @@ class ComparisonTable:
     arms_by_train_seed: dict[str, dict[int, str]] = field(default_factory=dict)  # arm -> {training seed: row}
     aggregate: list[dict[str, Any]] = field(default_factory=list)  # across training seeds (across_seeds)
     savings: list[dict[str, Any]] = field(default_factory=list)  # iso-accuracy savings against a static curve
+    ceilings: list[dict[str, Any]] = field(default_factory=list)  # the most growth from `wait` could save there
 
     @property
     def train_seeds(self) -> list[int]:
@@ -74,6 +75,10 @@ class ComparisonTable:
             lines += ["", "compute saved at equal accuracy (against static_final trained on fractions of its budget; "
                           "95% interval over resampled seeds):"]
             lines += [iso_accuracy.line(entry) for entry in self.savings]
+        if self.ceilings:
+            lines += ["", "the ceiling of growth (perfect transfer from the host alone's budget; under 30% no growth "
+                          "between these networks can save 30% here):"]
+            lines += [iso_accuracy.ceiling_line(entry) for entry in self.ceilings]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -108,6 +113,8 @@ class ComparisonTable:
                "episodes": {arm: [e.to_dict() for e in eps] for arm, eps in self.episodes.items()}}
         if self.savings:  # a static curve (`--static-budgets`): every grown arm's saving against it
             out["iso_accuracy_saving"] = [_json_pair(entry) for entry in self.savings]
+        if self.ceilings:  # and `wait` beside it: the most any growth from the host could save there
+            out["growth_ceiling"] = [_json_pair(entry) for entry in self.ceilings]
         if self.train_seeds:  # several training seeds: which row is whose, and the aggregate
             out.update(train_seeds=self.train_seeds,
                        arms_by_train_seed={arm: {str(t): name for t, name in by_seed.items()}
@@ -180,12 +187,14 @@ def table_of(episodes: Mapping[str, list[Any]], trained: dict[str, Any], learned
     rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
     learned_arm = learned[0] if learned else None
     saved = iso_accuracy.savings(episodes, grown_arms(episodes, baseline))
+    ceilings = iso_accuracy.ceilings(episodes)
     if layout is not None:
         table = _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, partial, controls, layout)
-        table.savings = saved
+        table.savings, table.ceilings = saved, ceilings
         return table
     return ComparisonTable(rows, paired(episodes, baseline, learned_arm), episodes, trained, seeds, partial,
-                           dict(controls or {}), by_task(episodes, baseline, learned_arm), savings=saved)
+                           dict(controls or {}), by_task(episodes, baseline, learned_arm), savings=saved,
+                           ceilings=ceilings)
 
 
 def grown_arms(episodes: Mapping[str, Any], baseline: str | None) -> list[str]:

@@ -14,6 +14,19 @@ lower bound, `bound = "at least"`); below its lowest point it is at most 1 − C
 The interval resamples the evaluation seeds with replacement (the same draw for the grown arm and every budget:
 the pairs stay paired) and takes the 2.5th and 97.5th percentiles of the saving, each resample's bound
 clamped as above.
+
+**The ceiling of growth** (LEARNING §11), read before any growth run: how much any growth from a smaller
+network to the curve's could save, however well it transferred. Suppose that after the expansion the grown
+network went on exactly as the curve's own run does from the accuracy the small network had reached (a perfect
+transfer). A run that spent c_i FLOPs small, reaching a_i, then reached the target A* = Ā_full − `within` (0.5
+pp: target 1's accuracy) spends c_i + C_s(A*) − C_s(a_i), so it saves
+
+    ceiling = max_i (C_s(min(a_i, A*)) − c_i) / C_s(A*)
+
+over the small network's points (its mean FLOPs and accuracy on each of its budgets). Points below the static
+curve's lowest are left out (C_s unknown there). The small points are decayed runs, whereas an expansion in
+a stable phase starts from an undecayed network, so the ceiling is generous; a growth measured above it shows
+the model wrong. Under 30% (target 1's saving), no growth between these two networks can meet target 1 there.
 """
 
 from __future__ import annotations
@@ -24,6 +37,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 STATIC_FINAL = "static_final"
+SMALL_ARM = "wait"  # the host alone: the small network whose points the ceiling reads
+CEILING_WITHIN = 0.5  # pp under the full budget's accuracy: the target accuracy of the ceiling
 BUDGET_RESAMPLES = 2000
 BUDGET_SEED = 0
 _BUDGET_NAME = re.compile(r"^static_final@([0-9.]+)(\[seed=-?\d+\])?$")
@@ -74,8 +89,30 @@ def saving(curve_flops: Sequence[float], curve_acc: Sequence[float], grown_flops
     return 1.0 - grown_flops / at, bound
 
 
+def ceiling(curve_flops: Sequence[float], curve_acc: Sequence[float], small_flops: Sequence[float],
+            small_acc: Sequence[float], within: float = CEILING_WITHIN) -> float | None:
+    """The most any growth from the small network's points to the curve's network could save at the full
+    budget's accuracy − `within` (module docstring); None when every small point lies below the curve."""
+    order = np.argsort(np.asarray(curve_flops, dtype=float), kind="stable")
+    target = float(np.asarray(curve_acc, dtype=float)[order][-1]) - within
+    need, _ = compute_at(curve_flops, curve_acc, target)
+    gaps = []
+    for c, a in zip(small_flops, small_acc):
+        at, bound = compute_at(curve_flops, curve_acc, min(float(a), target))
+        if bound != "at most":
+            gaps.append((at - float(c)) / need)
+    return max(gaps) if gaps else None
+
+
 def _by_seed(episodes: Sequence[Any]) -> dict[int, Any]:
     return {e.seed: e for e in episodes}
+
+
+def _columns(arms: Sequence[Sequence[Any]], seeds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(training FLOPs, accuracy), each [arms, seeds]: the arms' episodes on these seeds, in order."""
+    by_seed = [_by_seed(eps) for eps in arms]
+    return (np.array([[b[s].training_flops for s in seeds] for b in by_seed]),
+            np.array([[b[s].accuracy for s in seeds] for b in by_seed]))
 
 
 def iso_accuracy(curve: Mapping[float, Sequence[Any]], grown: Sequence[Any], *, resamples: int = BUDGET_RESAMPLES,
@@ -88,25 +125,53 @@ def iso_accuracy(curve: Mapping[float, Sequence[Any]], grown: Sequence[Any], *, 
     if not seeds or 1.0 not in curve:
         raise ValueError("iso-accuracy saving needs static_final (the full budget) and the grown arm on common seeds")
     fractions = sorted(curve)
-    flops = np.array([[_by_seed(curve[f])[s].training_flops for s in seeds] for f in fractions])  # [budgets, seeds]
-    acc = np.array([[_by_seed(curve[f])[s].accuracy for s in seeds] for f in fractions])
-    g_flops = np.array([_by_seed(grown)[s].training_flops for s in seeds])
-    g_acc = np.array([_by_seed(grown)[s].accuracy for s in seeds])
+    flops, acc = _columns([curve[f] for f in fractions], seeds)  # [budgets, seeds]
+    (g_flops,), (g_acc,) = _columns([grown], seeds)
     point, bound = saving(flops.mean(1), acc.mean(1), float(g_flops.mean()), float(g_acc.mean()))
-    rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(resamples if len(seeds) > 1 else 0):
-        pick = rng.integers(0, len(seeds), len(seeds))
-        draws.append(saving(flops[:, pick].mean(1), acc[:, pick].mean(1), float(g_flops[pick].mean()),
-                            float(g_acc[pick].mean()))[0])
-    alpha = (1.0 - confidence) / 2
-    low, high = (float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha))) if draws else (-np.inf, np.inf)
+    low, high = _interval(lambda pick: saving(flops[:, pick].mean(1), acc[:, pick].mean(1), float(g_flops[pick].mean()),
+                                              float(g_acc[pick].mean()))[0], len(seeds), resamples, seed, confidence)
     full = fractions.index(1.0)
     return {"saving": float(point), "bound": bound, "low": low, "high": high, "confidence": confidence,
             "n": len(seeds), "accuracy": float(g_acc.mean()), "flops_fraction": float(g_flops.mean() / flops[full].mean()),
             "accuracy_vs_full": float(g_acc.mean() - acc[full].mean()),
             "points": [{"fraction": f, "training_gflops": float(flops[i].mean() / 1e9), "accuracy": float(acc[i].mean())}
                       for i, f in enumerate(fractions)]}
+
+
+def _interval(statistic, n_seeds: int, resamples: int, seed: int, confidence: float) -> tuple[float, float]:
+    """The percentile interval of `statistic(pick)` over seeds resampled with replacement (`pick`: indices);
+    unbounded with one seed. Resamples where the statistic is None are left out."""
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(resamples if n_seeds > 1 else 0):
+        value = statistic(rng.integers(0, n_seeds, n_seeds))
+        if value is not None:
+            draws.append(value)
+    alpha = (1.0 - confidence) / 2
+    return (float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha))) if draws else (-np.inf, np.inf)
+
+
+def growth_ceiling(curve: Mapping[float, Sequence[Any]], small: Sequence[Any], *, within: float = CEILING_WITHIN,
+                   resamples: int = BUDGET_RESAMPLES, seed: int = BUDGET_SEED,
+                   confidence: float = 0.95) -> dict[str, Any] | None:
+    """The ceiling of growth (module docstring) from the small network's episodes (one budget: its own) to a
+    static curve (`iso_accuracy`'s `curve`), with the interval over resampled seeds; None when the small
+    network lies below the curve or they share no seed."""
+    seeds = sorted(set(_by_seed(small)).intersection(*(_by_seed(eps) for eps in curve.values())))
+    if not seeds or 1.0 not in curve:
+        return None
+    fractions = sorted(curve)
+    flops, acc = _columns([curve[f] for f in fractions], seeds)
+    (s_flops,), (s_acc,) = _columns([small], seeds)
+    point = ceiling(flops.mean(1), acc.mean(1), [s_flops.mean()], [s_acc.mean()], within)
+    if point is None:
+        return None
+    low, high = _interval(lambda pick: ceiling(flops[:, pick].mean(1), acc[:, pick].mean(1), [s_flops[pick].mean()],
+                                               [s_acc[pick].mean()], within), len(seeds), resamples, seed, confidence)
+    full = fractions.index(1.0)
+    return {"ceiling": float(point), "low": low, "high": high, "confidence": confidence, "n": len(seeds),
+            "within": within, "target_accuracy": float(acc[full].mean() - within),
+            "small_accuracy": float(s_acc.mean()), "small_flops_fraction": float(s_flops.mean() / flops[full].mean())}
 
 
 def curve_arms(names: Sequence[str]) -> dict[str, dict[float, str]]:
@@ -143,6 +208,28 @@ def savings(episodes: Mapping[str, Sequence[Any]], grown: Sequence[str]) -> list
                 continue
             out.append({"arm": arm, "curve": curve[1.0], **result})
     return out
+
+
+def ceilings(episodes: Mapping[str, Sequence[Any]], small: str = SMALL_ARM) -> list[dict[str, Any]]:
+    """The ceiling of growth from `small` (the host alone) to every static curve of `episodes` on its training
+    seed (or shared): one dict per curve, with "small" and "curve" (the full budget's name)."""
+    out = []
+    for tag, curve in curve_arms(list(episodes)).items():
+        name = next((n for n in (f"{small}{tag}", small) if episodes.get(n)), None)
+        if name is None:
+            continue
+        result = growth_ceiling({f: episodes[arm] for f, arm in curve.items()}, episodes[name])
+        if result is not None:
+            out.append({"small": name, "curve": curve[1.0], **result})
+    return out
+
+
+def ceiling_line(entry: Mapping[str, Any]) -> str:
+    """One line of the table's text for one ceiling."""
+    return (f"  ceiling of growth from {entry['small']} to {entry['curve']}'s network: a perfect transfer saves at "
+            f"most {100 * entry['ceiling']:.1f}% [{100 * entry['low']:.1f}, {100 * entry['high']:.1f}] at "
+            f"{entry['target_accuracy']:.2f}% ({entry['curve']} − {entry['within']:g} pp); {entry['small']} reaches "
+            f"{entry['small_accuracy']:.2f}% on {100 * entry['small_flops_fraction']:.1f}% of its FLOPs")
 
 
 def line(entry: Mapping[str, Any]) -> str:

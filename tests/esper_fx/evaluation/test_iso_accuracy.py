@@ -92,3 +92,65 @@ def test_savings_pair_each_arm_with_its_own_training_seed_curve():
     assert out[("ppo[seed=7]", "static_final[seed=7]")]["saving"] == pytest.approx(1 - 50 / 75)
     assert out[("ppo[seed=9]", "static_final[seed=9]")]["saving"] == pytest.approx(0.0)
     assert "saves 33.3%" in iso.line(out[("ppo[seed=7]", "static_final[seed=7]")])
+
+
+def test_the_ceiling_by_hand():
+    """Target 89.5 − 0.5 = 89.0, reached at 80. A small point at (30, 88): the curve needs 60 for 88, so a
+    perfect transfer saves (60 − 30) / 80."""
+    assert iso.ceiling(CURVE_FLOPS, CURVE_ACC, [30.0], [88.0]) == pytest.approx(0.375)
+    assert iso.ceiling(CURVE_FLOPS, CURVE_ACC, [30.0, 50.0], [88.0, 88.0]) == pytest.approx(0.375)  # the best point
+    assert iso.ceiling(CURVE_FLOPS, CURVE_ACC, [50.0], [89.2]) == pytest.approx(0.375)  # past the target: at it
+    assert iso.ceiling(CURVE_FLOPS, CURVE_ACC, [70.0], [88.0]) == pytest.approx(-0.125)  # dearer than the curve
+    assert iso.ceiling(CURVE_FLOPS, CURVE_ACC, [30.0], [85.0]) is None  # below the curve: unknown
+    assert iso.ceiling(CURVE_FLOPS, CURVE_ACC, [30.0], [88.0], within=0.0) == pytest.approx(0.3)  # target 89.5 at 100
+
+
+@settings(deadline=None)
+@given(acc=st.lists(st.floats(50, 99), min_size=2, max_size=6), small_acc=st.floats(40, 100),
+       small_flops=st.floats(1.0, 100.0), gain=st.floats(0.0, 5.0), within=st.floats(0.0, 2.0))
+def test_the_ceiling_is_the_saving_of_a_perfect_transfer_and_moves_the_right_way(acc, small_acc, small_flops, gain,
+                                                                                  within):
+    curve = [20.0 * (i + 1) for i in range(len(acc))]
+    top = iso.ceiling(curve, acc, [small_flops], [small_acc], within)
+    target = acc[-1] - within
+    reached = min(small_acc, target)
+    if top is None:  # the small network (or the target itself) lies below the curve's cheapest point
+        assert reached < np.maximum.accumulate(acc)[0]
+        return
+    # a run small for small_flops, then the curve's own run from the small accuracy on to the target
+    grown = small_flops + iso.compute_at(curve, acc, target)[0] - iso.compute_at(curve, acc, reached)[0]
+    assert top == pytest.approx(iso.saving(curve, acc, grown, target)[0], abs=1e-9)
+    assert iso.ceiling(curve, acc, [small_flops], [small_acc + gain], within) >= top - 1e-9  # more accuracy
+    assert iso.ceiling(curve, acc, [small_flops * 1.5], [small_acc], within) <= top  # more compute
+
+
+@settings(deadline=None)
+@given(acc=st.lists(st.floats(50, 99), min_size=2, max_size=6), data=st.data())
+def test_growing_a_network_from_its_own_curve_has_no_ceiling_above_zero(acc, data):
+    curve = [10.0 * (i + 1) for i in range(len(acc))]
+    i = data.draw(st.integers(0, len(acc) - 1))
+    top = iso.ceiling(curve, acc, [curve[i]], [acc[i]])
+    if top is None:  # the target (the full budget − 0.5 pp) lies below the curve's cheapest point
+        assert acc[-1] - iso.CEILING_WITHIN < np.maximum.accumulate(acc)[0]
+        return
+    assert top <= 1e-9
+
+
+def test_growth_ceiling_reads_wait_beside_each_curve_with_an_interval():
+    seeds = list(range(6))
+    rng = np.random.default_rng(2)
+    curve = {f: _episodes(seeds, 80 + 10 * f + rng.normal(0, 0.3, 6), [100.0 * f] * 6) for f in (0.4, 0.6, 0.8, 1.0)}
+    small = _episodes(seeds, 87.0 + rng.normal(0, 0.3, 6), [30.0] * 6)
+    out = iso.growth_ceiling(curve, small, resamples=300)
+    assert out["low"] <= out["ceiling"] <= out["high"]
+    assert out["ceiling"] == pytest.approx((70.0 - 30.0) / 95.0, abs=0.05)  # 87 at ~70; the target ~89.5 at ~95
+    assert out["small_flops_fraction"] == pytest.approx(0.3)
+    names = {"static_final": curve[1.0], "static_final@0.6": curve[0.6], "wait": small, "oracle": small}
+    (entry,) = iso.ceilings(names)
+    assert (entry["small"], entry["curve"]) == ("wait", "static_final")
+    assert "saves at most" in iso.ceiling_line(entry)
+    assert iso.ceilings({k: v for k, v in names.items() if k != "wait"}) == []
+    tagged = {"static_final[seed=7]": curve[1.0], "static_final@0.6[seed=7]": curve[0.6], "wait": small}
+    assert [e["curve"] for e in iso.ceilings(tagged)] == ["static_final[seed=7]"]  # wait is shared by the seeds
+    low = _episodes(seeds, [60.0] * 6, [30.0] * 6)
+    assert iso.growth_ceiling(curve, low) is None  # below the curve: nothing to read

@@ -11,6 +11,7 @@ import esper_fx
 from esper_fx.config import TrainingConfig
 from esper_fx.distributed import auto
 from esper_fx.evaluation.arms import budget_arms
+from esper_fx.evaluation import iso_accuracy
 
 # shapes16_spatial's host (three equal 3x3 blocks, as fashion_growth's) on generated images, at half width
 GROWTH = dict(
@@ -84,3 +85,5 @@ def test_compare_plays_the_oracles_growth_against_the_static_curve():
     fraction = sum(e.training_flops for e in grown.values()) / sum(e.training_flops for e in static.values())
     assert entry["flops_fraction"] == pytest.approx(fraction)
     assert "iso_accuracy_saving" in table.to_dict()
+    assert table.ceilings == iso_accuracy.ceilings(table.episodes)  # wait beside the curve: its ceiling, if it has one
+    assert ("growth_ceiling" in table.to_dict()) == bool(table.ceilings)
