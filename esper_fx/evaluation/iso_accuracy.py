@@ -108,11 +108,18 @@ def _by_seed(episodes: Sequence[Any]) -> dict[int, Any]:
     return {e.seed: e for e in episodes}
 
 
-def _columns(arms: Sequence[Sequence[Any]], seeds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(training FLOPs, accuracy), each [arms, seeds]: the arms' episodes on these seeds, in order."""
-    by_seed = [_by_seed(eps) for eps in arms]
-    return (np.array([[b[s].training_flops for s in seeds] for b in by_seed]),
-            np.array([[b[s].accuracy for s in seeds] for b in by_seed]))
+def _paired(curve: Mapping[float, Sequence[Any]], other: Sequence[Any]) -> tuple[list[int], list[float], Any, Any]:
+    """The curve and another arm on the seeds they share: (seeds, the curve's fractions, (its training FLOPs,
+    its accuracy), each [budgets, seeds], (the other's FLOPs, accuracy), each [seeds]). No seeds without the
+    full budget (1.0) or a seed common to all."""
+    seeds = sorted(set(_by_seed(other)).intersection(*(_by_seed(eps) for eps in curve.values())))
+    if 1.0 not in curve:
+        seeds = []
+    fractions = sorted(curve)
+    by_seed = [_by_seed(curve[f]) for f in fractions] + [_by_seed(other)]
+    flops = np.array([[b[s].training_flops for s in seeds] for b in by_seed])
+    acc = np.array([[b[s].accuracy for s in seeds] for b in by_seed])
+    return seeds, fractions, (flops[:-1], acc[:-1]), (flops[-1], acc[-1])
 
 
 def iso_accuracy(curve: Mapping[float, Sequence[Any]], grown: Sequence[Any], *, resamples: int = BUDGET_RESAMPLES,
@@ -121,12 +128,9 @@ def iso_accuracy(curve: Mapping[float, Sequence[Any]], grown: Sequence[Any], *, 
     episodes (1.0: `static_final`'s), `grown`: the arm's episodes; over the evaluation seeds every one of them
     ran. Returns the saving, its bound, the percentile interval over resampled seeds, the grown arm's
     accuracy and training FLOPs as a fraction of the full budget's, and the curve's mean points."""
-    seeds = sorted(set(_by_seed(grown)).intersection(*(_by_seed(eps) for eps in curve.values())))
-    if not seeds or 1.0 not in curve:
+    seeds, fractions, (flops, acc), (g_flops, g_acc) = _paired(curve, grown)
+    if not seeds:
         raise ValueError("iso-accuracy saving needs static_final (the full budget) and the grown arm on common seeds")
-    fractions = sorted(curve)
-    flops, acc = _columns([curve[f] for f in fractions], seeds)  # [budgets, seeds]
-    (g_flops,), (g_acc,) = _columns([grown], seeds)
     point, bound = saving(flops.mean(1), acc.mean(1), float(g_flops.mean()), float(g_acc.mean()))
     low, high = _interval(lambda pick: saving(flops[:, pick].mean(1), acc[:, pick].mean(1), float(g_flops[pick].mean()),
                                               float(g_acc[pick].mean()))[0], len(seeds), resamples, seed, confidence)
@@ -157,12 +161,9 @@ def growth_ceiling(curve: Mapping[float, Sequence[Any]], small: Sequence[Any], *
     """The ceiling of growth (module docstring) from the small network's episodes (one budget: its own) to a
     static curve (`iso_accuracy`'s `curve`), with the interval over resampled seeds; None when the small
     network lies below the curve or they share no seed."""
-    seeds = sorted(set(_by_seed(small)).intersection(*(_by_seed(eps) for eps in curve.values())))
-    if not seeds or 1.0 not in curve:
+    seeds, fractions, (flops, acc), (s_flops, s_acc) = _paired(curve, small)
+    if not seeds:
         return None
-    fractions = sorted(curve)
-    flops, acc = _columns([curve[f] for f in fractions], seeds)
-    (s_flops,), (s_acc,) = _columns([small], seeds)
     point = ceiling(flops.mean(1), acc.mean(1), [s_flops.mean()], [s_acc.mean()], within)
     if point is None:
         return None
