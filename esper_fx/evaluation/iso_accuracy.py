@@ -25,8 +25,9 @@ pp: target 1's accuracy) spends c_i + C_s(A*) − C_s(a_i), so it saves
 
 over the small network's points (its mean FLOPs and accuracy on each of its budgets). Points below the static
 curve's lowest are left out (C_s unknown there). The small points are decayed runs, whereas an expansion in
-a stable phase starts from an undecayed network, so the ceiling is generous; a growth measured above it shows
-the model wrong. Under 30% (target 1's saving), no growth between these two networks can meet target 1 there.
+a stable phase starts from an undecayed network, so the ceiling is generous (35% where the undecayed state
+allowed 13–19%, LEARNING §11); a growth measured above it shows the model wrong. Under 30% (target 1's
+saving), no growth between these two networks can meet target 1 there; above it, one may.
 """
 
 from __future__ import annotations
