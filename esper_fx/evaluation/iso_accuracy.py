@@ -231,7 +231,7 @@ def ceiling_line(entry: Mapping[str, Any]) -> str:
     return (f"  ceiling of growth from {entry['small']} to {entry['curve']}'s network: a perfect transfer saves at "
             f"most {100 * entry['ceiling']:.1f}% [{100 * entry['low']:.1f}, {100 * entry['high']:.1f}] at "
             f"{entry['target_accuracy']:.2f}% ({entry['curve']} − {entry['within']:g} pp); {entry['small']} reaches "
-            f"{entry['small_accuracy']:.2f}% on {100 * entry['small_flops_fraction']:.1f}% of its FLOPs")
+            f"{entry['small_accuracy']:.2f}% on {100 * entry['small_flops_fraction']:.1f}% of {entry['curve']}'s FLOPs")
 
 
 def line(entry: Mapping[str, Any]) -> str:
