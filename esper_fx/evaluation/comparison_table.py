@@ -8,6 +8,7 @@ import html
 from collections import Counter
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -28,7 +29,12 @@ class ComparisonTable:
     arms_by_train_seed: dict[str, dict[int, str]] = field(default_factory=dict)  # arm -> {training seed: row}
     aggregate: list[dict[str, Any]] = field(default_factory=list)  # across training seeds (across_seeds)
     savings: list[dict[str, Any]] = field(default_factory=list)  # iso-accuracy savings against a static curve
-    ceilings: list[dict[str, Any]] = field(default_factory=list)  # the most growth from `wait` could save there
+
+    @cached_property
+    def ceilings(self) -> list[dict[str, Any]]:
+        """The most any growth from `wait` could save against each static curve (`iso_accuracy.ceilings`), read
+        off the episodes."""
+        return iso_accuracy.ceilings(self.episodes)
 
     @property
     def train_seeds(self) -> list[int]:
@@ -187,14 +193,12 @@ def table_of(episodes: Mapping[str, list[Any]], trained: dict[str, Any], learned
     rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
     learned_arm = learned[0] if learned else None
     saved = iso_accuracy.savings(episodes, grown_arms(episodes, baseline))
-    ceilings = iso_accuracy.ceilings(episodes)
     if layout is not None:
         table = _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, partial, controls, layout)
-        table.savings, table.ceilings = saved, ceilings
+        table.savings = saved
         return table
     return ComparisonTable(rows, paired(episodes, baseline, learned_arm), episodes, trained, seeds, partial,
-                           dict(controls or {}), by_task(episodes, baseline, learned_arm), savings=saved,
-                           ceilings=ceilings)
+                           dict(controls or {}), by_task(episodes, baseline, learned_arm), savings=saved)
 
 
 def grown_arms(episodes: Mapping[str, Any], baseline: str | None) -> list[str]:

@@ -54,17 +54,21 @@ def _episodes(seeds, acc, flops):
     return [SimpleNamespace(seed=s, accuracy=a, training_flops=f) for s, a, f in zip(seeds, acc, flops)]
 
 
+def _noisy(seeds, rng, accuracy, flops):
+    """An arm's episodes: `accuracy` with seed noise (sd 0.3), `flops` on every seed."""
+    return _episodes(seeds, accuracy + rng.normal(0, 0.3, len(seeds)), [flops] * len(seeds))
+
+
 def _noisy_curve(seeds, rng):
     """A static curve at 0.4 … 1.0 of a 100-FLOP budget: accuracy 80 + 10 × fraction, with seed noise."""
-    n = len(seeds)
-    return {f: _episodes(seeds, 80 + 10 * f + rng.normal(0, 0.3, n), [100.0 * f] * n) for f in (0.4, 0.6, 0.8, 1.0)}
+    return {f: _noisy(seeds, rng, 80 + 10 * f, 100.0 * f) for f in (0.4, 0.6, 0.8, 1.0)}
 
 
 def test_iso_accuracy_pairs_the_seeds_and_gives_an_interval_around_the_point():
     seeds = list(range(8))
     rng = np.random.default_rng(1)
     curve = _noisy_curve(seeds, rng)
-    grown = _episodes(seeds, 89.0 + rng.normal(0, 0.3, 8), [60.0] * 8)
+    grown = _noisy(seeds, rng, 89.0, 60.0)
     out = iso.iso_accuracy(curve, grown, resamples=500)
     assert out["low"] <= out["saving"] <= out["high"]
     assert out["flops_fraction"] == pytest.approx(0.6)
@@ -146,7 +150,7 @@ def test_growth_ceiling_reads_wait_beside_each_curve_with_an_interval():
     seeds = list(range(6))
     rng = np.random.default_rng(2)
     curve = _noisy_curve(seeds, rng)
-    small = _episodes(seeds, 87.0 + rng.normal(0, 0.3, 6), [30.0] * 6)
+    small = _noisy(seeds, rng, 87.0, 30.0)
     out = iso.growth_ceiling(curve, small, resamples=300)
     assert out["low"] <= out["ceiling"] <= out["high"]
     assert out["ceiling"] == pytest.approx((70.0 - 30.0) / 95.0, abs=0.05)  # 87 at ~70; the target ~89.5 at ~95
