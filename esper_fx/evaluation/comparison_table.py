@@ -28,7 +28,13 @@ class ComparisonTable:
     by_task: dict[str, dict[str, Any]] = field(default_factory=dict)  # a task mix: per task, its rows and pairs
     arms_by_train_seed: dict[str, dict[int, str]] = field(default_factory=dict)  # arm -> {training seed: row}
     aggregate: list[dict[str, Any]] = field(default_factory=list)  # across training seeds (across_seeds)
-    savings: list[dict[str, Any]] = field(default_factory=list)  # iso-accuracy savings against a static curve
+    baseline: str | None = None  # the arm every other is paired with (`wait` in prove)
+
+    @cached_property
+    def savings(self) -> list[dict[str, Any]]:
+        """Every grown arm's iso-accuracy saving against each static curve (`iso_accuracy.savings`), read off
+        the episodes."""
+        return iso_accuracy.savings(self.episodes, grown_arms(self.episodes, self.baseline))
 
     @cached_property
     def ceilings(self) -> list[dict[str, Any]]:
@@ -192,13 +198,10 @@ def table_of(episodes: Mapping[str, list[Any]], trained: dict[str, Any], learned
     episodes = {name: list(eps) for name, eps in episodes.items() if eps}
     rows = [summarize_arm(name, eps) for name, eps in episodes.items()]
     learned_arm = learned[0] if learned else None
-    saved = iso_accuracy.savings(episodes, grown_arms(episodes, baseline))
     if layout is not None:
-        table = _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, partial, controls, layout)
-        table.savings = saved
-        return table
+        return _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, partial, controls, layout)
     return ComparisonTable(rows, paired(episodes, baseline, learned_arm), episodes, trained, seeds, partial,
-                           dict(controls or {}), by_task(episodes, baseline, learned_arm), savings=saved)
+                           dict(controls or {}), by_task(episodes, baseline, learned_arm), baseline=baseline)
 
 
 def grown_arms(episodes: Mapping[str, Any], baseline: str | None) -> list[str]:
@@ -221,7 +224,7 @@ def _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, parti
             tasks[task]["pairs"] = _unique(tasks[task]["pairs"] + part["pairs"])
     aggregate = across_seeds.aggregate(episodes, layout, learned) if learned is not None else []
     return ComparisonTable(rows, pairs, episodes, trained, seeds, partial, dict(controls or {}), tasks, layout,
-                           aggregate)
+                           aggregate, baseline)
 
 
 def _unique(pairs: Any) -> list[dict[str, Any]]:
