@@ -2,7 +2,7 @@
 
 import sys
 
-from esper_fx.cli.prove import main
+from esper_fx.cli.prove import main, run_as_command  # noqa: F401 (main: the command as a function)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_as_command())

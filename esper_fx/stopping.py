@@ -6,7 +6,9 @@ during start-up exits cleanly too.
 
 from __future__ import annotations
 
+import gc
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any
@@ -37,11 +39,56 @@ def _in_main_thread() -> bool:
 
 
 _RAISED: dict[str, int | None] = {"signum": None}  # the signal `_raise_stop` last raised as a Stop
+_PENDING: dict[str, int | None] = {"signum": None}  # a stop held for the next safe point (`raise_pending`)
 
 
 def _raise_stop(signum, frame):
+    """SIGTERM's handler: a `Stop` raised where the signal landed, unless that is code whose exceptions Python
+    prints and drops ("Exception ignored in ..."): a garbage collector callback (JAX's `_xla_gc_callback`) or a
+    finaliser (`__del__`). Raised there, the stop was lost and the run went on to exit 0; it is held
+    instead, and `raise_pending` (at the next safe point: the next epoch, episode or wait) raises it."""
+    if _in_swallowing_code(frame):
+        _PENDING["signum"] = int(signum)
+        return
     _RAISED["signum"] = int(signum)
     raise Stop(signum)
+
+
+def _in_swallowing_code(frame: Any) -> bool:
+    """Whether `frame` (the one a signal interrupted) runs inside a gc callback or a `__del__`, whose exceptions
+    Python reports as unraisable and drops."""
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        code = frame.f_code
+        if code in callbacks or code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def raise_pending() -> None:
+    """At a safe point: a stop held by `_raise_stop` (it landed where it would have been lost) is raised now."""
+    signum, _PENDING["signum"] = _PENDING["signum"], None
+    if signum is not None:
+        _RAISED["signum"] = signum
+        raise Stop(signum)
+
+
+def ignore_stops(line: str | None = None) -> None:
+    """From now on (main thread only) SIGINT and SIGTERM no longer stop the process: a command that has
+    finished, or is stopping, is exiting, and a signal landing in an exit handler printed "Exception ignored in
+    atexit callback" tracebacks. The first such signal prints `line` on stderr (when given)."""
+    if not _in_main_thread():
+        return
+    said = {"done": line is None}
+
+    def once(signum, frame):
+        if not said["done"]:
+            said["done"] = True
+            print(line.format(signal=signal.Signals(signum).name), file=sys.stderr, flush=True)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, once)
 
 
 @contextmanager

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import types
 import typing
@@ -30,7 +31,8 @@ from dataclasses import MISSING, dataclass, fields
 from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
-from esper_fx.command import with_markdown_help
+from esper_fx.command import did_you_mean, with_markdown_help
+from esper_fx.configuration.keys import settable_keys
 from esper_fx.config import (
     GROUP_FIELDS as KEYS_OF_GROUP, GROUP_OF_KEY, OLD_KEYS, TrainingConfig, flat_view, old_keys,
     old_spellings_note, refuse_unsettable,
@@ -216,7 +218,7 @@ def _put(out: dict[str, Any], key: str, value: Any, given: str) -> None:
             refuse_unsettable([key])
         except ValueError as exc:
             raise ConfigError(f"{given}: {exc}") from None
-        raise ConfigError(f"{given}: unknown config key {key!r}")
+        raise ConfigError(f"{given}: unknown config key {key!r}{did_you_mean(key, settable_keys(TrainingConfig))}")
 
 
 def _set_value(key: str, raw: str) -> Any:
@@ -257,8 +259,8 @@ def _check_key(key: str, given: str) -> None:
         return
     if f"reward.{key}" in GROUP_OF_KEY:
         raise ConfigError(f"{given}: {key!r} is a constant of the reward: its key is 'reward.{key}'")
-    raise ConfigError(f"{given}: unknown config key {key!r} (a field of TrainingConfig, or name.key for "
-                      f"{', '.join(NESTED)}, such as 'ppo.lr')")
+    raise ConfigError(f"{given}: unknown config key {key!r}{did_you_mean(key, settable_keys(TrainingConfig))} (a "
+                      f"field of TrainingConfig, or name.key for {', '.join(NESTED)}, such as 'ppo.lr')")
 
 
 def with_sections(base: TrainingConfig, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -288,6 +290,21 @@ def refuse_resume_changes(kept: Mapping[str, Any], wanted: Mapping[str, Any], ma
         if name not in allowed and value != kept.get(name):
             raise ConfigError(f"--resume: {name} cannot change on resume ({kept_by} has {kept.get(name)!r}, "
                               f"the command line {value!r})")
+
+
+def typed_path(path: str, first_cwd: str | None, flag: str, command: str) -> str:
+    """A path typed on a resume (`train --resume`'s `--data-dir`, prove's `--json`, ...), absolute: an absolute
+    one as it is; a relative one against the first start's folder `first_cwd` (None: unknown, this folder),
+    which is this one when the resume runs where the first start ran; from another folder a line on stderr
+    says so, naming `command` (the run's files are where its first start put them)."""
+    if os.path.isabs(path):
+        return os.path.normpath(path)
+    here = os.getcwd()
+    first_cwd = first_cwd or here
+    if os.path.realpath(here) != os.path.realpath(first_cwd):
+        print(f"{command}: {flag} {path}: a relative path, read from the first start's folder {first_cwd} "
+              f"(this resume runs in {here})", file=sys.stderr)
+    return os.path.normpath(os.path.join(first_cwd, path))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -65,28 +65,28 @@ from typing import Any, NamedTuple, Sequence
 
 from bridge.jax_env import ensure_jax_env
 from esper_fx.cli.parser import (add_field_flags, add_set_option, command_line_changes, field_flags,
-                                  note_old_spellings, old_set_keys, parse_sets, refuse_resume_changes, with_sections)
+                                  note_old_spellings, old_set_keys, parse_sets, refuse_resume_changes, typed_path,
+                                  with_sections)
 from esper_fx.config import (AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, SEED_MAX, SEED_MIN, TrainingConfig,
                              flat_view)
 from esper_fx.evaluation.fair_controls import (DEFAULT_TUNING_SEEDS, MIX_TUNING_SEEDS_PER_TASK, PickRule,
                                                default_tuning_seeds)
 from esper_fx.distributed.runtime import INSTALL_HINT, RayAddressError, check_ray_address, ray_installed
 from esper_fx.command import EXIT_OK, CommandParser
+from esper_fx.configuration.checks import no_effect
 from esper_fx.errors import ConfigError
 from esper_fx.evaluation.resume import COMMAND_NAME
 from esper_fx.evaluation.seed_sets import MAX_EVAL_SEEDS
-from esper_fx.outputs.checkpoint import SHAPE_FIELDS, CheckpointError
+from esper_fx.outputs.checkpoint import CheckpointError, shape_fields
 from esper_fx.outputs.provenance import collect, run_devices
-from esper_fx.stopping import deferred_stops, exit_code, sigterm_stops, stop_signal
+from esper_fx.stopping import deferred_stops, exit_code, ignore_stops, sigterm_stops, stop_signal
 
 NAME = "esper_fx.prove"
 DEFAULT_ARMS = ("ppo", "wait", "random", "heuristic", "oracle", "static_final")
 DEFAULT_EVAL_SEEDS = 8
 DEFAULT_EVAL_SEED_OFFSET = 900_000
 LEARNED_ARMS = {"ppo": True, "ppo_sampled": False}  # arm -> greedy
-# Fields a trained policy's shapes (or what its observations mean) depend on: `--checkpoint` keeps them.
-# (n_envs is not one: evaluation runs one env per episode.)
-POLICY_FIELDS = tuple(name for name in SHAPE_FIELDS if name != "n_envs")
+PPO_CONTROLLERS = ("ppo_lstm", "ppo_mlp")  # the checkpoints the learned arms play
 # what `--resume` may change: the fields train's resume may change (where and how it runs), less the training's
 # episodes, which change its result; and of prove's own flags, how much it prints
 RESUME_MAY_CHANGE = tuple(name for name in RESUME_OVERRIDABLE if name not in ("n_episodes", "run_dir"))
@@ -209,6 +209,8 @@ def resolve(args: argparse.Namespace) -> Resolved:
         raise ProveError(str(exc)) from None
     if policy is not None:
         check_policy_fields(base, config, " ".join(args.checkpoint))
+    for line in no_effect(config, flat_view(command_line_changes(sets, args)), arm_controllers(args.arms, config)):
+        print(f"{NAME}: note: {line}", file=sys.stderr)
     if isinstance(policy, dict):
         train_seeds = list(policy)
     explicit = config.env_workers != AUTO and config.env_workers > 0
@@ -328,6 +330,11 @@ def eval_seeds(args: argparse.Namespace) -> range | list[int]:
     return seeds
 
 
+def policy_fields(controller: str) -> tuple[str, ...]:
+    """The fields a trained policy of `controller` depends on, which `--checkpoint` keeps."""
+    return tuple(name for name in shape_fields(controller) if name != "n_envs")
+
+
 def _policy_value(config: TrainingConfig, name: str) -> Any:
     values = {"slots": list(config.enabled_slots), "blueprint_menu": list(config.menu),
               "controller": config.controller_name}
@@ -336,8 +343,9 @@ def _policy_value(config: TrainingConfig, name: str) -> Any:
 
 def check_policy_fields(trained: TrainingConfig, config: TrainingConfig, checkpoint: str) -> None:
     """A checkpoint's policy is evaluated only on what it was trained for: `--set` may not change a field
-    its shapes (or the meaning of its observations) depend on."""
-    for name in POLICY_FIELDS:
+    its shapes (or the meaning of its observations) depend on: the checkpoint's (`checkpoint.shape_fields`
+    of its controller, its network's width included), but n_envs (evaluation runs one env per episode)."""
+    for name in policy_fields(trained.controller_name):
         before, after = _policy_value(trained, name), _policy_value(config, name)
         if before != after:
             raise ProveError(f"--set {name}: the policy of {checkpoint} was trained with {name} {before!r}; "
@@ -386,13 +394,21 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any,
         raise ProveError("--static-budgets trains static_final on fractions of its budget: list static_final in "
                          "--arms (it is the full budget)")
     arms: dict[str, Any] = {}
+    played = None if policy is None else config.controller_name  # the controller the checkpoint holds
+    if isinstance(policy, dict):  # several --checkpoint runs, one per training seed
+        trained = TrainedSeeds({seed: Trained(config.replace(seed=seed), p) for seed, p in policy.items()})
+    else:
+        trained = Trained(config, policy) if policy is not None else None
     for name in names:
         if name in LEARNED_ARMS:
-            if isinstance(policy, dict):  # several --checkpoint runs, one per training seed
-                source = TrainedSeeds({seed: Trained(config.replace(seed=seed), p) for seed, p in policy.items()})
-            else:
-                source = Trained(config, policy) if policy is not None else config.controller_name
+            if played is not None and played not in PPO_CONTROLLERS:
+                others = " ".join(played if n == "ppo" else n for n in names if n != "ppo_sampled")
+                raise ProveError(f"--arms {name}: the --checkpoint run holds a {played!r} controller, and {name} "
+                                 f"plays a PPO one; its arm is named by its controller (--arms {others})")
+            source = trained if trained is not None else config.controller_name
             arms[name] = {"controller": source, "greedy": LEARNED_ARMS[name]}
+        elif played is not None and _canonical(name) == played:  # the checkpoint's own controller plays it
+            arms[name] = {"controller": trained, "greedy": True}
         elif name in (STATIC_FINAL, STATIC_MATCHED, BEST_FIXED):
             if name != BEST_FIXED:  # the static arms rebuild the architecture an earlier arm ended with
                 source = next((n for n in names if n in LEARNED_ARMS or _trains(n, config)), default_source(names))
@@ -417,7 +433,33 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any,
             except (ValueError, TypeError) as exc:
                 raise ProveError(f"arm {name!r}: {exc}") from None
             arms[name] = name
+    if played is not None and not any(isinstance(arm, dict) and arm.get("controller") is trained
+                                      for arm in arms.values()):
+        arm = "ppo" if played in PPO_CONTROLLERS else played
+        raise ProveError(f"--checkpoint: no arm of {' '.join(names)} plays the checkpoint's {played!r} controller "
+                         f"(list {arm} in --arms, or drop --checkpoint)")
     return arms
+
+
+def arm_controllers(names: Sequence[str], config: TrainingConfig) -> set[str]:
+    """The controllers the arms `names` play (canonical names): the learned arms the configured (or the
+    checkpoint's) one, best_fixed the oracle's schedule, a controller's name that controller; the static arms
+    play none."""
+    from esper_fx.evaluation.fair_controls import BEST_FIXED
+
+    played = {config.controller_name if name in LEARNED_ARMS else "oracle" if name == BEST_FIXED else _canonical(name)
+              for name in names}
+    return {c for c in played if c is not None}
+
+
+def _canonical(name: str) -> str | None:
+    """The controller `name` names (an alias resolved), or None for an arm that names none."""
+    from esper_fx.controller_names import NAMES
+
+    try:
+        return NAMES.canonical(name)
+    except ValueError:
+        return None
 
 
 def _trains(name: str, config: TrainingConfig) -> bool:
@@ -485,40 +527,63 @@ def main(argv: Sequence[str] | None = None) -> int:
                          command)
 
 
+def run_as_command(argv: Sequence[str] | None = None) -> int:
+    """`main` as the process's command (`python -m esper_fx.prove`): once it returns, the process exits, and a
+    signal then (in Ray's or JAX's exit handlers) printed "Exception ignored in atexit callback" tracebacks:
+    it is ignored, said in one line when the prove had finished."""
+    code = main(argv)
+    ignore_stops(None if code != EXIT_OK else
+                 "esper_fx.prove: {signal} as prove exits: its results are all written; nothing is lost")
+    return code
+
+
 def resumed_args(argv: Sequence[str]) -> argparse.Namespace:
     """`--resume OUT`: the command line of the prove started in OUT (`COMMAND_NAME`), read as at its start,
     with the resume's own flags on top; a flag that would change the result (any but `RESUME_MAY_CHANGE` and
-    `RESUME_MAY_CHANGE_FLAGS`) and differs from the first start's is refused by name. Raises ProveError."""
+    `RESUME_MAY_CHANGE_FLAGS`) and differs from the first start's is refused by name. Values are compared as
+    they resolve: paths (`PATH_FLAGS`) made absolute, each against the folder it was typed in
+    (`typed_path`: a relative path typed on a resume from another folder is read from the first start's, in a
+    line on stderr), and a flag left out as the value it then took (`with_resolved_defaults`), so typing a
+    default, or a path to the same file, changes nothing. Raises ProveError."""
     given = vars(_given_flags(argv))
     out = Path(os.path.abspath(given.pop("resume")))
     record = out / COMMAND_NAME
     try:
         kept = json.loads(record.read_text(encoding="utf-8"))
-        first_argv, cwd = [str(a) for a in kept["argv"]], str(kept["cwd"])
+        if not isinstance(kept, dict):
+            raise TypeError(f"a JSON object was expected, not {type(kept).__name__}")
+        first_argv, cwd = kept["argv"], kept["cwd"]
+        if not (isinstance(first_argv, list) and all(isinstance(a, str) for a in first_argv)):
+            raise TypeError(f"argv must be a list of strings (got {first_argv!r:.80})")
+        if not isinstance(cwd, str):
+            raise TypeError(f"cwd must be a folder's path (got {cwd!r:.80})")
     except FileNotFoundError:
         raise ProveError(f"--resume {out}: no prove was started there ({COMMAND_NAME} is missing); start one "
                          f"without --resume") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ProveError(f"--resume {out}: {record} cannot be read ({exc})") from None
+        raise ProveError(f"--resume {out}: {record} cannot be read ({type(exc).__name__}: {exc}); start the "
+                         f"prove again in a new --out") from None
     try:
         first = build_parser().parse_args(first_argv)
     except ConfigError as exc:
         raise ProveError(f"--resume {out}: the command line kept in {record} no longer parses ({exc})") from None
     if "out" in given:
         raise ProveError(f"--resume {out} continues the prove in {out}: drop --out")
-    # the paths of the first start, as it read them
-    first.checkpoint = [os.path.join(cwd, p) for p in first.checkpoint] if first.checkpoint else None
-    first.json = os.path.join(cwd, first.json) if first.json else None
-    if first.data_root and "data_root" not in given:  # a relative --data-dir read from the first start's folder
-        first.data_root = os.path.join(cwd, first.data_root)
+    for name in PATH_FLAGS:  # every path as the command that typed it read it: absolute
+        if getattr(first, name) is not None:
+            setattr(first, name, _paths(getattr(first, name), cwd))
+        if given.get(name) is not None:
+            given[name] = _paths(given[name], cwd, _flag_of(name))
     fields = {ff.key for ff in field_flags()}
     sets = given.pop("sets", [])
     changes = command_line_changes(parse_sets(sets), argparse.Namespace(**given))
     own = {f"--{name.replace('_', '-')}": value for name, value in given.items() if name not in fields}
-    refuse_resume_changes({f"--{name.replace('_', '-')}": value for name, value in vars(first).items()}, own,
-                          RESUME_MAY_CHANGE_FLAGS, "the first start")
-    if changes:
+    if own or changes:
         base = resolve(argparse.Namespace(**vars(first))).config
+        kept_own = with_resolved_defaults(vars(first), base)
+        refuse_resume_changes({f"--{name.replace('_', '-')}": value for name, value in kept_own.items()}, own,
+                              RESUME_MAY_CHANGE_FLAGS, "the first start")
+    if changes:
         refuse_resume_changes(base.to_dict(every_constant=True), with_sections(base, changes), RESUME_MAY_CHANGE,
                               "the first start")
     for name, value in given.items():
@@ -529,6 +594,39 @@ def resumed_args(argv: Sequence[str]) -> argparse.Namespace:
     first.sets = [*first.sets, *sets]
     first.out, first.resume, first.resume_argv = str(out), str(out), list(argv)
     return first
+
+
+# the flags that name files or folders, read against the folder the command was typed in
+PATH_FLAGS = ("checkpoint", "json", "data_root")
+
+
+def _flag_of(name: str) -> str:
+    return {"data_root": "--data-dir"}.get(name, f"--{name.replace('_', '-')}")
+
+
+def _paths(value: str | list[str], first_cwd: str, flag: str | None = None) -> str | list[str]:
+    """A path flag's value (one path or a list), each path made absolute: typed on the first start (`flag`
+    None) against its folder `first_cwd`; typed on a resume, by `typed_path`."""
+    one = (lambda p: os.path.normpath(os.path.join(first_cwd, p))) if flag is None else \
+        (lambda p: typed_path(p, first_cwd, flag, NAME))
+    return [one(p) for p in value] if isinstance(value, list) else one(value)
+
+
+def with_resolved_defaults(args: dict[str, Any], config: TrainingConfig) -> dict[str, Any]:
+    """prove's own flags with each one left out (None) as the value it resolves to: the tuning seeds (those of
+    `default_tuning_seeds`), the evaluation seeds' count and offset (without --eval-seeds) and best_fixed's
+    pick rule (`PickRule`'s defaults)."""
+    from dataclasses import fields as dataclass_fields
+
+    resolved = dict(args)
+    defaults = {"tuning_seeds": list(default_tuning_seeds(config)),
+                **({"n_eval_seeds": DEFAULT_EVAL_SEEDS, "eval_seed_offset": DEFAULT_EVAL_SEED_OFFSET}
+                   if args.get("eval_seeds") is None else {}),
+                **{f.name: f.default for f in dataclass_fields(PickRule)}}
+    for name, value in defaults.items():
+        if resolved.get(name) is None:
+            resolved[name] = value
+    return resolved
 
 
 def _given_flags(argv: Sequence[str]) -> argparse.Namespace:
@@ -550,8 +648,9 @@ def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, 
     from esper_fx.training.run_state import Interrupted
 
     started = time.perf_counter()
+    held: list[Any] = []  # the output folder's lock, once `_run_prove` took it (released when prove ends)
     try:
-        return _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds, command)
+        return _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds, command, held)
     except (KeyboardInterrupt, Interrupted) as stop:
         return _stopped(args, config, seeds, json_path, stop, started, runs or len(arms), out)
     except Exception as exc:  # noqa: BLE001 - sorted below; anything else is a bug and keeps its traceback
@@ -560,15 +659,26 @@ def run_prove(args: argparse.Namespace, config: TrainingConfig, arms: dict[str, 
             raise
         print(f"esper_fx.prove: error: {one_line(exc)}", file=sys.stderr)
         return code
+    finally:
+        for lock in held:
+            lock.release()
 
 
-def _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds=None, command=None) -> int:
+def _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds=None, command=None,
+               held=None) -> int:
+    from esper_fx.errors import OutputError
+    from esper_fx.outputs.folder_lock import FolderLock
     from esper_fx.training.threads import limit_cpu_threads
     from esper_fx.evaluation.comparison import compare
-    from esper_fx.training.preflight import check_data
+    from esper_fx.training.preflight import check_before_writing, check_data
 
-    check_data(config)  # a missing or malformed dataset is one line before out/ is created
+    # before out/ is created: the devices, W&B's settings, the data folder and the dataset (one line, exit 2)
+    check_before_writing(config)
+    check_data(config)
     out.mkdir(parents=True, exist_ok=True)
+    # one prove at a time in OUT (two resumes at once played every episode twice, until one died on the
+    # other's files): another holding it is named, exit 2
+    (held if held is not None else []).append(FolderLock.take(out, "prove output folder"))
     if command is not None or getattr(args, "resume_argv", None) is not None:
         with deferred_stops():  # first, so that a stop anywhere after it can be resumed
             keep_command(out, command, getattr(args, "resume_argv", None))
@@ -581,8 +691,17 @@ def _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds=N
                     tuning_seeds=args.tuning_seeds, train_seeds=train_seeds, resume=out, **pick_options(args))
     wall = time.perf_counter() - started
     print(table.to_text())
-    with deferred_stops(reraise=False):  # the evaluation is complete: a late stop waits for its record
-        write_json(json_path, report_of(table, config, wall, out=out))
+    with deferred_stops(reraise=False) as late:  # the evaluation is complete: a late stop waits for its record
+        try:
+            write_json(json_path, report_of(table, config, wall, out=out))
+        except OutputError as exc:  # every episode is kept in out/: a resume writes the record again at once
+            raise OutputError(f"{exc}; every finished episode is kept in {out}: make room, then "
+                              f"python -m esper_fx.prove --resume {out}") from None
+    if late.held is not None:
+        print(f"esper_fx.prove: interrupted ({_signal_name(late.held)}) as its results were written: {json_path} "
+              f"is whole; the plots are not drawn (python -m esper_fx.prove --resume {out} draws them)",
+              file=sys.stderr)
+        return exit_code(late.held)
     try:
         trained = f"{len(train_seeds)} training seeds × " if train_seeds else ""
         table.plot(out / "prove.png", title=f"{config.task.value}: {trained}{len(seeds)} evaluation seeds")
@@ -653,9 +772,15 @@ def report_of(table: Any, config: TrainingConfig, wall: float, stopped: dict[str
 
 
 def write_json(path: Path, report: dict[str, Any]) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=2)
-        fh.write("\n")
+    """prove.json written whole or not at all (`durable.write_whole`); a failure (a full disk) is an
+    OutputError naming the file, the file as it was."""
+    from esper_fx.errors import OutputError
+    from esper_fx.outputs.durable import write_whole
+
+    try:
+        write_whole(path, json.dumps(report, indent=2) + "\n")
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _signal_name(signum: int) -> str:
@@ -695,4 +820,4 @@ def _stopped(args, config: TrainingConfig, seeds: list[int], json_path: Path, st
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_as_command())

@@ -88,6 +88,9 @@ def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
         print(line, flush=True)
     limit_cpu_threads(config, lambda line: print(line, flush=True))
     cache_dir = compile_cache.enable(compile_cache_dir, enabled=compile_cache_enabled)
+    note = compile_cache.start_note(cache_dir)
+    if note is not None and not quiet:
+        print(note, flush=True)
     from esper_fx.training.run import run
     from esper_fx.training.run_state import Interrupted
     from esper_fx.outputs.closing import closing_lines

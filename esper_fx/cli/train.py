@@ -11,6 +11,7 @@ one line naming the problem to stderr and exits 2 before anything is written.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -22,10 +23,12 @@ from esper_fx.training import compile_cache
 from esper_fx.outputs.run_names import default_run_dir
 from esper_fx.cli.run import config_summary, run_from_cli  # noqa: F401 (config_summary re-exported)
 from esper_fx.cli.parser import (add_field_flags, add_set_option, command_line_changes, note_old_spellings,
-                                  old_set_keys, parse_sets, refuse_resume_changes, with_sections)
-from esper_fx.config import (AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths, old_keys,
-                             read_config_json)
+                                  old_set_keys, parse_sets, refuse_resume_changes, typed_path, with_sections)
+from esper_fx.config import (AUTO, PRESET_NAMES, RESUME_OVERRIDABLE, TrainingConfig, absolute_paths, flat_view,
+                             old_keys, read_config_json)
+from esper_fx.configuration.checks import no_effect
 from esper_fx.command import CommandParser
+from esper_fx.contracts.tasks import DEFAULT_DATA_ROOT
 from esper_fx.errors import ConfigError
 from esper_fx.distributed.runtime import INSTALL_HINT, ray_installed
 from esper_fx.stopping import exit_code, sigterm_stops, stop_signal
@@ -73,11 +76,15 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
         note_old_spellings(old_set_keys(args.sets))
         return config, args
     old = old_set_keys(args.sets)
+    given = set(flat_view(overrides))  # the settings the command line gave (a config file is often a whole config)
     try:
         if args.config is not None:
             data = read_config_json(args.config)
             old = [*old_keys(data), *old]
-            base = TrainingConfig.from_dict(data)
+            try:
+                base = TrainingConfig.from_dict(data)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"--config {args.config}: {exc}") from None
         else:
             base = TrainingConfig.preset(args.preset or DEFAULT_PRESET)
         config = base.replace(**with_sections(base, overrides)) if overrides else base
@@ -88,6 +95,8 @@ def resolve_config(argv: Sequence[str] | None = None) -> tuple[TrainingConfig, a
         config = config.replace(run_dir=default_run_dir(label))
     config = _with_ray(absolute_paths(config))
     note_old_spellings(old)
+    for line in no_effect(config, given):
+        print(f"{NAME}: note: {line}", file=sys.stderr)
     return config, args
 
 
@@ -108,6 +117,12 @@ def _resume_config(args: argparse.Namespace, overrides: dict[str, Any]) -> Train
     if not isinstance(resume_path, str):
         raise ConfigError(f"resume_path must be a path (got {resume_path!r})")
     saved, run_dir = _resumed(resume_path)
+    first_cwd = first_start_folder(run_dir)
+    for name, flag in PATH_FIELDS.items():  # a relative path as the first start would have read it
+        if isinstance(overrides.get(name), str):
+            overrides[name] = typed_path(overrides[name], first_cwd, flag, NAME)
+        elif name == "data_root" and _relative_data_root(saved.data_root) and first_cwd is not None:
+            saved = saved.replace(data_root=os.path.normpath(os.path.join(first_cwd, saved.data_root)))
     overrides = with_sections(saved, overrides)
     refuse_resume_changes(saved.to_dict(every_constant=True), overrides, RESUME_OVERRIDABLE)
     run_dir = overrides.pop("run_dir", None) or run_dir
@@ -116,6 +131,29 @@ def _resume_config(args: argparse.Namespace, overrides: dict[str, Any]) -> Train
         return saved.replace(**overrides, run_dir=run_dir, resume_path=str(resume_path))
     except (ValueError, TypeError) as exc:
         raise ConfigError(str(exc)) from None
+
+
+# the fields that name what the run reads, with their flags: typed relative on a resume, read from the first
+# start's folder (a resume's --run-dir names where the continued run goes, read from where it is typed)
+PATH_FIELDS = {"data_root": "--data-dir"}
+
+
+def first_start_folder(run_dir: str) -> str | None:
+    """The folder the run's first start was typed in (its provenance.json's `cwd`), or None when the run
+    directory does not say (a run of an earlier version)."""
+    from esper_fx.outputs.provenance import PROVENANCE_NAME
+
+    try:
+        cwd = json.loads(Path(run_dir, PROVENANCE_NAME).read_text(encoding="utf-8")).get("cwd")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None
+
+
+def _relative_data_root(data_root: str) -> bool:
+    """A data folder a run of an earlier version kept relative (today's first start keeps it absolute; the
+    default `./data` stays as it is: it names the task's own default place)."""
+    return not os.path.isabs(data_root) and Path(data_root) != Path(DEFAULT_DATA_ROOT)
 
 
 def _resumed(path: str) -> tuple[TrainingConfig, str]:

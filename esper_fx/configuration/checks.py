@@ -205,3 +205,38 @@ def _check_menu_and_rotation(c: Any) -> None:
     if c.controller_name == "oracle":
         c.oracle.check_against(c.enabled_slots, c.menu, c.max_epochs)
     c.static_seed_map  # validates every entry
+
+
+# ----------------------------------------------------------------------------------------------
+# settings that do nothing in a run
+# ----------------------------------------------------------------------------------------------
+
+# The nested configs each controller reads (its canonical name -> section); a section read by none of a run's
+# controllers does nothing in it. Of `ppo`'s keys every run reads these (the reward's shaping discounts with
+# ppo.gamma; the last epoch bootstraps by ppo.horizon_bootstrap; num_minibatches is checked against n_envs).
+SECTION_OF_CONTROLLER = {"ppo_lstm": "ppo", "ppo_mlp": "ppo", "reinforce": "reinforce", "heuristic": "heuristic",
+                         "oracle": "oracle"}
+PPO_KEYS_EVERY_RUN_READS = ("gamma", "horizon_bootstrap", "num_minibatches")
+
+
+def no_effect(config: Any, keys: Any, controllers: Any = None) -> list[str]:
+    """For each of `keys` (the settings a command line or config file gave, `name.key` for a nested one) that
+    does nothing in a run of `config` whose controllers are `controllers` (canonical names; default the
+    config's own), one line saying why: a section no controller of the run reads, `fossil_release` under the
+    `immediate` clock (no seed isolates the host there). (A scripted controller's tempo does act under the
+    `reference` clock: its blend follows the tempo's epochs; only a learned controller's tempo head is held to
+    the standard tempo there.)"""
+    controllers = set(controllers or (config.controller_name,))
+    read = {SECTION_OF_CONTROLLER[c] for c in controllers if c in SECTION_OF_CONTROLLER}
+    lines = []
+    for key in sorted(set(keys)):
+        section, dot, name = key.partition(".")
+        if dot and section in set(SECTION_OF_CONTROLLER.values()) and section not in read:
+            if section == "ppo" and name in PPO_KEYS_EVERY_RUN_READS:
+                continue
+            lines.append(f"{key} has no effect here: no controller of this run ({', '.join(sorted(controllers))}) "
+                         f"reads {section}'s settings")
+        elif key == "fossil_release" and config.lifecycle == "immediate" and config.fossil_release is not None:
+            lines.append("fossil_release has no effect here: under lifecycle=immediate no seed isolates the host, "
+                         "so a fossil has nothing to release")
+    return lines

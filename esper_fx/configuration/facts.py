@@ -11,7 +11,7 @@ from esper_fx.contracts.blueprints import BLUEPRINT_MENUS
 from esper_fx.contracts.lifecycle import LifecycleTimings, lifecycle_timings
 from esper_fx.contracts.observation import obs_dim
 from esper_fx.contracts.slots import sort_slot_ids
-from esper_fx.contracts.tasks import task_facts, task_slot_ids
+from esper_fx.contracts.tasks import DEFAULT_DATA_ROOT, task_facts, task_slot_ids
 from esper_fx.controller_names import NAMES
 from rl.config import entropy_coefficient
 
@@ -87,8 +87,13 @@ class DerivedFacts:
 
 
 def absolute_paths(config: Any) -> Any:
-    """The run directory and the resume path resolved once, against the directory the run started from
-    (orbax needs absolute paths, and a later chdir must not move the run)."""
+    """The run directory, the resume path and a data folder the run was given resolved once, against the
+    directory the run started from (orbax needs absolute paths, a later chdir must not move the run, and a
+    resume from another folder reads the same data). The default data folder stays `./data`: it names the
+    task's own default place (fashion_mnist's is the dataset package's folder)."""
     changes = {name: os.path.abspath(getattr(config, name)) for name in ("run_dir", "resume_path")
                if getattr(config, name)}
+    if config.data_root and os.path.normpath(config.data_root) != os.path.normpath(DEFAULT_DATA_ROOT):
+        changes["data_root"] = os.path.abspath(config.data_root)
+    changes = {name: value for name, value in changes.items() if value != getattr(config, name)}
     return config.replace(**changes) if changes else config

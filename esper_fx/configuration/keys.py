@@ -100,7 +100,19 @@ def refuse_unknown_group_keys(group: str, keys: Iterable[str]) -> None:
     wrong = [f"{group}.{key}" for key in keys if key not in GROUP_FIELDS[group]]
     refuse_unsettable(wrong)
     if wrong:
-        raise ValueError(f"Unknown config keys: {sorted(wrong)}")
+        raise unknown_keys(sorted(wrong), (f"{group}.{key}" for key in GROUP_FIELDS[group]))
+
+
+def unknown_keys(unknown: list[str], known: Iterable[str]) -> ValueError:
+    """'Unknown config keys: [...]', with the known key closest to the first (`did you mean`), if any."""
+    return ValueError(f"Unknown config keys: {unknown}{did_you_mean(unknown[0], known)}")
+
+
+def settable_keys(cls: type) -> list[str]:
+    """Every key a config file or `--set` may name: the run's fields and each nested config's `name.key`."""
+    nested = nested_keys(cls)
+    return [name for name in field_names(cls) if name not in nested] + \
+        [f"{name}.{key}" for name, keys in nested.items() for key in keys]
 
 
 def refuse_unsettable(keys: Iterable[str]) -> None:
@@ -234,7 +246,7 @@ class ConfigFile:
                 refuse_unsettable(wrong)
                 unknown += sorted(wrong)
         if unknown:
-            raise ValueError(f"Unknown config keys: {unknown}")
+            raise unknown_keys(unknown, settable_keys(cls))
         return cls(**d)
 
     @classmethod

@@ -23,13 +23,13 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from esper_fx.errors import DeviceUnavailableError, RunFailure, SetupError
-from esper_fx.distributed.runtime import RaySession, RayStartError, require_ray  # noqa: F401 (re-exported)
+from esper_fx.distributed.runtime import RaySession, RayStartError, require_ray, worker_logs  # noqa: F401
 from esper_fx.distributed.worker import EnvWorker, WorkerStep, worker_settings
 from esper_fx.stopping import deferred_stops, stops_kept
 from hosts.env import ApplyResult
@@ -74,10 +74,11 @@ def signal_bytes(signals: dict[str, np.ndarray] | None) -> int:
 
 class RayEnvPool:
     """`settings`: the run's pool settings (each worker's EnvPool gets them, with its devices set:
-    `worker.worker_settings`); `n_workers` actors; `ray_address`: the cluster to join (None: a local Ray)."""
+    `worker.worker_settings`); `n_workers` actors; `ray_address`: the cluster to join (None: a local Ray);
+    `say`: a progress line before Ray starts (`RaySession.open`)."""
 
     def __init__(self, settings: PoolSettings, n_workers: int, ray_address: str | None = None, *,
-                 nan_faults: Sequence[tuple[int, int]] = ()) -> None:
+                 nan_faults: Sequence[tuple[int, int]] = (), say: Callable[[str], None] | None = None) -> None:
         ray = require_ray()
         self.settings = settings
         self.n_workers = int(n_workers)
@@ -91,7 +92,7 @@ class RayEnvPool:
         # the slowest worker's own time in each begin and step, summed: its pool's env builds, training and
         # validation phases and the whole call (`worker.phase_delta`); the loop's time breakdown reads them
         self.phase_s = {"build_s": 0.0, "train_s": 0.0, "validate_s": 0.0, "work_s": 0.0}
-        self._session = RaySession.open(ray_address, self.n_workers)
+        self._session = RaySession.open(ray_address, self.n_workers, say)
         self._ray = ray
         self._actors: list[Any] = []
         self._running: list[int] = []  # the workers with envs in this episode batch (set by begin)
@@ -247,7 +248,9 @@ class RayEnvPool:
 def get_or_explain(ray: Any, ref: Any, where: str, timeout: float | None = None) -> Any:
     """`ray.get(ref)`; a failure becomes EnvWorkerError (a Python exception, with the remote traceback) or
     EnvWorkerLost (the process died, or was never placed), its message starting with `where`. A `SetupError`
-    (a dataset that cannot be loaded, a device) is raised as itself: one line, exit 2, as in process."""
+    (a dataset that cannot be loaded, a device) is raised as itself: one line, exit 2, as in process. The
+    others name the folder of Ray's logs where the worker's own output is (`runtime.worker_logs`): it is
+    not printed on the driver's console."""
     exceptions = ray.exceptions
     try:
         with stops_kept():
@@ -256,10 +259,10 @@ def get_or_explain(ray: Any, ref: Any, where: str, timeout: float | None = None)
         cause = exc.cause if isinstance(exc.cause, BaseException) else None
         if isinstance(cause, SetupError):  # a data or device problem: the one line of an in-process run
             raise cause from None
-        raise EnvWorkerError(f"{where} raised {_one_line(cause or exc)}\nthe worker's traceback:\n"
+        raise EnvWorkerError(f"{where} raised {_one_line(cause or exc)}{_output_in()}\nthe worker's traceback:\n"
                              f"{_plain_text(getattr(exc, 'traceback_str', '') or str(exc))}") from cause
     except (exceptions.RayActorError, exceptions.WorkerCrashedError) as exc:
-        raise EnvWorkerLost(f"{where} died: {_first_line(exc)}") from None
+        raise EnvWorkerLost(f"{where} died: {_first_line(exc)}{_output_in()}") from None
     except exceptions.GetTimeoutError:
         raise EnvWorkerLost(f"{where} was not placed within {timeout:.0f} s: the Ray cluster lacks the "
                             f"CPUs/GPUs asked for ({ray.cluster_resources()})") from None
@@ -273,6 +276,12 @@ def gpu_share(cluster_gpus: float, n_workers: int) -> float:
         raise DeviceUnavailableError("the envs run on CUDA but the Ray cluster has no GPU "
                                      "(set env_devices/device to cpu, or join a cluster with GPUs)")
     return 1.0 / math.ceil(n_workers / gpus)
+
+
+def _output_in() -> str:
+    """'; its output: FOLDER' (Ray's log folder of the session's workers), or '' when Ray cannot name it."""
+    folder = worker_logs()
+    return "" if folder is None else f"; the workers' own output is in {folder} (worker-*.out, worker-*.err)"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -9,6 +9,11 @@ without Ray instantly:
 
 A local Ray the run starts is watched by `reaper`: if the driver is killed outright (SIGKILL), what Ray
 left running is killed too.
+
+The workers' own output (what their Python code prints, and their runtime's lines, such as abseil's
+"[mutex.cc : 452] RAW: Lock blocking" on a contended CPU) is not forwarded to the driver's console
+(`log_to_driver=False`): Ray keeps it in its session's log folder (`worker_logs`), which a worker's
+failure names (`distributed.pool.get_or_explain`). The console holds the project's lines alone.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import re
 import socket
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from esper_fx.errors import SetupError
 from esper_fx.stopping import deferred_stops
@@ -130,13 +135,16 @@ class RaySession:
     reaper: Any = field(default=None, repr=False)  # an owned Ray's `reaper` (kills what a SIGKILL leaves)
 
     @classmethod
-    def open(cls, address: str | None, min_cpus: int) -> "RaySession":
+    def open(cls, address: str | None, min_cpus: int, say: Callable[[str], None] | None = None) -> "RaySession":
         """Join the cluster at `address`, or start a local Ray with at least `min_cpus` CPUs (one per
-        worker; more than the machine has only oversubscribes it). An initialised Ray is used as is."""
+        worker; more than the machine has only oversubscribes it). An initialised Ray is used as is. `say`
+        gets one line before Ray starts (some 7 s on a small machine, with nothing else to show)."""
         ray = require_ray()
         if ray.is_initialized():
             return cls(owned=False, joined=False)
         check_ray_address(address)
+        if say is not None:
+            say(f"starting {min_cpus} Ray workers ({'a local Ray' if address is None else 'joining ' + address})")
         runtime_env = {"env_vars": {"PYTHONPATH": _pythonpath()}}
         local = address is None
         guard = reaper.start() if local else None  # before Ray's daemons, so that it sees them as new
@@ -149,10 +157,11 @@ class RaySession:
                 if local:
                     with quiet_token_notice():
                         ray.init(address="local", num_cpus=max(usable_cores(), min_cpus), include_dashboard=False,
-                                 runtime_env=runtime_env, configure_logging=False)
+                                 runtime_env=runtime_env, configure_logging=False, log_to_driver=False)
                 else:
                     with quiet_ray_logging():
-                        ray.init(address=address, runtime_env=runtime_env, configure_logging=False)
+                        ray.init(address=address, runtime_env=runtime_env, configure_logging=False,
+                                 log_to_driver=False)
         except BaseException as exc:  # a failed start, or a stop held during it: leave nothing running
             with deferred_stops(reraise=False):
                 ray.shutdown()
@@ -173,6 +182,18 @@ class RaySession:
                 if ray.is_initialized():
                     ray.shutdown()
                 reaper.stop(self.reaper)
+
+
+def worker_logs() -> str | None:
+    """Where Ray keeps the output of this session's worker processes on this machine (`worker-*.out` and
+    `.err`, named by worker, job and pid), or None when Ray is not running here or cannot say."""
+    try:
+        import ray
+
+        node = ray._private.worker._global_node  # no public API names the folder
+        return None if node is None else str(node.get_logs_dir_path())
+    except Exception:  # noqa: BLE001 - a folder that cannot be named is left out of the message
+        return None
 
 
 def _pythonpath() -> str:

@@ -56,6 +56,7 @@ from esper_fx.doctor.training_run import (check_checkpoint, check_cli_run, check
                                           check_gpu_checkpoint_on_cpu)
 from esper_fx.command import EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR, CommandParser
 from esper_fx.errors import ConfigError, DeviceUnavailableError
+from esper_fx.outputs.durable import write_whole
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = EXIT_OK, EXIT_RUN_FAILED, EXIT_SETUP_ERROR  # esper_fx.errors' table
@@ -144,6 +145,21 @@ def check_json_path(path: str | None) -> None:
         raise UsageError(f"argument --json: cannot write {path}: {reason}")
 
 
+def check_quickstart_dir(path: str) -> str:
+    """--quickstart-dir as an absolute path, read from the folder the doctor was typed in (its parts run in the
+    checkout's folder); a folder that already holds something, a run among them, is refused before any part
+    runs (the quickstart would refuse it after the checks had run)."""
+    from esper_fx.outputs.run_directory import run_dir_entries
+
+    folder = Path(os.path.abspath(path))
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"argument --quickstart-dir: {folder} exists and is not a folder")
+    if folder.is_dir() and run_dir_entries(folder):
+        raise UsageError(f"argument --quickstart-dir: {folder} is not empty (it holds "
+                         f"{', '.join(run_dir_entries(folder)[:3])}): name a new or empty folder")
+    return str(folder)
+
+
 def _unwritable(path: Path) -> str | None:
     """Why `path` cannot be written, found without changing it (None: it can). An existing file is opened for
     writing and given an empty write, which a full device refuses; a new file needs a writable folder."""
@@ -177,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"argument --skip: no check {', '.join(unknown)}")
         if (args.tiny or args.quickstart_dir) and not args.full:
             raise UsageError(f"argument {'--tiny' if args.tiny else '--quickstart-dir'}: only with --full")
+        if args.quickstart_dir:
+            args.quickstart_dir = check_quickstart_dir(args.quickstart_dir)
     except ConfigError as exc:
         return parser.fail(exc)
     if args.full:
@@ -188,8 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         report = {"device": str(torch_device), "jax_device": str(jax_device),
                   "ok": not any(c.status == FAILED for c in checks), "checks": [asdict(c) for c in checks]}
-        try:
-            Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        try:  # whole or not at all
+            write_whole(Path(args.json), json.dumps(report, indent=2) + "\n")
         except OSError as exc:  # (the disk filled meanwhile)
             return parser.fail(OSError(f"cannot write --json {args.json}: {exc.strerror or exc}"))
     failed = [c.name for c in checks if c.status == FAILED]

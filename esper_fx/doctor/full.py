@@ -15,7 +15,10 @@ the parts after it need at least. A part that fails or runs out of time (SIGTERM
 SIGKILL after `GRACE_S`; a stopped quickstart checkpoints, and its finished batches are read back) is recorded,
 and the next one runs. Each child's output is echoed with its part's name, and one line says how each part
 ended. The JSON file holds every part's status, exit code, wall time, timeout, command, result and last
-lines of output, and the quickstart's breakdown at its top level. Exit 0 when no part failed or timed out.
+lines of output, and the quickstart's breakdown at its top level, written whole or not at all. Exit 0 when no
+part failed or timed out. Ctrl-C or SIGTERM stops the running part (SIGTERM to its group, SIGKILL after
+`GRACE_S`), removes the temporary folder and writes the JSON of the parts that ran, the stopped one marked
+`stopped` (exit 130 / 143).
 
 `--tiny` is the form CI and the tests run on the CPU in well under a minute: the checks without the training
 run, whose workload (`training_run.SMALL_RUN`: one batch of 2 envs at the test suite's sizes) the quickstart
@@ -42,13 +45,15 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from esper_fx.doctor.training_run import SMALL_RUN
+from esper_fx.outputs.durable import write_whole
+from esper_fx.stopping import deferred_stops, exit_code, sigterm_stops, stop_signal
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) that holds esper_fx
 BUDGET_S = 480.0  # the whole check on one H100: 8 minutes
 GRACE_S = 10.0  # after SIGTERM at a part's timeout, before SIGKILL (a stopped run checkpoints meanwhile)
 TAIL_LINES = 40
 MIN_TIMEOUT_S = 10.0  # a part the budget leaves less is not run
-PASSED, FAILED, TIMED_OUT, NOT_RUN = "passed", "failed", "timed out", "not run"
+PASSED, FAILED, TIMED_OUT, NOT_RUN, STOPPED = "passed", "failed", "timed out", "not run", "stopped"
 TRAINING_CHECKS = ("cli_run", "checkpoint", "gpu_checkpoint_on_cpu")  # the checks that train (left out by --tiny)
 
 
@@ -230,14 +235,18 @@ def run_part(part: Part, timeout_s: float, say: Callable[[str], None] = print, g
         result.status = PASSED if result.exit_code == 0 else FAILED
     except subprocess.TimeoutExpired:
         result.status = TIMED_OUT
-        _signal_group(proc, signal.SIGTERM)
-        try:
-            result.exit_code = proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
-            result.exit_code = proc.wait()
+        result.exit_code = _stop_group(proc, grace_s)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM to the doctor itself: its part stops too, and says so
+        with deferred_stops(reraise=False):
+            result.status, result.exit_code = STOPPED, _stop_group(proc, grace_s)
+            reader.join(timeout=5)
+            result.wall_s = round(time.perf_counter() - started, 2)
+            result.output_tail = list(tail)
+            result.detail = f"stopped by {signal.Signals(stop_signal(stop)).name} after {result.wall_s:.0f} s"
+        stop.partial = result
+        raise
     finally:
-        if proc.poll() is None:  # (Ctrl-C in the doctor itself: the child goes too)
+        if proc.poll() is None:  # (anything else that leaves early: the child goes too)
             _signal_group(proc, signal.SIGKILL)
             proc.wait()
         reader.join(timeout=5)
@@ -254,6 +263,16 @@ def run_part(part: Part, timeout_s: float, say: Callable[[str], None] = print, g
     return result
 
 
+def _stop_group(proc: subprocess.Popen, grace_s: float) -> int:
+    """SIGTERM to the part's process group (a quickstart checkpoints), SIGKILL after `grace_s`; its exit code."""
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        return proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+        return proc.wait()
+
+
 def _signal_group(proc: subprocess.Popen, signum: int) -> None:
     try:
         os.killpg(proc.pid, signum)
@@ -266,7 +285,18 @@ def run_parts(parts: Sequence[Part], budget_s: float = BUDGET_S, say: Callable[[
     """Every part in order, each with the timeout the budget leaves it: at most its cap, never the floors of
     the parts after it (nor their grace); a part left under MIN_TIMEOUT_S is not run."""
     started = time.perf_counter()
-    results = []
+    results: list[PartResult] = []
+    try:
+        _run_each(parts, budget_s, say, grace_s, started, results)
+    except KeyboardInterrupt as stop:  # the parts that finished, and the one stopped, go with the stop
+        stopped = getattr(stop, "partial", None)
+        stop.partial = results + ([stopped] if isinstance(stopped, PartResult) else [])
+        raise
+    return results
+
+
+def _run_each(parts: Sequence[Part], budget_s: float, say: Callable[[str], None], grace_s: float, started: float,
+              results: list[PartResult]) -> None:
     for i, part in enumerate(parts):
         later = [p for p in parts[i + 1:] if p.argv is not None]
         left = budget_s - (time.perf_counter() - started) - sum(p.floor_s + grace_s for p in later) - grace_s
@@ -283,7 +313,6 @@ def run_parts(parts: Sequence[Part], budget_s: float = BUDGET_S, say: Callable[[
             + (f" in {result.wall_s:.1f} s" if result.status in (PASSED, FAILED, TIMED_OUT) else "")
             + (f": {result.detail}" if result.detail else ""))
         results.append(result)
-    return results
 
 
 def _short(arg: str) -> str:
@@ -298,22 +327,48 @@ def full_check(device: str, json_path: str | None, *, tiny: bool = False, budget
     load_start = list(os.getloadavg())
     say(f"GPU check on {device}{' (tiny)' if tiny else ''}: {platform.node()}, {os.cpu_count()} cores, "
         f"load average {load_start[0]:.2f}; budget {budget_s:.0f} s")
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="esper_fx_full_") as scratch:
-        parts = plan(device, Path(scratch), tiny=tiny, quickstart_dir=Path(quickstart_dir) if quickstart_dir else None)
-        results = run_parts(parts, budget_s, say)
+    started, stop = time.perf_counter(), None
+    with sigterm_stops():
+        try:
+            with tempfile.TemporaryDirectory(prefix="esper_fx_full_") as scratch:
+                parts = plan(device, Path(scratch), tiny=tiny,
+                             quickstart_dir=Path(quickstart_dir) if quickstart_dir else None)
+                results = run_parts(parts, budget_s, say)
+        except KeyboardInterrupt as stopped:  # Ctrl-C or SIGTERM: the parts that finished are kept in the JSON
+            stop, results = stopped, list(getattr(stopped, "partial", None) or [])
+        with deferred_stops(reraise=False):
+            return _report(device, json_path, results, stop, tiny=tiny, budget_s=budget_s, argv=argv, say=say,
+                           started=(started, started_utc, load_start))
+
+
+def _report(device: str, json_path: str | None, results: list[PartResult], stop: BaseException | None, *,
+            tiny: bool, budget_s: float, argv: Sequence[str], say: Callable[[str], None],
+            started: tuple[float, str, list[float]]) -> int:
+    """The JSON file (written whole or not at all) and the closing line; the exit code: 0 when no part failed
+    or timed out, 1 when one did, 2 when the JSON file could not be written, 130 / 143 when stopped."""
+    started, started_utc, load_start = started
     bad = [r.name for r in results if r.status in (FAILED, TIMED_OUT)]
     quickstart = next((r for r in results if r.name == "quickstart"), None)
     report = {
         "command": ["python", "-m", "esper_fx.doctor", *argv],
         "device": device, "tiny": tiny, "started_utc": started_utc, "host": platform.node(),
         "cpu_count": os.cpu_count(), "load_average_start": load_start, "load_average_end": list(os.getloadavg()),
-        "budget_s": budget_s, "wall_s": round(time.perf_counter() - started, 2), "ok": not bad,
+        "budget_s": budget_s, "wall_s": round(time.perf_counter() - started, 2), "ok": not bad and stop is None,
         "breakdown": (quickstart.result.get("breakdown") if quickstart else None),
         "parts": {r.name: asdict(r) for r in results},
     }
+    if stop is not None:
+        report["stopped"] = signal.Signals(stop_signal(stop)).name
     if json_path:
-        Path(json_path).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        try:
+            write_whole(Path(json_path), json.dumps(report, indent=2) + "\n")
+        except OSError as exc:
+            print(f"esper_fx.doctor: error: cannot write --json {json_path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    if stop is not None:
+        say(f"\nGPU check stopped ({report['stopped']}) after {report['wall_s']:.0f} s, in its part "
+            f"{results[-1].name if results else 'setup'}" + (f"; JSON of those: {json_path}" if json_path else ""))
+        return exit_code(stop_signal(stop))
     say(f"\nGPU check: {len(results) - len(bad)} of {len(results)} parts did not fail in {report['wall_s']:.0f} s"
         + (f"; failed: {', '.join(bad)}" if bad else "") + (f"; JSON: {json_path}" if json_path else ""))
     return 1 if bad else 0

@@ -36,11 +36,12 @@ class EpisodeRunner:
 
 
 @contextmanager
-def episode_runner(config: TrainingConfig, n_episodes: int, say: Callable[[str], None] = warn):
+def episode_runner(config: TrainingConfig, n_episodes: int, say: Callable[[str], None] = warn,
+                   progress: Callable[[str], None] | None = None):
     """The evaluation episodes' runner: in this process (`env_workers` 0, or `auto` where Ray does not pay),
     or as Ray tasks (`esper_fx.evaluation.ray_tasks`), `choose_eval_workers(config, n_episodes)` at a time,
     inside a Ray session for the comparison. Under `auto`, a Ray that cannot start leaves one line (`say`)
-    and the episodes in this process."""
+    and the episodes in this process. `progress` gets one line before Ray starts."""
     from esper_fx.distributed.auto import choose_eval_workers, fallback_line
     from esper_fx.evaluation import episodes as ev
 
@@ -52,7 +53,7 @@ def episode_runner(config: TrainingConfig, n_episodes: int, say: Callable[[str],
 
         check_data(config)  # before Ray starts: a bad data file is the in-process run's one line
         try:
-            session = RaySession.open(config.ray_address, choice.n)
+            session = RaySession.open(config.ray_address, choice.n, progress)
         except (ImportError, RayStartError) as exc:
             if not choice.auto:
                 raise

@@ -134,7 +134,7 @@ def compare(arms: Mapping[str, Any], config: TrainingConfig, seeds: Sequence[int
     say = opts.progress or (lambda line: None)
     limit_cpu_threads(config, say)  # as the command line does (`training.threads`)
     compile_cache.enable_once()  # and warm like it, unless the process chose otherwise
-    with episode_runner(config, evaluation_episodes(arms, config, seeds, tuning_seeds)) as runner:
+    with episode_runner(config, evaluation_episodes(arms, config, seeds, tuning_seeds), progress=say) as runner:
         if runner.fell_back:  # said once: the learning arms train in process too, without trying Ray again
             config = config.replace(env_workers=0)
         if store is not None:

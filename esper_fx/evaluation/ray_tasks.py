@@ -20,7 +20,7 @@ from esper_fx.evaluation.episodes import Arm, Episode
 from esper_fx.distributed.pool import get_or_explain
 from esper_fx.distributed.runtime import require_ray
 from esper_fx.distributed.worker import one_gpu_config
-from esper_fx.stopping import stops_kept
+from esper_fx.stopping import raise_pending, stops_kept
 
 
 def run_episode(arm: Arm, seed: int, torch_threads: int, gpu: bool = False) -> Episode:
@@ -59,8 +59,9 @@ def remote_run_arms(arms: Sequence[Arm], seeds: Sequence[int], on_episode: Calla
         while todo and len(pending) < max(1, workers):
             a, seed = todo.pop(0)
             pending[tasks[gpus[a]].remote(refs[a], seed, threads, gpus[a])] = (a, seed)
+        raise_pending()  # a safe point (`stopping.raise_pending`)
         with stops_kept():  # (Ray turns a SIGTERM's Stop into a plain KeyboardInterrupt)
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)  # (a held stop waits at most 1 s)
         for ref in ready:
             a, seed = pending.pop(ref)
             done[a, seed] = get_or_explain(ray, ref, f"evaluation episode {arms[a].name!r} seed {seed}")

@@ -6,7 +6,9 @@ reported. Its key is a digest of everything the episode's numbers depend on: the
 controller, the episode's configuration (seed and per-seed overrides included, the fields a resume may
 change left out: `config.RESUME_OVERRIDABLE`) and the trained policy's arrays. A comparison given the same
 DIR plays only the episodes it does not hold (`kept_runner`), in the order an unbroken run plays them, so
-its table is the unbroken run's.
+its table is the unbroken run's. The file holds its key too: a file in an episode's place that is not an
+episode, or is another arm's, seed's or configuration's (copied in, or left by another comparison), is not
+used: a line on stderr names it and the episode is played again.
 
 A learning arm's training run (`<DIR>/train/<arm>`) is reused when it finished (its summary.json), continued
 with train's own resume when it was stopped (a checkpoint, or a config.json before the first one), and
@@ -20,6 +22,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -55,23 +58,41 @@ class EpisodeStore:
         self.dir = root / EPISODES_DIR
 
     def get(self, arm: Any, seed: int) -> Any | None:
-        """The kept episode of `arm` (an `episodes.Arm`) on `seed`, or None."""
-        path = self.dir / f"{episode_key(arm, seed)}.json"
+        """The kept episode of `arm` (an `episodes.Arm`) on `seed`, or None: none is kept, or the file in its
+        place cannot be used (not an episode, or one of another arm, seed or configuration: a line on stderr
+        says which, and the episode is played again)."""
+        key = episode_key(arm, seed)
+        path = self.dir / f"{key}.json"
         try:
             kept = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:  # a file that is not whole cannot be: it was renamed into place
-            raise ResumeMismatchError(f"resume: kept episode {path} cannot be read ({exc}); delete it to play that "
-                                      f"episode again") from None
-        return episode_of(kept)
+            return _replayed(path, f"cannot be read ({exc})")
+        try:
+            episode = episode_of(kept)
+        except ValueError as exc:
+            return _replayed(path, f"is not an episode ({exc})")
+        if (episode.arm, episode.seed, kept.get("key", key)) != (arm.name, int(seed), key):
+            return _replayed(path, f"holds the episode of arm {episode.arm!r} on seed {episode.seed} with digest "
+                                   f"{kept.get('key', key)!r}, not arm {arm.name!r} on seed {int(seed)} with digest "
+                                   f"{key!r}")
+        return episode
 
     def put(self, arm: Any, seed: int, episode: Any) -> None:
-        """Keep `episode` (a stop waits for the write: the file is whole or absent)."""
+        """Keep `episode`, with its digest (`episode_key`) as `key` (a stop waits for the write: the file is
+        whole or absent)."""
+        key = episode_key(arm, seed)
         with deferred_stops():
             self.dir.mkdir(parents=True, exist_ok=True)
-            replace_text(self.dir / f"{episode_key(arm, seed)}.json",
-                         json.dumps(dataclasses.asdict(episode), default=_plain) + "\n")
+            replace_text(self.dir / f"{key}.json",
+                         json.dumps({**dataclasses.asdict(episode), "key": key}, default=_plain) + "\n")
+
+
+def _replayed(path: Path, why: str) -> None:
+    """One line on stderr: the kept file in `path` is not used and its episode is played again."""
+    print(f"resume: kept episode {path} {why}: playing that episode again", file=sys.stderr, flush=True)
+    return None
 
 
 def _plain(value: Any) -> Any:
@@ -80,11 +101,49 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def episode_of(kept: dict[str, Any]) -> Any:
-    """An `episodes.Episode` from its kept dict (its lists are the episode's tuples)."""
+def episode_of(kept: Any) -> Any:
+    """An `episodes.Episode` from its kept dict (its lists are the episode's tuples), every field of the type
+    the episode holds (a number where a number belongs); ValueError says what does not fit."""
     from esper_fx.evaluation.episodes import Episode
 
-    return Episode(**{name: tuple(value) if isinstance(value, list) else value for name, value in kept.items()})
+    if not isinstance(kept, dict):
+        raise ValueError(f"a JSON object was expected, not {type(kept).__name__}")
+    values = {}
+    for f in dataclasses.fields(Episode):
+        if f.name not in kept:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"{f.name} is missing")
+            continue
+        values[f.name] = _checked(f.name, kept[f.name], _EPISODE_TYPES[f.name])
+    return Episode(**values)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# what each field of a kept episode holds: a kind, or (container, kind of its values)
+_EPISODE_TYPES = {"arm": "str", "seed": "int", "val_accs": ("list", "number"), "params_added": "number",
+                  "germinated": "int", "fossilized": "int", "culls": ("list", "str"), "fossils": ("list", "str"),
+                  "wall_s": "number", "params": "number", "flops": ("dict", "number"),
+                  "compute_units": ("dict", "number"), "task": "str", "germinations": ("list", "str")}
+_KINDS = {"str": lambda v: isinstance(v, str), "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+          "number": _number}
+_NAMED = {"str": ("a string", "strings"), "int": ("an integer", "integers"), "number": ("a number", "numbers")}
+
+
+def _checked(name: str, value: Any, kind: Any) -> Any:
+    if isinstance(kind, tuple):
+        container, each = kind
+        if container == "list" and isinstance(value, list) and all(_KINDS[each](v) for v in value):
+            return tuple(value)
+        if container == "dict" and isinstance(value, dict) and all(_KINDS[each](v) for v in value.values()):
+            return value
+        raise ValueError(f"{name} must be a {'list' if container == 'list' else 'JSON object'} of "
+                         f"{_NAMED[each][1]} (got {value!r:.60})")
+    if not _KINDS[kind](value):
+        raise ValueError(f"{name} must be {_NAMED[kind][0]} (got {value!r:.60})")
+    return value
 
 
 def episode_key(arm: Any, seed: int) -> str:
@@ -185,7 +244,10 @@ def trained_run(config: TrainingConfig, controller: Any, reward_fn: Any, run_dir
 
     path = Path(run_dir)
     if (path / SUMMARY_NAME).is_file():
-        return finished_run(path, config)
+        summary = _readable_summary(path / SUMMARY_NAME)
+        if summary is not None:
+            return finished_run(path, config, summary)
+    # (a summary that cannot be read: the run is continued from its last checkpoint, which writes it again)
     try:
         find_checkpoint(path)
         stopped = True
@@ -197,9 +259,24 @@ def trained_run(config: TrainingConfig, controller: Any, reward_fn: Any, run_dir
     return run(config, controller=controller, reward_fn=reward_fn, run_dir=str(path), quiet=quiet)
 
 
-def finished_run(path: Path, config: TrainingConfig) -> Any:
-    """The `RunResult` of the finished run in `path`: its summary, its final policy and its history (the final
-    checkpoint's); its events are not read back."""
+def _readable_summary(path: Path) -> dict[str, Any] | None:
+    """A finished run's summary.json, or None (and a line on stderr) when it cannot be read: cut short (a
+    disk that filled), or not a summary."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(summary, dict) and isinstance(summary.get("episodes"), int):
+            return summary
+        why = "it is not a run's summary"
+    except (OSError, ValueError) as exc:
+        why = f"it cannot be read ({exc})"
+    print(f"resume: the training run's {path} is kept, but {why}: continuing that run from its last checkpoint",
+          file=sys.stderr, flush=True)
+    return None
+
+
+def finished_run(path: Path, config: TrainingConfig, summary: dict[str, Any] | None = None) -> Any:
+    """The `RunResult` of the finished run in `path`: its summary (read here unless given), its final policy
+    and its history (the final checkpoint's); its events are not read back."""
     from esper_fx.evaluation.episodes import load_policy
     from esper_fx.outputs.checkpoint import read_manifest
     from esper_fx.outputs.history import as_summaries
@@ -207,7 +284,8 @@ def finished_run(path: Path, config: TrainingConfig) -> Any:
 
     _check_same(path, config)
     saved, policy = load_policy(path)
-    summary = json.loads((path / SUMMARY_NAME).read_text(encoding="utf-8"))
+    if summary is None:
+        summary = json.loads((path / SUMMARY_NAME).read_text(encoding="utf-8"))
     history = as_summaries(read_manifest(path)["history"])
     return RunResult(history=history, events=[], summary=summary, run_dir=str(path),
                      controller_state=policy.controller_state, config=saved, obs_rms=policy.obs_rms)

@@ -39,6 +39,7 @@ from typing import Any, Mapping
 
 from esper_fx.contracts.actions import ACTION_HEADS
 from esper_fx.config import TrainingConfig, flat_view, upgrade_saved
+from esper_fx.controller_names import ALIASES
 from esper_fx.errors import OutputError, ResumeMismatchError, SetupError
 from esper_fx.outputs.durable import fsync_dir, fsync_tree, install_dir, replace_link, write_durably
 
@@ -62,7 +63,17 @@ _PREFERENCE = {None: 2, "tmp": 1, "old": 0}  # of two copies of one batch: insta
 # Fields that fix the shapes of the controller and the observation, or what an observation means: a resume
 # must not change them (nor `prove --checkpoint`, but for n_envs).
 SHAPE_FIELDS = ("task", "n_envs", "max_epochs", "slots", "use_telemetry", "observe_log_params", "observe_withheld",
-                "observe_fit_gap", "blueprint_menu", "controller", "ppo.lstm_hidden_dim", "lifecycle")
+                "observe_fit_gap", "blueprint_menu", "controller", "lifecycle")
+# The fields that fix a learning controller's own network (its width), by its canonical name: a checkpoint
+# of that controller keeps them (`shape_fields`).
+NETWORK_FIELDS = {"ppo_lstm": ("ppo.lstm_hidden_dim",), "ppo_mlp": ("ppo.lstm_hidden_dim",),
+                  "reinforce": ("reinforce.hidden_dim",)}
+
+
+def shape_fields(controller: str) -> tuple[str, ...]:
+    """The fields a checkpoint of `controller` fixes: `SHAPE_FIELDS` and its own network's (an alias, `ppo`,
+    stands for its controller)."""
+    return SHAPE_FIELDS + NETWORK_FIELDS.get(ALIASES.get(controller, controller), ())
 # The action heads of a checkpoint written before the manifest named them (before the tempo head).
 FOUR_HEADS = ("slot", "blueprint", "blend", "op")
 
@@ -523,7 +534,7 @@ def check_compatible(manifest: Mapping[str, Any], config_dict: Mapping[str, Any]
     check_heads(manifest)
     saved = {**flat_view(TrainingConfig().to_dict()), **flat_view(upgrade_saved(manifest["config"]))}
     config_dict = flat_view(config_dict)
-    for name in SHAPE_FIELDS:
+    for name in shape_fields(str(saved.get("controller"))):
         if saved.get(name) != config_dict.get(name):
             raise ResumeMismatchError(
                 f"cannot resume: {name} differs from the checkpoint ({_plain(saved.get(name))!r} in the "

@@ -16,6 +16,12 @@ from esper_fx.outputs.notebook_bar import NotebookBar, format_duration, in_noteb
 
 PROGRESS_WIDE = 140  # columns for the bar with the pace and the last batch's numbers
 PROGRESS_MEDIUM = 100  # columns for the bar with the pace
+# Off a terminal and outside Jupyter (CI, a pipe, a log file) there is no bar: an epoch line says the run is
+# alive, for every epoch of the process's first batch (the first minute of a run had printed nothing after
+# its first action), and later whenever the console was silent for EPOCH_LINE_AFTER_S (a long batch); never
+# more than one a EPOCH_LINE_EVERY_S.
+EPOCH_LINE_AFTER_S = 10.0
+EPOCH_LINE_EVERY_S = 1.0
 
 
 def progress_columns(width: int) -> list[Any]:
@@ -37,8 +43,9 @@ def progress_columns(width: int) -> list[Any]:
 class Console:
     """Per-batch lines (BEHAVIOUR §7.7) and, attached to a terminal, a rich progress bar: batch, episodes, epoch within
     the batch, throughput, the last batch's numbers, elapsed time and ETA. Off a terminal the per-batch
-    lines carry the elapsed time and the ETA instead, and in a Jupyter kernel a progress line above them is
-    updated after every epoch (`notebook_bar`). It also notes when the first action is ready."""
+    lines carry the elapsed time and the ETA instead, with an epoch line for each epoch of the first batch and
+    in a long batch (`EPOCH_LINE_AFTER_S`), and in a Jupyter kernel a progress line above them is updated after
+    every epoch (`notebook_bar`). It also notes when the first action is ready."""
 
     def __init__(self, total_batches: int, n_epochs: int, quiet: bool = False, stream: TextIO | None = None,
                  *, n_envs: int | None = None, n_episodes: int | None = None):
@@ -56,9 +63,11 @@ class Console:
         self._first_batch = 0  # the batch this process started at (later on a resume)
         self._batches_done = 0  # in this process
         self._notebook = None  # a Jupyter kernel's progress line (`notebook_bar`)
+        self._last_line = self._start  # when the console last printed a line (the epoch lines' clock)
         interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
         if not interactive and not quiet and in_notebook(self.stream):
             self._notebook = NotebookBar(total_batches, n_epochs)
+        self._epoch_lines = not interactive and not quiet and self._notebook is None
         if interactive and not quiet:
             from rich.console import Console as RichConsole
             from rich.progress import Progress
@@ -74,6 +83,7 @@ class Console:
     def line(self, text: str) -> None:
         if self.quiet:
             return
+        self._last_line = time.perf_counter()
         if self._progress is not None:
             self._progress.console.print(text, highlight=False, markup=False)
         else:
@@ -104,6 +114,8 @@ class Console:
     def epoch_done(self, batch: int, epoch: int, samples: int) -> None:
         """`samples`: the epoch's training steps over all envs (the loop passes steps x envs)."""
         self._samples += samples
+        if self._epoch_lines:
+            self._epoch_line(batch, epoch)
         if self._notebook is not None:
             self._notebook.epoch_done(batch, epoch, self.episodes_text(batch))
         if self._progress is None:
@@ -111,6 +123,22 @@ class Console:
         elapsed = max(time.perf_counter() - self._start, 1e-9)
         self._progress.update(self._task, advance=1, batch=batch + 1, episodes=self.episodes_text(batch),
                               epoch=epoch, rate=f"{self._samples / elapsed:,.1f} train steps/s")
+
+    def before_update(self, note: str | None) -> None:
+        """The first batch's update is about to start: `note` (a cold compile's line, or None) is said then."""
+        if note is not None and self._batches_done == 0:
+            self.line(f"  {note}")
+
+    def _epoch_line(self, batch: int, epoch: int) -> None:
+        """'  batch 0, epoch 3/12 (episodes 1-4/96) done, elapsed 0:00:14', in the first batch of this process
+        (at most one a EPOCH_LINE_EVERY_S) and after EPOCH_LINE_AFTER_S without a line."""
+        now = time.perf_counter()
+        quiet_for = now - self._last_line
+        if quiet_for < (EPOCH_LINE_EVERY_S if self._batches_done == 0 else EPOCH_LINE_AFTER_S):
+            return
+        episodes = self.episodes_text(batch)
+        self.line(f"  batch {batch}, epoch {epoch}/{self.n_epochs}{f' ({episodes})' if episodes else ''} done, "
+                  f"elapsed {format_duration(now - self._start)}")
 
     def batch_done(self, entry: BatchSummary) -> None:
         self._batches_done += 1

@@ -44,11 +44,29 @@ def write_durably(path: Path, data: bytes) -> None:
 
 
 def replace_text(path: Path, text: str) -> None:
-    """Replace `path` by a durable copy of `text`: write a temporary file, fsync, rename, fsync the directory."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    write_durably(tmp, text.encode("utf-8"))
-    tmp.replace(path)
+    """Replace `path` by a durable copy of `text`: write a temporary file, fsync, rename, fsync the directory.
+    A write that fails (a full disk) leaves `path` as it was and no temporary file; the temporary file's name
+    is this write's own, so two processes writing one file never meet in it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write_durably(tmp, text.encode("utf-8"))
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` into `path` whole or not at all: a new or regular file replaced (`replace_text`); a path that is
+    no regular file (a pipe, /dev/stdout) written in place, since replacing it would put a file where it was."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
+    replace_text(path, text)
 
 
 def append_text(path: Path, text: str) -> None:

@@ -30,7 +30,7 @@ GIT_TIMEOUT_S = 1.0
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 RESUMES = "resumes"  # provenance.json's list of the resumes' records, oldest first
 # the keys of a `collect()` record, in its order
-FACTS = ("versions", "git", "git_note", "command", "host", "platform", "cpu", "torch_threads", "devices",
+FACTS = ("versions", "git", "git_note", "command", "cwd", "host", "platform", "cpu", "torch_threads", "devices",
          "started_utc")
 
 
@@ -44,6 +44,7 @@ def collect(devices: Mapping[str, Any] | None = None, started: float | None = No
         "git": git,
         "git_note": git_note,  # why "git" is null (None when it is not)
         "command": list(sys.argv),
+        "cwd": _safely(os.getcwd),  # the folder the command ran in: a resume reads relative paths from there
         "host": _safely(socket.gethostname),
         "platform": _safely(platform.platform),
         "cpu": _safely(cpu),

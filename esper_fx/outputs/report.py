@@ -40,6 +40,7 @@ from esper_fx.config import TrainingConfig, flat_view
 from esper_fx.contracts.slots import SlotIdError, sort_slot_ids
 from esper_fx.command import EXIT_OK, CommandParser
 from esper_fx.errors import ConfigError, OutputError
+from esper_fx.outputs.durable import replace_text
 from esper_fx.outputs.events import load_events
 from esper_fx.outputs.metrics_csv import read_metrics, summary_from_csv
 from esper_fx.outputs.history import BatchSummary, as_summaries, run_summary
@@ -417,13 +418,7 @@ def write_report(run_dir: str | Path) -> Path:
     for plot in drawn:
         if plot.error:
             warnings.warn(f"report: plot {plot.name} could not be drawn ({plot.error})", stacklevel=2)
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        tmp.write_text(render_html(record, drawn), encoding="utf-8")
-        tmp.replace(target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # (a failed write leaves no half page behind)
-        raise
+    replace_text(target, render_html(record, drawn))  # (a failed write leaves no half page behind)
     return target
 
 

@@ -6,7 +6,6 @@ start in a directory that already holds one (BEHAVIOUR §7.7, ARCHITECTURE §2).
 from __future__ import annotations
 
 import csv
-import fcntl
 import json
 import os
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from esper_fx.outputs.durable import append_text, replace_text
 from esper_fx.outputs.events import EVENTS_NAME, Event, to_jsonable
 from esper_fx.outputs.history import BatchSummary
 from esper_fx.outputs.metrics_csv import _cell, _csv_text, flatten_metrics, metric_rows, rows_by_batch
+from esper_fx.outputs.folder_lock import LOCK_NAME, FolderLock
 from esper_fx.outputs.provenance import PROVENANCE_NAME, RESUMES, collect, run_devices, with_resume
 
 
@@ -42,7 +42,7 @@ def _read_provenance(path: Path) -> Any:
         return None
 
 
-LOCK_NAME = ".lock"  # flock()ed for the life of a run; the only file a fresh run directory may hold
+# LOCK_NAME (`folder_lock`): flock()ed for the life of a run; the only file a fresh run directory may hold
 CONFIG_NAME = "config.json"
 METRICS_NAME = "metrics.csv"
 
@@ -87,19 +87,13 @@ class RunDirectory:
         return run_dir
 
     def lock(self) -> None:
+        """Hold the run directory's lock (`folder_lock`: a run holding it already is named, FolderInUse)."""
         with _writing(self.path / LOCK_NAME):
-            fh = open(self.path / LOCK_NAME, "a+b")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.close()
-            raise RunDirectoryError(f"run directory {self.path} is in use by another run (its {LOCK_NAME} "
-                                    f"is locked)") from None
-        self._lock = fh
+            self._lock = FolderLock.take(self.path, "run directory")
 
     def close(self) -> None:
         if self._lock is not None:
-            self._lock.close()  # closing the file releases the flock
+            self._lock.release()
             self._lock = None
 
     def use_columns(self, columns: Sequence[str]) -> None:

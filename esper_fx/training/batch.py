@@ -25,6 +25,7 @@ from esper_fx.outputs.history import SKIPPED_UPDATE, BatchRecord, BatchSummary, 
 from esper_fx.training import step
 from esper_fx.training.clock import Lap
 from esper_fx.training.epoch import BatchTally, Runner, run_epoch
+from esper_fx.training import compile_cache
 from esper_fx.training.run_state import LearnerState, Progress, advance
 from rl import rollout as rollout_lib
 
@@ -45,6 +46,7 @@ def run_batch(runner: Runner, learner: LearnerState, progress: Progress
     n_next = batch_envs(config, progress.episodes_completed + n_active)
     if n_next > 0:  # Ray workers build the next batch's envs during the update
         runner.pool.prefetch(b + 1, n_next)
+    runner.console.before_update(compile_cache.cold_note("update"))
     update_lap = Lap()
     learner, ppo, skipped = end_of_batch(runner, learner._replace(reward_norm=episode.reward_norm),
                                          episode.rollout, b, episode.rolled_back)

@@ -159,6 +159,9 @@ class CacheStats:
                 f"({'warm' if self.hits else 'cold'} start)")
 
 
+_counting: list[CacheStats] = []  # the stats of the `counting` block the process is in, if any
+
+
 @contextlib.contextmanager
 def counting() -> Iterator[CacheStats]:
     """Count JAX's cache requests and hits inside the block (a JAX monitoring listener, removed after)."""
@@ -166,8 +169,32 @@ def counting() -> Iterator[CacheStats]:
 
     stats = CacheStats()
     monitoring.register_event_listener(stats.record)
+    _counting.append(stats)
     try:
         yield stats
     finally:
+        _counting.remove(stats)
         with contextlib.suppress(Exception):
             monitoring.unregister_event_listener(stats.record)
+
+
+def start_note(directory: Path | None) -> str | None:
+    """The line a command prints before its first compilation when it will be slow: the cache is off, or its
+    folder holds no program yet (a cold start: some 10–20 s of XLA on a small CPU, with nothing else shown)."""
+    if directory is None:
+        return "compiling the controller (the compilation cache is off: every run compiles it)"
+    try:
+        empty = not any(directory.iterdir())
+    except OSError:
+        empty = True
+    return f"compiling the controller (once; cached in {directory})" if empty else None
+
+
+def cold_note(what: str) -> str | None:
+    """'compiling the controller's WHAT (once; cached in DIR)' when a compilation of this process missed the
+    persistent cache so far (inside `counting`: the command line's run), so the next program will be compiled
+    too; None when every one was loaded, or nothing is counted."""
+    if not _counting or _counting[-1].requests <= _counting[-1].hits:
+        return None
+    where = f"cached in {_chosen[0]}" if _chosen and _chosen[0] is not None else "the cache is off"
+    return f"compiling the controller's {what} (once; {where})"

@@ -31,6 +31,7 @@ from esper_fx.errors import ControllerError
 from esper_fx.outputs.console import Console
 from esper_fx.outputs.events import Event, lifecycle_event, reward_events
 from esper_fx.outputs.history import BatchRecord, count_heads
+from esper_fx.stopping import raise_pending
 from esper_fx.training import step
 from esper_fx.training.bridged_pool import BridgedPool
 from esper_fx.training.clock import Lap
@@ -125,6 +126,7 @@ def run_epoch(runner: Runner, learner: LearnerState, episode: step.EpisodeState,
         episode = step.with_bootstrap(episode, values)
     record.epoch_done(result, out, b, t, runner.config.telemetry_level == "debug")
     runner.console.epoch_done(b, t, runner.pool.steps_per_epoch * len(result.actions))
+    raise_pending()  # a safe point: a stop held where it would have been lost is raised here
     return episode, result.signals
 
 

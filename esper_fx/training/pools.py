@@ -33,13 +33,15 @@ def pool_settings(config: TrainingConfig) -> PoolSettings:
         cull_age=config.cull_age)
 
 
-def build_pool(config: TrainingConfig, say: Callable[[str], None] = print) -> EpisodePool:
+def build_pool(config: TrainingConfig, say: Callable[[str], None] = print,
+               progress: Callable[[str], None] | None = None) -> EpisodePool:
     """The run's env pool over its `pool_settings`: in this process (`env_workers` 0), or that many Ray
     actors (`esper_fx.distributed.pool.RayEnvPool`; close it). `auto` decides the number at this point
     (`esper_fx.distributed.auto.choose_workers`); when it chose Ray and Ray cannot start, `say` gets one
     line and the pool is the in-process one. A dataset that cannot be loaded, or that does not fit the
     configuration (a batch larger than the training split), raises DataError, in this process or from a
-    worker; a dataset of image files is read here first when Ray workers will (`preflight.check_data`)."""
+    worker; a dataset of image files is read here first when Ray workers will (`preflight.check_data`).
+    `progress` gets one line before Ray starts."""
     choice = choose_workers(config)
     settings = pool_settings(config)
     if choice.n > 0:
@@ -47,7 +49,7 @@ def build_pool(config: TrainingConfig, say: Callable[[str], None] = print) -> Ep
 
         preflight.check_data(config)  # before Ray and any worker start: a bad file is the in-process line
         try:
-            return RayEnvPool(settings, choice.n, config.ray_address)
+            return RayEnvPool(settings, choice.n, config.ray_address, say=progress)
         except (ImportError, RayStartError) as exc:
             if not choice.auto:
                 raise
@@ -57,13 +59,14 @@ def build_pool(config: TrainingConfig, say: Callable[[str], None] = print) -> Ep
 
 
 @contextmanager
-def run_pool(config: TrainingConfig, pool: EpisodePool | None = None, say: Callable[[str], None] = print):
-    """The caller's pool as is, or `build_pool(config)`, closed (Ray actors and a local Ray stopped) when
-    the run ends, whether it finishes, fails or is stopped."""
+def run_pool(config: TrainingConfig, pool: EpisodePool | None = None, say: Callable[[str], None] = print,
+             progress: Callable[[str], None] | None = None):
+    """The caller's pool as is, or `build_pool(config, say, progress)`, closed (Ray actors and a local Ray
+    stopped) when the run ends, whether it finishes, fails or is stopped."""
     if pool is not None:
         yield pool
         return
-    pool = build_pool(config, say)
+    pool = build_pool(config, say, progress)
     try:
         yield pool
     finally:

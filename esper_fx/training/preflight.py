@@ -9,7 +9,6 @@ run directory.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
 
@@ -19,7 +18,8 @@ from esper_fx.distributed.runtime import check_ray_address
 from esper_fx.errors import DataError, ResumeMismatchError, RunDirectoryError
 from esper_fx.outputs.checkpoint import CheckpointError, NoCheckpoint, find_checkpoint, read_manifest
 from esper_fx.outputs.metrics_csv import int_or_none, metric_rows, rows_by_batch
-from esper_fx.outputs.run_directory import CONFIG_NAME, LOCK_NAME, METRICS_NAME, refusal, run_dir_entries
+from esper_fx.outputs.folder_lock import LOCK_NAME, holder_of
+from esper_fx.outputs.run_directory import CONFIG_NAME, METRICS_NAME, refusal, run_dir_entries
 from esper_fx.outputs.wandb_log import check_wandb
 
 # Room left in a path for what a run writes inside its directory (checkpoints/.tmp-batch-.../state/...).
@@ -124,8 +124,9 @@ def check_run_dir(path: Path, resumed: Path | None = None) -> None:
             raise RunDirectoryError(refusal(path, held, restartable=restartable_run(path) is not None))
         if not os.access(path, os.W_OK | os.X_OK):
             raise RunDirectoryError(f"run directory {path} is not writable")
-        if is_locked(path):
-            raise RunDirectoryError(f"run directory {path} is in use by another run (its {LOCK_NAME} is locked)")
+        held_by = holder_of(path)
+        if held_by is not None:
+            raise RunDirectoryError(f"run directory {path} is in use by {held_by} (its {LOCK_NAME} is locked)")
         return
     ancestor = _existing_ancestor(path)
     if not ancestor.is_dir():
@@ -162,24 +163,6 @@ def _check_path_length(path: Path) -> None:
     if len(os.fsencode(str(path))) + RUN_DIR_PATH_RESERVE > path_max:
         raise RunDirectoryError(f"run directory path too long: {len(os.fsencode(str(path)))} bytes (at most "
                                 f"{path_max - RUN_DIR_PATH_RESERVE}, leaving room for the files inside)")
-
-
-def is_locked(path: Path) -> bool:
-    """Whether a live run holds the run directory's lock (probed without writing anything)."""
-    lock = path / LOCK_NAME
-    if not lock.is_file():
-        return False
-    try:
-        fh = open(lock, "rb")
-    except OSError:
-        return False
-    with fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fh, fcntl.LOCK_UN)
-    return False
 
 
 # ----------------------------------------------------------------------------------------------

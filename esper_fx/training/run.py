@@ -87,7 +87,7 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     """
     ensure_jax_env(warn=False)
     clock = RunClock()  # where the run's time goes: summary.json's timing.breakdown
-    config = absolute_paths(with_run_dir(config, run_dir))
+    config = absolute_paths(with_run_dir(with_controller(config, controller), run_dir))
     preflight.check_before_writing(config)
     limit_cpu_threads(config, say=lambda line: None if quiet else print(line, flush=True))
     compile_cache.enable_once()
@@ -97,7 +97,7 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     n_batches = math.ceil(config.n_episodes / config.n_envs)
     console = Console(n_batches, config.max_epochs, quiet=quiet, stream=console_stream, n_envs=config.n_envs,
                       n_episodes=config.n_episodes)
-    with run_pool(config, pool, console.warning) as pool, sigterm_stops():
+    with run_pool(config, pool, console.warning, console.line) as pool, sigterm_stops():
         # built while Ray workers start; they must be up before anything is written (a failed worker
         # leaves the run directory untouched)
         learner = fresh_learner(bundle, spec, config.seed, policy_jax_device(config))
@@ -107,6 +107,22 @@ def run(config: TrainingConfig, controller: str | ctl.Controller | Callable | No
     for line in closing_lines(result, clock.wall_s()):
         console.line(line)
     return result
+
+
+def with_controller(config: TrainingConfig, controller: str | ctl.Controller | Callable | None) -> TrainingConfig:
+    """The config naming the controller `run` trains: a registered name given to `run` (or a bundle built
+    under one) is recorded as the config's `controller`, so config.json, the checkpoint and a resume name the
+    controller that trained (a custom constructor keeps the config's name)."""
+    name = controller if isinstance(controller, str) else getattr(controller, "name", None)
+    if not isinstance(name, str):
+        return config
+    try:
+        canonical = registry.NAMES.canonical(name)
+    except ValueError:
+        if isinstance(controller, str):
+            raise
+        return config
+    return config if canonical == config.controller_name else config.replace(controller=canonical)
 
 
 def with_run_dir(config: TrainingConfig, run_dir: str | os.PathLike | bool | None) -> TrainingConfig:

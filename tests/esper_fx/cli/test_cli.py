@@ -239,6 +239,7 @@ ALL_FLAGS = {ff.key: ff for ff in cli_parser.field_flags()}
 def _expected(tmp_path):
     out = {name: json_value for name, (_, json_value) in SAMPLES.items()}
     out["run_dir"] = str(tmp_path / "RUN")
+    out["data_root"] = str(tmp_path / out["data_root"])  # a data folder the run is given is kept absolute (issue 71)
     return out
 
 

@@ -127,3 +127,70 @@ def test_a_static_arm_of_prove_rebuilds_what_an_earlier_learning_controller_grew
         prove.arm_table(["static_final", "reinforce"], config, None)
     with pytest.raises(prove.ProveError, match="list 'oracle' before it"):  # no learning arm: the oracle's
         prove.arm_table(["wait", "static_final"], config, None)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 71: a reinforce run is named reinforce everywhere it goes
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def reinforce_run(proved, tmp_path):
+    """A copy of the trained reinforce run (a test may damage it)."""
+    _, out = proved
+    run_dir = tmp_path / "reinforce"
+    shutil.copytree(out / "train" / "reinforce", run_dir, symlinks=True)
+    return run_dir
+
+
+@pytest.mark.parametrize("flags, needle", [
+    ([], "--arms ppo: the --checkpoint run holds a 'reinforce' controller, and ppo plays a PPO one; its arm is named "
+         "by its controller (--arms reinforce wait random heuristic oracle static_final)"),
+    (["--arms", "wait", "random"], "--checkpoint: no arm of wait random plays the checkpoint's 'reinforce' controller "
+                                   "(list reinforce in --arms, or drop --checkpoint)"),
+    (["--arms", "reinforce", "--set", "reinforce.hidden_dim=32"], "was trained with reinforce.hidden_dim 64; it "
+                                                                  "cannot be evaluated with 32"),
+], ids=["default arms", "no arm plays it", "another width"])
+def test_a_reinforce_checkpoint_is_played_only_as_reinforce_at_its_own_width(flags, needle, reinforce_run, tmp_path,
+                                                                             capsys):
+    assert prove.main(["--checkpoint", str(reinforce_run), *flags, "--out", str(tmp_path / "p"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "p").exists()
+
+
+def test_the_reinforce_arm_plays_a_reinforce_checkpoint_instead_of_training_one(reinforce_run, tmp_path):
+    out = tmp_path / "p"
+    assert prove.main(["--checkpoint", str(reinforce_run), "--arms", "reinforce", "wait", "--n-eval-seeds", "1",
+                       "--env-workers", "0", "--out", str(out), "--quiet"]) == 0
+    report = json.loads((out / "prove.json").read_text())
+    assert set(report["episodes"]) == {"reinforce", "wait"} and report["training"] == {}
+    assert not (out / "train").exists()  # played as trained: nothing trained
+
+
+def test_a_run_given_a_controller_by_name_records_it_and_resumes(tmp_path):
+    from esper_fx.cli.train import resolve_config
+    from tests.esper_fx.tiny import TINY
+
+    run_dir = tmp_path / "run"
+    result = esper_fx.run(TrainingConfig(**{**TINY, "n_episodes": 2, "tensorboard": False, "report": False,
+                                            "env_workers": 0}), controller="reinforce", run_dir=run_dir, quiet=True)
+    assert result.config.controller_name == "reinforce"
+    assert json.loads((run_dir / "config.json").read_text())["controller"] == "reinforce"
+    assert ckpt.read_manifest(run_dir)["config"]["controller"] == "reinforce"
+    config, _ = resolve_config(["--resume", str(run_dir), "--episodes", "4"])  # its own checkpoint is accepted
+    assert config.controller_name == "reinforce"
+
+
+def test_a_prove_resume_continues_a_training_run_whose_summary_was_cut_short(reinforce_run, capsys):
+    from esper_fx.evaluation.resume import trained_run
+
+    summary = json.loads((reinforce_run / "summary.json").read_text())
+    (reinforce_run / "summary.json").write_text(json.dumps(summary)[:100])  # a disk that filled as it was written
+    config = TrainingConfig.from_json(reinforce_run / "config.json", saved=True).replace(run_dir=None)
+    result = trained_run(config, "reinforce", None, str(reinforce_run), quiet=True)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "summary.json is kept, but it cannot be read" in err[0], err
+    assert "continuing that run from its last checkpoint" in err[0]
+    assert result.summary["episodes"] == summary["episodes"]
+    assert json.loads((reinforce_run / "summary.json").read_text())["episodes"] == summary["episodes"]  # whole again

@@ -159,7 +159,10 @@ def test_a_resume_reads_a_relative_data_dir_from_the_first_starts_folder(tmp_pat
     config = prove.resolve(prove.resumed_args(["--resume", str(out)])).config
     assert config.data_root == str(tmp_path / "first" / "data")
     config = prove.resolve(prove.resumed_args(["--resume", str(out), "--data-dir", "elsewhere"])).config
-    assert config.data_root == "elsewhere"  # a --data-dir given anew is the resume's own, read from here
+    # issue 71: a relative path typed on the resume is read from the first start's folder too (a line says so)
+    assert config.data_root == str(tmp_path / "first" / "elsewhere")
+    config = prove.resolve(prove.resumed_args(["--resume", str(out), "--data-dir", str(out / "d")])).config
+    assert config.data_root == str(out / "d")  # an absolute one is as typed
 
 
 def test_compare_with_resume_keeps_each_episode_and_continues_to_the_unbroken_table(tmp_path, monkeypatch):
@@ -222,3 +225,74 @@ def test_the_episode_key_of_a_fixed_config_is_the_one_earlier_versions_computed(
                                per_seed=lambda seed: {"max_epochs": 5})
     assert episode_key(per_seed, 3) == "b0519692395ec5ebc2ea048cf36da46e"
     assert episode_key(per_seed, 4) != episode_key(per_seed, 3)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 71: a resume takes what the user typed, and one prove at a time holds OUT
+# ----------------------------------------------------------------------------------------------
+
+
+def _kept(tmp_path, *flags, cwd=None):
+    """A stopped prove's OUT (its prove_command.json alone), first started in `cwd` (default tmp_path) with
+    ARGS and `flags`."""
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / prove.COMMAND_NAME).write_text(json.dumps({"argv": [*ARGS, *flags, "--out", str(out)],
+                                                      "cwd": str(cwd or tmp_path)}))
+    return out
+
+
+def test_a_resume_takes_a_relative_json_path_and_a_typed_default_as_the_first_start_had_them(tmp_path, monkeypatch,
+                                                                                            capsys):
+    out = _kept(tmp_path, "--json", "part.json")
+    monkeypatch.chdir(tmp_path)  # where the prove was started
+    args = prove.resumed_args(["--resume", "p", "--json", "part.json", "--tuning-seeds", "800000"])
+    assert args.json == str(tmp_path / "part.json") and args.tuning_seeds == [800000]
+    assert capsys.readouterr().err == ""
+    assert prove.resumed_args(["--resume", str(out), "--json", str(tmp_path / "x" / ".." / "part.json")]).json == \
+        str(tmp_path / "part.json")  # the same file, however it is spelled
+    with pytest.raises(prove.ProveError, match="--tuning-seeds cannot change on resume"):
+        prove.resumed_args(["--resume", "p", "--tuning-seeds", "800001"])
+
+
+def test_a_relative_path_typed_on_a_resume_elsewhere_is_read_from_the_first_starts_folder(tmp_path, monkeypatch,
+                                                                                         capsys):
+    (tmp_path / "elsewhere").mkdir()
+    _kept(tmp_path, "--json", "part.json")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    args = prove.resumed_args(["--resume", str(tmp_path / "p"), "--json", "part.json"])
+    assert args.json == str(tmp_path / "part.json")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"esper_fx.prove: --json part.json: a relative path, read from the first start's folder {tmp_path} "
+                   f"(this resume runs in {tmp_path / 'elsewhere'})"]
+
+
+@pytest.mark.parametrize("kept, needle", [
+    ('["--arms"]', "a JSON object was expected, not list"),
+    ('{"argv": "--arms wait", "cwd": "/"}', "argv must be a list of strings"),
+    ('{"argv": ["--arms", 5], "cwd": "/"}', "argv must be a list of strings"),
+    ('{"argv": [], "cwd": 5}', "cwd must be a folder's path"),
+    ('{"argv": []', "JSONDecodeError"),
+])
+def test_a_damaged_prove_command_json_is_one_line(kept, needle, tmp_path, capsys):
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / prove.COMMAND_NAME).write_text(kept)
+    assert prove.main(["--resume", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "start the prove again in a new --out" in err[0], err
+
+
+def test_a_second_prove_in_the_same_out_is_refused_naming_the_one_that_holds_it(tmp_path, capsys):
+    from esper_fx.outputs.folder_lock import FolderLock
+
+    out = _kept(tmp_path)
+    before = (out / prove.COMMAND_NAME).read_text()
+    held = FolderLock.take(out, "prove output folder")  # a prove running in OUT
+    try:
+        assert prove.main(["--resume", str(out)]) == 2
+    finally:
+        held.release()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"prove output folder {out} is in use by process {os.getpid()} on " in err[0], err
+    assert (out / prove.COMMAND_NAME).read_text() == before  # refused before it recorded its resume

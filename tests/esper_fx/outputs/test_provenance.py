@@ -34,7 +34,7 @@ from esper_fx.outputs.run_directory import RunDirectory
 from esper_fx.outputs.tensorboard_log import TB_SUBDIR, config_hparams
 from tests.esper_fx.outputs.test_run_outputs import REPO, tiny
 
-KEYS = {"versions", "git", "git_note", "command", "host", "platform", "cpu", "torch_threads", "devices",
+KEYS = {"versions", "git", "git_note", "command", "cwd", "host", "platform", "cpu", "torch_threads", "devices",
         "started_utc"}
 RUN_KEYS = KEYS | {"resumes"}  # provenance.json: the first start's facts and each resume's
 

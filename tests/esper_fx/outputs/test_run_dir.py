@@ -71,9 +71,9 @@ def test_a_locked_run_directory_is_refused_naming_it(tmp_path):
     (tmp_path / "r").mkdir()
     with open(tmp_path / "r" / LOCK_NAME, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(RunDirectoryError, match=f"{tmp_path / 'r'} is in use by another run"):
+        with pytest.raises(RunDirectoryError, match=f"{tmp_path / 'r'} is in use by another process"):
             esper_fx.run(tiny(n_episodes=2, controller="wait"), run_dir=tmp_path / "r")
-        with pytest.raises(RunDirectoryError, match="in use by another run"):
+        with pytest.raises(RunDirectoryError, match="in use by another process"):
             RunDirectory.claim(tmp_path / "r")
     assert os.listdir(tmp_path / "r") == [LOCK_NAME]
 
