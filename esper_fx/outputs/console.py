@@ -63,7 +63,8 @@ class Console:
         self._first_batch = 0  # the batch this process started at (later on a resume)
         self._batches_done = 0  # in this process
         self._notebook = None  # a Jupyter kernel's progress line (`notebook_bar`)
-        self._last_line = self._start  # when the console last printed a line (the epoch lines' clock)
+        self._last_line = self._start  # when the console last printed a line (a long batch's epoch lines' clock)
+        self._last_epoch_line: float | None = None  # when it last printed an epoch line
         interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
         if not interactive and not quiet and in_notebook(self.stream):
             self._notebook = NotebookBar(total_batches, n_epochs)
@@ -131,11 +132,15 @@ class Console:
 
     def _epoch_line(self, batch: int, epoch: int) -> None:
         """'  batch 0, epoch 3/12 (episodes 1-4/96) done, elapsed 0:00:14', in the first batch of this process
-        (at most one a EPOCH_LINE_EVERY_S) and after EPOCH_LINE_AFTER_S without a line."""
+        (its first epoch always, then at most one a EPOCH_LINE_EVERY_S) and later after EPOCH_LINE_AFTER_S
+        without a line."""
         now = time.perf_counter()
-        quiet_for = now - self._last_line
-        if quiet_for < (EPOCH_LINE_EVERY_S if self._batches_done == 0 else EPOCH_LINE_AFTER_S):
+        if self._batches_done == 0:
+            if self._last_epoch_line is not None and now - self._last_epoch_line < EPOCH_LINE_EVERY_S:
+                return
+        elif now - self._last_line < EPOCH_LINE_AFTER_S:
             return
+        self._last_epoch_line = now
         episodes = self.episodes_text(batch)
         self.line(f"  batch {batch}, epoch {epoch}/{self.n_epochs}{f' ({episodes})' if episodes else ''} done, "
                   f"elapsed {format_duration(now - self._start)}")

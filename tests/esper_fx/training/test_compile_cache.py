@@ -98,7 +98,7 @@ def _cli(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
     # XLA's optimisations off in both runs: whether a program is cached does not depend on them, and they cost a
     # quarter of the first run's CPU time (32 s against 22-25 s)
     env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
-    proc = subprocess.run([sys.executable, "-m", "esper_fx.train", "--config", str(config), "--quiet",
+    proc = subprocess.run([sys.executable, "-m", "esper_fx.train", "--config", str(config),
                            "--no-report", "--no-tensorboard", *flags], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -130,6 +130,12 @@ def test_a_second_identical_run_loads_every_program_from_the_cache(tmp_path):
     assert entry_count(cache) == entries  # nothing new compiled
     assert "warm start" in second.stdout and "First action after" in second.stdout
     assert "LSTM: hidden=128, chunk=3" in second.stdout and "Run directory:" in second.stdout
+    # issue 71: in a pipe the first run says it compiles, before it does, and shows every epoch of its first batch
+    first_lines = first.stdout.splitlines()
+    assert f"compiling the controller (once; cached in {cache})" in first_lines
+    assert f"  compiling the controller's update (once; cached in {cache})" in first_lines
+    assert any(line.startswith("  batch 0, epoch 1/3 (episodes 1-2/4) done") for line in first_lines)
+    assert "compiling the controller" not in second.stdout  # warm: nothing to announce
     assert (tmp_path / "r2" / "summary.json").exists() and (tmp_path / "r2" / "checkpoints" / "final").exists()
 
 
