@@ -673,7 +673,7 @@ def _run_prove(args, config, arms, seeds, out, json_path, started, train_seeds=N
     from esper_fx.training.preflight import check_before_writing, check_data
 
     # before out/ is created: the devices, W&B's settings, the data folder and the dataset (one line, exit 2)
-    check_before_writing(config)
+    check_before_writing(config.replace(run_dir=None, resume_path=None))  # (a --checkpoint's config names its run)
     check_data(config)
     out.mkdir(parents=True, exist_ok=True)
     # one prove at a time in OUT (two resumes at once played every episode twice, until one died on the

@@ -143,8 +143,9 @@ if sys.argv and sys.argv[0].endswith("default_worker.py"):
     print("a line from a Ray worker on stdout", flush=True)
     print("a line from a Ray worker on stderr", file=sys.stderr, flush=True)
 """
-# A CPU burner bounded in time (killed at the test's end anyway): the contention under which the line appeared.
-BURNER = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end:\n    pass\n"
+# A CPU burner bounded in time (killed at the test's end anyway): the contention under which the line appeared,
+# over Ray's start-up and the run's first batches (longer only slows the rest of the suite on a small machine).
+BURNER = "import time\nend = time.monotonic() + 45\nwhile time.monotonic() < end:\n    pass\n"
 
 
 @pytest.mark.slow

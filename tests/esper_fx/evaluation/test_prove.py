@@ -482,7 +482,7 @@ def test_an_old_key_in_set_reads_as_todays_with_one_note_line(tmp_path, capsys, 
     monkeypatch.chdir(tmp_path)
     got = {}
     monkeypatch.setattr(prove, "run_prove", lambda args, config, *rest, **kw: got.setdefault("config", config) and 0)
-    base = ["--arms", "wait", "--n-eval-seeds", "1", "--out", "o"]
+    base = ["--arms", "ppo", "wait", "--n-eval-seeds", "1", "--out", "o"]
     assert prove.main([*base, "--set", "lr=1e-3", "--set", "reward_mode=sparse", "--set",
                        "reward.reward_family=contribution"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
