@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from esper_fx.contracts.actions import ACTION_HEADS, BLEND_NAMES, TEMPO_NAMES
 from esper_fx.contracts.lifecycle import GOVERNOR_DEATH_PENALTY, MIN_FOSSILIZE_CONTRIBUTION, MIN_PROBATION_EPOCHS
 from esper_fx.contracts.run_settings import option  # how every setting is declared (its help, flag, resume)
+from esper_fx.contracts.schedules import schedule_factor
 from esper_fx.contracts.stages import SeedStage
 from esper_fx.contracts.tasks import TASKS, task_facts
 from rl import validate as check
@@ -105,10 +106,34 @@ class PPOConfig:
     horizon_bootstrap: bool = option(False, "[fix] false: the last epoch ends the episode (the reference: a "
                                      "truncation valued by V of the post-action signals, BEHAVIOUR §7.5); "
                                      "LEARNING.md says why")
+    lr_anneal: str = option("constant", "Adam's rate over the updates: `constant`, `linear` (to zero at "
+                              "`lr_anneal_updates`, CleanRL's anneal) or `wsd` (warmup, stable, then a linear "
+                              "decay over the last `lr_anneal_decay`, the hosts' formula)", metavar="NAME")
+    lr_anneal_updates: int | None = option(None, "updates a `linear` or `wsd` rate spans (needed by them)")
+    lr_anneal_warmup: float = option(0.0, "`wsd`: the first fraction of the updates warms the rate up")
+    lr_anneal_decay: float = option(0.2, "`wsd`: the last fraction of the updates decays the rate to zero")
+    entropy_mode: str = option("normalised", "the entropy of the bonus: `normalised` (H / ln n_valid per head, "
+                               "BEHAVIOUR §9.3) or `raw` (H in nats)", metavar="NAME")
+    update_diagnostics: bool = option(True, "after each update, measure the new policy on the batch "
+                                      "(approx_kl_after, entropy_after_*): one more forward pass")
 
     def __post_init__(self) -> None:
         check.boolean("clip_value", self.clip_value)
         check.boolean("horizon_bootstrap", self.horizon_bootstrap)
+        check.boolean("update_diagnostics", self.update_diagnostics)
+        for name, choices in (("lr_anneal", PPO_LR_SCHEDULES), ("entropy_mode", ENTROPY_MODES)):
+            if not isinstance(getattr(self, name), str) or getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {list(choices)} (got {getattr(self, name)!r})")
+        if self.lr_anneal_updates is not None:
+            _store(self, "lr_anneal_updates",
+                   check.int_between("lr_anneal_updates", self.lr_anneal_updates, 1, COUNT_MAX))
+        elif self.lr_anneal != "constant":
+            raise ValueError(f"lr_anneal {self.lr_anneal!r} needs lr_anneal_updates (the updates it spans)")
+        for name in ("lr_anneal_warmup", "lr_anneal_decay"):
+            check.in_range(name, getattr(self, name), 0.0, 1.0, low_open=False)
+        if self.lr_anneal_warmup + self.lr_anneal_decay > 1.0:
+            raise ValueError("lr_anneal_warmup + lr_anneal_decay must be at most 1 (got "
+                             f"{self.lr_anneal_warmup} + {self.lr_anneal_decay})")
         for name in ("update_epochs", "num_minibatches", "lstm_hidden_dim"):
             _store(self, name, check.at_least_one(name, getattr(self, name)))
             check.at_most(name, getattr(self, name), PPO_SIZE_LIMITS[name])
@@ -142,6 +167,19 @@ class PPOConfig:
     def anneal_updates(self, n_envs: int) -> int:
         """ceil(entropy_anneal_episodes / n_envs): the anneal length in updates (BEHAVIOUR §11.8)."""
         return math.ceil(self.entropy_anneal_episodes / n_envs)
+
+
+PPO_LR_SCHEDULES = ("constant", "linear", "wsd")
+ENTROPY_MODES = ("normalised", "raw")
+
+
+def lr_factor(cfg: PPOConfig, updates: Any, where: Callable, minimum: Callable, maximum: Callable) -> Any:
+    """Adam's rate multiplier after `updates` completed updates (`esper_fx.contracts.schedules`), 1 under
+    `constant`; pass jnp's where / minimum / maximum for a traced count."""
+    if cfg.lr_anneal == "constant":
+        return 1.0
+    return schedule_factor(cfg.lr_anneal, updates, cfg.lr_anneal_updates, cfg.lr_anneal_warmup,
+                           cfg.lr_anneal_decay, where=where, minimum=minimum, maximum=maximum)
 
 
 def head_weights(name: str, value: Any) -> tuple[float, ...]:

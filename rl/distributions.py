@@ -39,6 +39,11 @@ class Masks(NamedTuple):
         return cls(*(signals[f"mask_{head}"] for head in ACTION_HEADS))
 
 
+def same_kind(masks: Sequence[jax.Array], new: Sequence[jax.Array]) -> Sequence[jax.Array]:
+    """`new` as the same kind of sequence as `masks`: `Masks` for the growth contract's five, else a tuple."""
+    return type(masks)(*new) if hasattr(type(masks), "_fields") else tuple(new)
+
+
 # ------------------------------------------------------------------------------------------
 # one head
 # ------------------------------------------------------------------------------------------
@@ -100,6 +105,13 @@ def normalized_entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
     denom = jnp.maximum(jnp.log(n_valid.astype(lp.dtype)), ENTROPY_LOG_FLOOR)
     h_norm = jnp.clip(entropy / denom, 0.0, 1.0)
     return jnp.where(n_valid <= 1, jnp.zeros_like(h_norm), h_norm)
+
+
+def entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """H = −Σ p·ln p over the valid entries, in nats, `[...]` (0 with one valid action)."""
+    assert_head(logits, mask)
+    lp = log_probs(logits, mask)
+    return -jnp.sum(jnp.where(mask, jnp.exp(lp) * lp, 0.0), axis=-1)
 
 
 def row_is_valid(logits: jax.Array, mask: jax.Array) -> jax.Array:
@@ -195,10 +207,10 @@ def heads_log_prob(logits: Sequence[jax.Array], masks: Sequence[jax.Array], acti
     return masked_log_prob(*pad_heads(logits, masks), actions)
 
 
-def heads_entropy(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> jax.Array:
-    """Per-head normalised entropies `[..., 5]`."""
+def heads_entropy(logits: Sequence[jax.Array], masks: Sequence[jax.Array], normalised: bool = True) -> jax.Array:
+    """Per-head entropies `[..., 5]`: normalised by ln n_valid (BEHAVIOUR §9.3), or raw in nats."""
     assert_heads(logits, masks)
-    return normalized_entropy(*pad_heads(logits, masks))
+    return (normalized_entropy if normalised else entropy)(*pad_heads(logits, masks))
 
 
 def heads_valid(logits: Sequence[jax.Array], masks: Sequence[jax.Array]) -> jax.Array:

@@ -1,13 +1,17 @@
-"""Generalised advantage estimation exactly as BEHAVIOUR §11.3, as a reverse `lax.scan` over the last axis.
+"""Generalised advantage estimation (BEHAVIOUR §11.3), as a reverse `lax.scan` over the last axis.
 
-For every row (env) of `[..., T]` arrays, over its valid steps t = L−1 … 0, with g = 0 at the start:
-  t == L−1, truncated:      v_next = bootstrap[t], nnt = 1
-  t == L−1, not truncated:  v_next = 0,            nnt = 1 − done[t]
-  t <  L−1:                 v_next = V[t+1],       nnt = 1 − (done[t] ∧ ¬truncated[t])
-  if done[t] ∧ ¬truncated[t]: g = 0 first
-  δ = r_t + γ·v_next·nnt − V[t];  g = δ + γ·λ·nnt·g;  A[t] = g;  R[t] = A[t] + V[t].
+For every row (env) of `[..., T]` arrays, over its valid steps t = L−1 … 0. A step ends its episode's trace
+when it is terminal (`done ∧ ¬truncated`), truncated (`truncated`, at any t: the episode was cut there and
+a new one may follow in the same row) or the row's last valid step:
+  truncated[t]:                 v_next = bootstrap[t], keep = 1   (the value of the state it was cut at)
+  terminal[t]:                  v_next = 0,            keep = 0
+  last valid, neither:          v_next = 0,            keep = 1
+  otherwise:                    v_next = V[t+1],       keep = 1
+  δ = r_t + γ·keep·v_next − V[t];  A[t] = δ + γ·λ·A[t+1] unless step t ends its trace (then A[t] = δ);
+  R[t] = A[t] + V[t].
 Steps that are not valid (`valid[..., t]` False, e.g. t ≥ step_count) get A = R = 0 and never leak into
-valid ones: the last valid step of a row is the one whose successor is invalid (or t = T−1).
+valid ones: the last valid step of a row is the one whose successor is invalid (or t = T−1). A truncation
+at a row's last step, the only place the project's own loop truncates, is the same under both readings.
 """
 
 from __future__ import annotations
@@ -25,17 +29,15 @@ def valid_mask(step_count: jax.Array, num_steps: int) -> jax.Array:
 
 
 def _next_state_terms(values, dones, truncated, bootstrap, valid):
-    """(v_next, nnt, terminal) per step, following the three cases of BEHAVIOUR §11.3."""
+    """(v_next, keep, cut) per step: the next state's value, whether it counts, and whether the step ends its
+    episode's trace (terminal, truncated or the row's last valid step)."""
     valid_next = jnp.concatenate([valid[..., 1:], jnp.zeros_like(valid[..., :1])], axis=-1)
     is_last = valid & ~valid_next
     terminal = dones & ~truncated
     v_shift = jnp.concatenate([values[..., 1:], jnp.zeros_like(values[..., :1])], axis=-1)
-    zero = jnp.zeros_like(values)
-    v_last = jnp.where(truncated, bootstrap, zero)
-    nnt_last = jnp.where(truncated, 1.0, 1.0 - dones.astype(values.dtype))
-    v_next = jnp.where(is_last, v_last, v_shift)
-    nnt = jnp.where(is_last, nnt_last, 1.0 - terminal.astype(values.dtype))
-    return v_next, nnt, terminal
+    v_next = jnp.where(truncated, bootstrap, jnp.where(is_last, 0.0, v_shift))
+    keep = 1.0 - terminal.astype(values.dtype)
+    return v_next, keep, terminal | truncated | is_last
 
 
 def gae(
@@ -58,18 +60,19 @@ def gae(
     chex.assert_rank(rewards, {1, 2, 3})
     chex.assert_equal_shape([rewards, values, dones, truncated, bootstrap, valid])
 
-    v_next, nnt, terminal = _next_state_terms(values, dones, truncated, bootstrap, valid)
-    deltas = rewards + gamma * v_next * nnt - values
+    v_next, keep, cut = _next_state_terms(values, dones, truncated, bootstrap, valid)
+    deltas = rewards + gamma * v_next * keep - values  # (this order: the numbers of every earlier run)
+
+    follows = 1.0 - cut.astype(values.dtype)  # 0 where the step ends its trace: A[t+1] does not reach it
 
     def body(g, xs):
-        delta, nnt_t, terminal_t, valid_t = xs
-        g = jnp.where(terminal_t, 0.0, g)
-        g = delta + gamma * lam * nnt_t * g
+        delta, follows_t, valid_t = xs
+        g = delta + gamma * lam * follows_t * g  # (this form: the numbers of every earlier run, bit for bit)
         g = jnp.where(valid_t, g, 0.0)
         return g, g
 
     time_first = lambda x: jnp.moveaxis(x, -1, 0)  # noqa: E731
-    xs = tuple(map(time_first, (deltas, nnt, terminal, valid)))
+    xs = tuple(map(time_first, (deltas, follows, valid)))
     _, adv = jax.lax.scan(body, jnp.zeros(rewards.shape[:-1], jnp.float32), xs, reverse=True)
     adv = jnp.moveaxis(adv, 0, -1)
     returns = jnp.where(valid, adv + values, 0.0)

@@ -1,14 +1,15 @@
 """The factored actor-critic of BEHAVIOUR §10 as a Flax linen module.
 
 obs [E, L, D] → Linear(D→128) → LayerNorm → ReLU → LSTM(128→H), scanned over L from a given carry
-(h, c) → LayerNorm = z → six heads Linear(H→64) → ReLU → Linear(64→n): slot S, blueprint B, blend 3,
-op 4, tempo 3, value 1. The LSTM has fused kernels W_x [128×4H], W_h [H×4H] and one bias [4H] (gate order
+(h, c) → LayerNorm = z → one head per action head of its `HeadSpec` and a value head, each Linear(H→64) →
+ReLU → Linear(64→n): for the growth contract slot S, blueprint B, blend 3, op 4, tempo 3, and value 1. The LSTM has fused kernels W_x [128×4H], W_h [H×4H] and one bias [4H] (gate order
 i, f, g, o; forget slice = 2.0). Init: orthogonal √2 for hidden Linears, 0.01 for the policy outputs,
 1.0 for the value output, one orthogonal matrix each for W_x and W_h; zero biases. LayerNorm eps 1e-5.
 `recurrent=False` gives the BEHAVIOUR §10.3 MLP ablation (Linear(128→H) + ReLU, empty carry).
 
-Acting runs the same code with L = 1. The scan body can reset the carry to zeros at steps flagged in
-`resets [E, L]` (never needed by the loop, where episodes never share a row, but supported).
+Acting runs the same code with L = 1. The scan body resets the carry to zeros at steps flagged in
+`resets [E, L]`: where an episode starts inside a row (the project's loop gives each row one episode; a
+standard environment's driver does not).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from esper_fx.contracts.actions import ACTION_HEADS, head_sizes
 from esper_fx.contracts.blueprints import DEFAULT_NUM_BLUEPRINTS
 from rl import distributions as dist
+from rl.heads import HeadSpec, growth_heads
 from rl.config import (
     FEATURE_DIM,
     HEAD_HIDDEN,
@@ -43,7 +44,7 @@ Carry = tuple  # (h [E, H], c [E, H]) for the LSTM, () for the MLP
 class PolicyOutput(NamedTuple):
     """Per-head (masked) logits, each `[E, L, n]`, and the value `[E, L]`."""
 
-    logits: tuple[jax.Array, ...]  # one per head, in contracts.actions.ACTION_HEADS order
+    logits: tuple[jax.Array, ...]  # one per head, in the order of its `HeadSpec`
     value: jax.Array
 
 
@@ -106,19 +107,32 @@ class Head(nn.Module):
         return nn.Dense(self.n, kernel_init=_orthogonal(self.out_gain), bias_init=zeros, name="out")(x)
 
 
-HEAD_MODULES = tuple(f"{head}_head" for head in ACTION_HEADS)
+def head_module(name: str) -> str:
+    """The module of the head `name` (`slot` → `slot_head`)."""
+    return f"{name}_head"
+
+
 VALUE_MODULE = "value_head"
 
 
 class ActorCritic(nn.Module):
-    """Factored recurrent (or MLP) actor-critic of BEHAVIOUR §10. Call with obs `[E, L, D]` and a carry."""
+    """Factored recurrent (or MLP) actor-critic of BEHAVIOUR §10. Call with obs `[E, L, D]` and a carry.
 
-    num_slots: int
+    Its action heads are `heads` (an `rl.heads.HeadSpec`, one `<name>_head` module each); without one, the
+    growth contract's five for `num_slots` and `num_blueprints` (`rl.heads.growth_heads`)."""
+
+    num_slots: int = 1
     num_blueprints: int = DEFAULT_NUM_BLUEPRINTS
     recurrent: bool = True
     hidden_dim: int = PPOConfig.lstm_hidden_dim
     feature_dim: int = FEATURE_DIM
     head_hidden: int = HEAD_HIDDEN
+    heads: HeadSpec | None = None
+
+    @property
+    def head_spec(self) -> HeadSpec:
+        """The heads this network acts with."""
+        return self.heads if self.heads is not None else growth_heads(self.num_slots, self.num_blueprints)
 
     def setup(self) -> None:
         zeros = nn.initializers.zeros
@@ -129,12 +143,9 @@ class ActorCritic(nn.Module):
         else:
             self.mlp = nn.Dense(self.hidden_dim, kernel_init=_orthogonal(SQRT2), bias_init=zeros)
         self.core_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPS)
-        sizes = head_sizes(self.num_slots, self.num_blueprints)
-        self.slot_head = Head(sizes[0], self.head_hidden, POLICY_OUT_GAIN)
-        self.blueprint_head = Head(sizes[1], self.head_hidden, POLICY_OUT_GAIN)
-        self.blend_head = Head(sizes[2], self.head_hidden, POLICY_OUT_GAIN)
-        self.op_head = Head(sizes[3], self.head_hidden, POLICY_OUT_GAIN)
-        self.tempo_head = Head(sizes[4], self.head_hidden, POLICY_OUT_GAIN)
+        spec = self.head_spec
+        for name, n in zip(spec.names, spec.sizes):  # `<name>_head`: the growth contract's slot_head, op_head, ...
+            setattr(self, head_module(name), Head(n, self.head_hidden, POLICY_OUT_GAIN))
         self.value_head = Head(1, self.head_hidden, VALUE_OUT_GAIN)
 
     def initial_carry(self, n_envs: int) -> Carry:
@@ -162,8 +173,7 @@ class ActorCritic(nn.Module):
         else:
             x = nn.relu(self.mlp(x))
         z = self.core_norm(x)
-        heads = (self.slot_head, self.blueprint_head, self.blend_head, self.op_head, self.tempo_head)
-        logits = tuple(head(z) for head in heads)
+        logits = tuple(getattr(self, head_module(name))(z) for name in self.head_spec.names)
         if masks is not None:
             logits = tuple(dist.masked_logits(lg, m) for lg, m in zip(logits, masks))
         value = self.value_head(z)[..., 0]
@@ -177,7 +187,7 @@ class ActorCritic(nn.Module):
 
 
 def _add_time(masks: dist.Masks) -> dist.Masks:
-    return dist.Masks(*(m[:, None, :] for m in masks))
+    return dist.same_kind(masks, [m[:, None, :] for m in masks])
 
 
 @partial(jax.jit, static_argnames=("network", "obs_dim"))

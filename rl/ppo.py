@@ -28,15 +28,20 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from esper_fx.contracts.actions import ACTION_HEADS, HEAD_OP, NUM_HEADS
+from esper_fx.contracts.actions import ACTION_HEADS, HEAD_OP
 from rl import distributions as dist
-from rl.config import ADAM_B1, ADAM_B2, ADV_EPS, EV_MIN_VAR, PPOConfig
+from rl.config import ADAM_B1, ADAM_B2, ADV_EPS, EV_MIN_VAR, PPOConfig, lr_factor
 from rl.config import entropy_coefficient as entropy_schedule
 from rl.gae import gae
-from rl.network import HEAD_MODULES, VALUE_MODULE, ActorCritic, Carry, init_params
+from rl.heads import HeadSpec, growth_relevance
+from rl.network import VALUE_MODULE, ActorCritic, Carry, head_module, init_params
 from rl.rollout import Rollout
 
-METRIC_HEADS = ACTION_HEADS + ("value",)
+
+
+def _names(heads: HeadSpec | None) -> tuple[str, ...]:
+    """The heads' names; None: the growth contract's."""
+    return ACTION_HEADS if heads is None else heads.names
 
 
 # ------------------------------------------------------------------------------------------
@@ -64,9 +69,10 @@ def _value_head_mask(params) -> Any:
     return jax.tree_util.tree_map_with_path(lambda path, _: _module_of(path) == VALUE_MODULE, params)
 
 
-def param_segments(params) -> np.ndarray:
-    """Static per-element module index of the raveled params: HEAD_MODULES + value → 0..5, trunk → 6."""
-    modules = HEAD_MODULES + (VALUE_MODULE,)
+def param_segments(params, heads: HeadSpec | None = None) -> np.ndarray:
+    """Static per-element module index of the raveled params: the action heads 0..H−1, the value head H, the
+    trunk H + 1 (the growth contract: 0..5 and 6)."""
+    modules = tuple(head_module(name) for name in _names(heads)) + (VALUE_MODULE,)
     parts = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
         name = _module_of(path)
@@ -74,9 +80,9 @@ def param_segments(params) -> np.ndarray:
     return np.concatenate(parts).astype(np.int32)
 
 
-def flat_decay_mask(params) -> np.ndarray:
+def flat_decay_mask(params, heads: HeadSpec | None = None) -> np.ndarray:
     """1.0 on the raveled value-head elements, 0.0 elsewhere (static, from shapes only)."""
-    return (param_segments(params) == len(HEAD_MODULES)).astype(np.float32)
+    return (param_segments(params, heads) == len(_names(heads))).astype(np.float32)
 
 
 def _decay_on_flat_mask(weight_decay: float, mask: np.ndarray) -> optax.GradientTransformation:
@@ -86,29 +92,40 @@ def _decay_on_flat_mask(weight_decay: float, mask: np.ndarray) -> optax.Gradient
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def make_optimizer(cfg: PPOConfig, decay_mask=None) -> optax.GradientTransformation:
+def make_optimizer(cfg: PPOConfig, decay_mask=None, lr: Any = None) -> optax.GradientTransformation:
     """chain(clip_by_global_norm, Adam(eps 1e-5)); decoupled weight decay on the value head if > 0.
 
     `decay_mask`: None for a params tree (the value head is found by name), or a flat 0/1 vector
-    (`flat_decay_mask`) when the optimizer runs on the raveled parameter vector, as `update` does.
+    (`flat_decay_mask`) when the optimizer runs on the raveled parameter vector, as `update` does. `lr`: the
+    rate of this update (`update_lr`; default cfg.lr); the optimizer's state does not depend on it.
     """
+    lr = cfg.lr if lr is None else lr
     clip = optax.clip_by_global_norm(cfg.max_grad_norm)
     if cfg.weight_decay <= 0:
-        return optax.chain(clip, optax.adam(cfg.lr, b1=ADAM_B1, b2=ADAM_B2, eps=cfg.adam_eps))
+        return optax.chain(clip, optax.adam(lr, b1=ADAM_B1, b2=ADAM_B2, eps=cfg.adam_eps))
     decay = (optax.add_decayed_weights(cfg.weight_decay, mask=_value_head_mask) if decay_mask is None
              else _decay_on_flat_mask(cfg.weight_decay, decay_mask))
     return optax.chain(
         clip,
         optax.scale_by_adam(b1=ADAM_B1, b2=ADAM_B2, eps=cfg.adam_eps),
         decay,
-        optax.scale_by_learning_rate(cfg.lr),
+        optax.scale_by_learning_rate(lr),
     )
+
+
+def update_lr(cfg: PPOConfig, train_steps: jax.Array) -> Any:
+    """Adam's rate for the update after `train_steps` completed ones: cfg.lr × the schedule's factor
+    (`rl.config.lr_factor`); exactly cfg.lr (a Python float) under `constant`."""
+    if cfg.lr_anneal == "constant":
+        return cfg.lr
+    steps = jnp.asarray(train_steps, jnp.float32)
+    return cfg.lr * jnp.asarray(lr_factor(cfg, steps, jnp.where, jnp.minimum, jnp.maximum), jnp.float32)
 
 
 def init_train_state(key: jax.Array, network: ActorCritic, obs_dim: int, cfg: PPOConfig) -> TrainState:
     params = init_params(network, key, obs_dim)
     flat, _ = ravel_pytree(params)
-    opt_state = make_optimizer(cfg, flat_decay_mask(params)).init(flat)
+    opt_state = make_optimizer(cfg, flat_decay_mask(params, network.head_spec)).init(flat)
     return TrainState(params, opt_state, jnp.zeros((), jnp.int32), network)
 
 
@@ -135,7 +152,7 @@ class ActOutput(NamedTuple):
 class Evaluation(NamedTuple):
     log_probs: jax.Array  # [E, L, 5]
     values: jax.Array  # [E, L]
-    entropy: jax.Array  # [E, L, 5] normalised
+    entropy: jax.Array  # [E, L, 5] normalised (or raw, in nats: `PPOConfig.entropy_mode`)
 
 
 @partial(jax.jit, static_argnames=("network", "deterministic"))
@@ -169,15 +186,17 @@ def value(state: TrainState, obs, carry: Carry) -> jax.Array:
     return _value(state.network, state.params, obs, carry)
 
 
-def evaluate(network: ActorCritic, params, obs, actions, masks: dist.Masks, carry0: Carry, resets=None) -> Evaluation:
-    """Re-run whole sequences `[E, L, D]` from `carry0`: per-head log-probs, values, entropies."""
+def evaluate(network: ActorCritic, params, obs, actions, masks: dist.Masks, carry0: Carry, resets=None,
+             entropy_mode: str = "normalised") -> Evaluation:
+    """Re-run whole sequences `[E, L, D]` from `carry0` (zeroed before the steps flagged in `resets [E, L]`,
+    where an episode starts inside a row): per-head log-probs, values, entropies (`entropy_mode`)."""
     chex.assert_rank(obs, 3)
-    chex.assert_shape(actions, obs.shape[:2] + (NUM_HEADS,))
+    chex.assert_shape(actions, obs.shape[:2] + (len(masks),))
     out, _ = network.apply({"params": params}, obs, carry0, resets=resets)
     return Evaluation(
         dist.heads_log_prob(out.logits, masks, actions),
         out.value,
-        dist.heads_entropy(out.logits, masks),
+        dist.heads_entropy(out.logits, masks, normalised=entropy_mode == "normalised"),
     )
 
 
@@ -230,13 +249,16 @@ class Batch(NamedTuple):
     masks: dist.Masks
     carry0: Carry
     valid: jax.Array  # [G, T] bool
+    starts: jax.Array | None = None  # [G, T] bool: the carry is zeroed before these steps (an episode starts)
 
 
-def head_weights(actions: jax.Array, valid: jax.Array) -> jax.Array:
-    """m_h ∧ valid, bool `[..., 5]`: the causal relevance of each head at each valid step."""
-    chex.assert_shape(actions, jnp.shape(valid) + (NUM_HEADS,))
+def head_weights(actions: jax.Array, valid: jax.Array, heads: HeadSpec | None = None) -> jax.Array:
+    """m_h ∧ valid, bool `[..., H]`: each head's relevance at each valid step (`HeadSpec.relevant`; None: the
+    growth contract's causal masks, BEHAVIOUR §9.4)."""
+    chex.assert_shape(actions, jnp.shape(valid) + (len(_names(heads)),))
     chex.assert_type([actions, valid], [int, bool])
-    return dist.causal_masks(actions[..., HEAD_OP]) & valid[..., None]
+    relevant = growth_relevance(actions) if heads is None else heads.relevant(actions)
+    return relevant & valid[..., None]
 
 
 def _head_counts(m: jax.Array) -> jax.Array:
@@ -245,9 +267,8 @@ def _head_counts(m: jax.Array) -> jax.Array:
 
 
 def _check_per_head(per_head: jax.Array, m: jax.Array) -> None:
-    """A per-head quantity `[..., 5]` (float) and its causal mask of the same shape (bool)."""
+    """A per-head quantity `[..., H]` (float) and its causal mask of the same shape (bool)."""
     chex.assert_equal_shape([per_head, m])
-    chex.assert_axis_dimension(per_head, -1, NUM_HEADS)
     chex.assert_type([per_head, m], [float, bool])
 
 
@@ -265,15 +286,27 @@ def policy_loss(log_ratio: jax.Array, adv: jax.Array, m: jax.Array, clip_ratio: 
 
 def value_loss(values, old_values, returns, valid, clip_value: bool = PPOConfig.clip_value,
                value_clip: float = PPOConfig.value_clip):
-    """0.5·mean max((v−R)², (v_c−R)²) with v_c = v_old + clip(v − v_old, ±clip); or mean (v−R)²."""
+    """0.5·mean max((v−R)², (v_c−R)²) with v_c = v_old + clip(v − v_old, ±clip); unclipped 0.5·mean (v−R)²
+    (one convention, the ½ of a squared error, either way)."""
     chex.assert_equal_shape([values, old_values, returns, valid])
     chex.assert_type([values, old_values, returns, valid], [float, float, float, bool])
     n = jnp.maximum(jnp.sum(valid), 1)
     sq = (values - returns) ** 2
     if clip_value:
         v_c = old_values + jnp.clip(values - old_values, -value_clip, value_clip)
-        sq = 0.5 * jnp.maximum(sq, (v_c - returns) ** 2)
-    return jnp.sum(jnp.where(valid, sq, 0.0)) / n
+        sq = jnp.maximum(sq, (v_c - returns) ** 2)
+    return jnp.sum(jnp.where(valid, 0.5 * sq, 0.0)) / n
+
+
+def entropy_weights(cfg: PPOConfig, n_heads: int) -> Any:
+    """Each head's weight in the entropy bonus: `entropy_head_weights`, one per head; left at its default (every
+    head 1, whatever the heads) a plain 1."""
+    weights = cfg.entropy_head_weights
+    if all(w == 1.0 for w in weights):
+        return 1.0
+    if len(weights) != n_heads:
+        raise ValueError(f"entropy_head_weights has {len(weights)} weights; the policy has {n_heads} heads")
+    return weights
 
 
 def entropy_bonus(entropy: jax.Array, m: jax.Array, weights: Any = 1.0) -> tuple[jax.Array, jax.Array]:
@@ -318,51 +351,57 @@ def op_ratio_stats(log_ratio_op: jax.Array, valid: jax.Array, clip_ratio: float)
     }
 
 
-def loss_from_evaluation(ev: Evaluation, batch: Batch, beta, cfg: PPOConfig) -> tuple[jax.Array, dict]:
-    """Total loss L = L_pol + value_coef·L_V + β·L_ent, and its diagnostics, from re-run outputs."""
+def loss_from_evaluation(ev: Evaluation, batch: Batch, beta, cfg: PPOConfig,
+                         heads: HeadSpec | None = None) -> tuple[jax.Array, dict]:
+    """Total loss L = L_pol + value_coef·L_V + β·L_ent, and its diagnostics, from re-run outputs; `heads`: the
+    policy's (`ActorCritic.head_spec`; None: the growth contract's)."""
     chex.assert_equal_shape([ev.log_probs, batch.old_log_probs, ev.entropy])
     chex.assert_equal_shape([ev.values, batch.old_values, batch.returns, batch.advantages, batch.valid])
-    m = head_weights(batch.actions, batch.valid)
+    m = head_weights(batch.actions, batch.valid, heads)
+    ratio_head = HEAD_OP if heads is None else heads.ratio_head
     log_ratio = jnp.where(m, ev.log_probs - batch.old_log_probs, 0.0)
     l_pol, pol_h = policy_loss(log_ratio, batch.advantages, m, cfg.clip_ratio)
     l_v = value_loss(ev.values, batch.old_values, batch.returns, batch.valid, cfg.clip_value, cfg.value_clip)
-    l_ent, ent_h = entropy_bonus(ev.entropy, m, cfg.entropy_head_weights)
+    l_ent, ent_h = entropy_bonus(ev.entropy, m, entropy_weights(cfg, m.shape[-1]))
     loss = l_pol + cfg.value_coef * l_v + beta * l_ent
     aux = {
         "loss": loss, "policy_loss": l_pol, "value_loss": l_v, "entropy": jnp.mean(ent_h),
         "approx_kl": approx_kl(log_ratio, m, batch.valid),
         "approx_kl_head_max": jnp.max(approx_kl_per_head(log_ratio, m)),
-        **op_ratio_stats(log_ratio[..., HEAD_OP], batch.valid, cfg.clip_ratio),
+        **op_ratio_stats(log_ratio[..., ratio_head], batch.valid, cfg.clip_ratio),
         "entropy_per_head": ent_h, "policy_loss_per_head": pol_h,
     }
     return loss, aux
 
 
 def ppo_loss(params, network: ActorCritic, batch: Batch, beta, cfg: PPOConfig) -> tuple[jax.Array, dict]:
-    """The BEHAVIOUR §11.6 loss of a minibatch under `params` (re-running its sequences from carry0)."""
+    """The BEHAVIOUR §11.6 loss of a minibatch under `params` (re-running its sequences from carry0, the carry
+    zeroed where an episode starts inside a row, as the actor's was)."""
     chex.assert_rank(batch.obs, 3)
-    ev = evaluate(network, params, batch.obs, batch.actions, batch.masks, batch.carry0)
-    return loss_from_evaluation(ev, batch, beta, cfg)
+    ev = evaluate(network, params, batch.obs, batch.actions, batch.masks, batch.carry0, batch.starts,
+                  cfg.entropy_mode)
+    return loss_from_evaluation(ev, batch, beta, cfg, network.head_spec)
 
 
-def flat_grad_norms(flat_grads: jax.Array, segments: np.ndarray) -> dict[str, jax.Array]:
+def flat_grad_norms(flat_grads: jax.Array, segments: np.ndarray, n_heads: int = len(ACTION_HEADS)
+                    ) -> dict[str, jax.Array]:
     """Global and per-head L2 norms (before clipping) of a raveled gradient; `segments` from
     `param_segments`. grad_norm_per_head is `[6]`: slot, blueprint, blend, op, tempo heads, value head."""
     chex.assert_rank(flat_grads, 1)
     chex.assert_equal_shape([flat_grads, segments])
-    per_module = jax.ops.segment_sum(flat_grads**2, segments, num_segments=len(METRIC_HEADS) + 1)
+    per_module = jax.ops.segment_sum(flat_grads**2, segments, num_segments=n_heads + 2)
     return {"grad_norm": jnp.sqrt(jnp.sum(per_module)), "grad_norm_per_head": jnp.sqrt(per_module[:-1])}
 
 
-def named_metrics(metrics: dict) -> dict:
+def named_metrics(metrics: dict, names: tuple[str, ...] = ACTION_HEADS) -> dict:
     """Expand the `*_per_head` arrays into one scalar per head (`entropy_slot`, `grad_norm_value`, …)."""
     chex.assert_rank([v for k, v in metrics.items() if k.endswith("_per_head")], 1)
     out = {k: v for k, v in metrics.items() if not k.endswith("_per_head")}
-    for key, names in (("entropy_per_head", ACTION_HEADS), ("policy_loss_per_head", ACTION_HEADS),
-                       ("grad_norm_per_head", METRIC_HEADS)):
+    for key, heads in (("entropy_per_head", names), ("policy_loss_per_head", names),
+                       ("grad_norm_per_head", names + ("value",))):
         if key in metrics:
             base = key[: -len("_per_head")]
-            out.update({f"{base}_{name}": metrics[key][i] for i, name in enumerate(names)})
+            out.update({f"{base}_{name}": metrics[key][i] for i, name in enumerate(heads)})
     return out
 
 
@@ -380,7 +419,8 @@ def _sanitize_invalid_steps(batch: Batch) -> Batch:
     return batch._replace(
         obs=clean(batch.obs, 0), actions=clean(batch.actions, 0), old_log_probs=clean(batch.old_log_probs, 0),
         old_values=clean(batch.old_values, 0), advantages=clean(batch.advantages, 0),
-        returns=clean(batch.returns, 0), masks=dist.Masks(*(clean(m, True) for m in batch.masks)),
+        returns=clean(batch.returns, 0), masks=dist.same_kind(batch.masks, [clean(m, True) for m in batch.masks]),
+        starts=None if batch.starts is None else clean(batch.starts, False),
     )
 
 
@@ -394,7 +434,7 @@ def build_training_data(rollout: Rollout, cfg: PPOConfig) -> tuple[Batch, dict]:
     batch = Batch(
         obs=rollout.obs, actions=rollout.actions, old_log_probs=rollout.log_probs, old_values=rollout.values,
         advantages=normalize_advantages(adv, valid), returns=ret, masks=rollout.masks,
-        carry0=rollout.carry0, valid=valid,
+        carry0=rollout.carry0, valid=valid, starts=rollout.starts,
     )
     batch = _sanitize_invalid_steps(batch)
     stats = {"explained_variance": explained_variance(ret, rollout.values, valid),
@@ -466,7 +506,7 @@ def _minibatch_step(loop: _LoopState, batch: Batch, u, g, beta, static: _Static)
         return ppo_loss(static.unravel(flat), static.network, batch, beta, cfg)
 
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(loop.flat_params)
-    metrics = {**aux, **flat_grad_norms(grads, static.segments)}
+    metrics = {**aux, **flat_grad_norms(grads, static.segments, static.network.head_spec.n)}
     kl = aux["approx_kl_head_max"] if cfg.kl_per_head else aux["approx_kl"]
     kl_stop = jnp.asarray(False) if cfg.kl_stop is None else kl > cfg.kl_stop
     updates, opt_state = static.tx.update(grads, loop.opt_state, loop.flat_params)
@@ -497,7 +537,7 @@ def _all_finite(tree: Any) -> jax.Array:
 def _metric_template(static: _Static, flat_params, data: Batch, beta) -> dict:
     def metrics(flat):
         aux = ppo_loss(static.unravel(flat), static.network, data, beta, static.cfg)[1]
-        return {**aux, **flat_grad_norms(flat, static.segments)}
+        return {**aux, **flat_grad_norms(flat, static.segments, static.network.head_spec.n)}
 
     return jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), jax.eval_shape(metrics, flat_params))
 
@@ -507,8 +547,10 @@ def _run_epochs(state: TrainState, data: Batch, key, beta, cfg: PPOConfig) -> tu
 
     Returns (the new params tree, the final loop state)."""
     flat_params, unravel = ravel_pytree(state.params)
-    static = _Static(state.network, unravel, param_segments(state.params),
-                     make_optimizer(cfg, flat_decay_mask(state.params)), cfg)
+    heads = state.network.head_spec
+    static = _Static(state.network, unravel, param_segments(state.params, heads),
+                     make_optimizer(cfg, flat_decay_mask(state.params, heads), update_lr(cfg, state.train_steps)),
+                     cfg)
     n_groups = cfg.num_minibatches
     env_valid = jnp.any(data.valid, axis=1)
     n_valid_envs = jnp.sum(env_valid)
@@ -528,11 +570,11 @@ def _run_epochs(state: TrainState, data: Batch, key, beta, cfg: PPOConfig) -> tu
     return unravel(loop.flat_params), loop
 
 
-def _finish_metrics(loop: _LoopState, stats: dict, beta, skipped) -> dict:
+def _finish_metrics(loop: _LoopState, stats: dict, beta, skipped, names: tuple[str, ...] = ACTION_HEADS) -> dict:
     n = jnp.maximum(loop.n_steps, 1).astype(jnp.float32)
     averaged = jax.tree.map(lambda s, c: jnp.where(loop.n_steps > 0, s / n, c), loop.sums, loop.check)
     return {
-        **named_metrics(averaged), **stats,
+        **named_metrics(averaged, names), **stats,
         "entropy_coef": beta,
         "early_stop": loop.early_stop,
         "early_stopped": loop.early_stop[0] >= 0,
@@ -546,7 +588,7 @@ def after_update(params, network: ActorCritic, data: Batch, beta, cfg: PPOConfig
     """The updated policy against the rollout's: approx_kl (KL3 of old‖new over the whole batch) and the
     causally masked normalised entropy, overall and per head, measured after the last gradient step."""
     aux = ppo_loss(params, network, data, beta, cfg)[1]
-    per_head = {f"entropy_after_{h}": aux["entropy_per_head"][i] for i, h in enumerate(ACTION_HEADS)}
+    per_head = {f"entropy_after_{h}": aux["entropy_per_head"][i] for i, h in enumerate(network.head_spec.names)}
     return {"approx_kl_after": aux["approx_kl"], "entropy_after": aux["entropy"], **per_head}
 
 
@@ -561,8 +603,9 @@ def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
     (op head), grad_norm and grad_norm_{slot,blueprint,blend,op,tempo,value} (before clipping). Also
     explained_variance, n_transitions, entropy_coef (β), early_stop (int32 [2]: (u, group), or (−1, −1)),
     early_stopped, nonfinite_skipped, n_steps_taken and skipped (no valid transition: nothing changed).
-    And, measured after the update over the whole batch (`after_update`): approx_kl_after, entropy_after
-    and entropy_after_{head}.
+    And, measured after the update over the whole batch (`after_update`, unless cfg.update_diagnostics is
+    off): approx_kl_after, entropy_after and entropy_after_{head}; with a learning-rate schedule, the
+    update's rate `lr`.
     `esper_fx.outputs.history.metrics_to_python` turns them into Python values.
     """
     chex.assert_rank([state.train_steps, rollout.obs, rollout.step_count], [0, 3, 1])
@@ -574,5 +617,9 @@ def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
         params=params, opt_state=loop.opt_state,
         train_steps=state.train_steps + jnp.where(skipped, 0, 1).astype(jnp.int32),
     )
-    metrics = _finish_metrics(loop, stats, beta, skipped)
+    metrics = _finish_metrics(loop, stats, beta, skipped, state.network.head_spec.names)
+    if cfg.lr_anneal != "constant":
+        metrics["lr"] = jnp.asarray(update_lr(cfg, state.train_steps), jnp.float32)
+    if not cfg.update_diagnostics:
+        return new_state, metrics
     return new_state, {**metrics, **after_update(params, state.network, data, beta, cfg)}

@@ -2,8 +2,10 @@
 
 One row per env with T step slots. Each step stores the normalised obs (what the policy saw) and the
 raw obs (for the observation-normaliser update), actions and old log-probs per head `[5]`, V(s_t), the
-normalised and raw rewards, done / truncated flags, the bootstrap value, the pre-action masks per head,
-and, at step 0, the initial carry of the env (training re-runs each row from it, BEHAVIOUR §10.2).
+normalised and raw rewards, done / truncated flags, the bootstrap value, whether a new episode starts at
+the step, the pre-action masks per head, and, at step 0, the initial carry of the env (training re-runs each
+row from it, BEHAVIOUR §10.2, zeroing the carry where an episode starts inside the row, as the actor did: a
+row may hold several episodes; the project's loop gives each row one).
 `valid[e, t] = t < step_count[e]`; invalid steps keep all-True dummy masks so the masked softmax stays
 defined, and every consumer must exclude them.
 
@@ -20,11 +22,12 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from esper_fx.contracts.actions import NUM_HEADS, head_sizes
+from esper_fx.contracts.actions import head_sizes
 from esper_fx.contracts.blueprints import DEFAULT_NUM_BLUEPRINTS
 from rl.config import PPOConfig
-from rl.distributions import Masks
+from rl.distributions import Masks, same_kind
 from rl.gae import valid_mask
+from rl.heads import HeadSpec
 
 
 class StepData(NamedTuple):
@@ -42,20 +45,22 @@ class StepData(NamedTuple):
     bootstrap: jax.Array  # [E]
     masks: Masks  # [E, n_head] bool each
     carry: tuple = ()
+    starts: jax.Array | None = None  # [E] bool: a new episode begins at this step (its carry was reset); None: no
 
 
 @flax.struct.dataclass
 class Rollout:
     obs: jax.Array  # [E, T, D] normalised
     raw_obs: jax.Array  # [E, T, D]
-    actions: jax.Array  # [E, T, 5] int32
-    log_probs: jax.Array  # [E, T, 5]
+    actions: jax.Array  # [E, T, H] int32 (H heads: the growth contract's 5)
+    log_probs: jax.Array  # [E, T, H]
     values: jax.Array  # [E, T]
     rewards: jax.Array  # [E, T] normalised
     raw_rewards: jax.Array  # [E, T]
     dones: jax.Array  # [E, T] bool
     truncated: jax.Array  # [E, T] bool
     bootstrap: jax.Array  # [E, T]
+    starts: jax.Array  # [E, T] bool: a new episode begins at step t (the carry is zeroed before it)
     masks: Masks  # [E, T, n_head] bool each
     carry0: tuple  # initial carry per env: (h [E, H], c [E, H]) or ()
     step_count: jax.Array  # [E] int32
@@ -83,20 +88,26 @@ def init(
     n_envs: int,
     max_steps: int,
     obs_dim: int,
-    num_slots: int,
+    num_slots: int = 1,
     num_blueprints: int = DEFAULT_NUM_BLUEPRINTS,
     hidden_dim: int | None = PPOConfig.lstm_hidden_dim,
+    heads: HeadSpec | None = None,
 ) -> Rollout:
-    """An empty rollout; `hidden_dim=None` gives the empty carry of the MLP variant."""
+    """An empty rollout; `hidden_dim=None` gives the empty carry of the MLP variant. `heads`: the policy's
+    (`rl.heads`; None: the growth contract's for `num_slots` and `num_blueprints`, its masks a `Masks`)."""
     e, t = n_envs, max_steps
     f32 = lambda *s: jnp.zeros((e, t) + s, jnp.float32)  # noqa: E731
     flag = lambda: jnp.zeros((e, t), bool)  # noqa: E731
-    masks = Masks(*(jnp.ones((e, t, n), bool) for n in head_sizes(num_slots, num_blueprints)))
+    if heads is None:
+        masks = Masks(*(jnp.ones((e, t, n), bool) for n in head_sizes(num_slots, num_blueprints)))
+    else:
+        masks = heads.all_allowed((e, t))
+    n_heads = len(masks)
     carry = () if hidden_dim is None else (jnp.zeros((e, hidden_dim)), jnp.zeros((e, hidden_dim)))
     return Rollout(
-        obs=f32(obs_dim), raw_obs=f32(obs_dim), actions=jnp.zeros((e, t, NUM_HEADS), jnp.int32),
-        log_probs=f32(NUM_HEADS), values=f32(), rewards=f32(), raw_rewards=f32(), dones=flag(), truncated=flag(),
-        bootstrap=f32(), masks=masks, carry0=carry, step_count=jnp.zeros((e,), jnp.int32),
+        obs=f32(obs_dim), raw_obs=f32(obs_dim), actions=jnp.zeros((e, t, n_heads), jnp.int32),
+        log_probs=f32(n_heads), values=f32(), rewards=f32(), raw_rewards=f32(), dones=flag(), truncated=flag(),
+        bootstrap=f32(), starts=flag(), masks=masks, carry0=carry, step_count=jnp.zeros((e,), jnp.int32),
         overflow=jnp.zeros((), bool),
     )
 
@@ -117,7 +128,8 @@ def _append(rollout: Rollout, t: jax.Array, step: StepData, active: jax.Array) -
     fields = ("obs", "raw_obs", "actions", "log_probs", "values", "rewards", "raw_rewards", "dones",
               "truncated", "bootstrap")
     updates = {name: put(getattr(rollout, name), getattr(step, name)) for name in fields}
-    updates["masks"] = Masks(*(put(b, n) for b, n in zip(rollout.masks, step.masks)))
+    updates["starts"] = put(rollout.starts, jnp.zeros((rollout.n_envs,), bool) if step.starts is None else step.starts)
+    updates["masks"] = same_kind(rollout.masks, [put(b, n) for b, n in zip(rollout.masks, step.masks)])
     first = write & (t == 0)
     updates["carry0"] = jax.tree.map(
         lambda old, new: jnp.where(first[:, None], new.astype(old.dtype), old), rollout.carry0, step.carry
@@ -141,9 +153,11 @@ def append(rollout: Rollout, t, step: StepData, active: jax.Array | None = None)
 def _check_step(rollout: Rollout, step: StepData) -> None:
     e = rollout.n_envs
     chex.assert_shape([step.obs, step.raw_obs], (e, rollout.obs.shape[-1]))
-    chex.assert_shape([step.actions, step.log_probs], (e, NUM_HEADS))
+    chex.assert_shape([step.actions, step.log_probs], (e, rollout.actions.shape[-1]))
     chex.assert_type(step.actions, int)
     chex.assert_shape([step.values, step.rewards, step.raw_rewards, step.dones, step.truncated, step.bootstrap], (e,))
+    if step.starts is not None:
+        chex.assert_shape(step.starts, (e,))
     chex.assert_shape(list(step.masks), [(e, buf.shape[-1]) for buf in rollout.masks])
 
 

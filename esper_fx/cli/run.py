@@ -91,13 +91,15 @@ def _run(config: TrainingConfig, quiet: bool, compile_cache_dir: str | None,
     note = compile_cache.start_note(cache_dir)
     if note is not None and not quiet:
         print(note, flush=True)
+    said = None if quiet or cache_dir is None else (lambda: print(compile_cache.first_miss_note(cache_dir),
+                                                                flush=True))
     from esper_fx.training.run import run
     from esper_fx.training.run_state import Interrupted
     from esper_fx.outputs.closing import closing_lines
 
     started = time.perf_counter()
     try:
-        with compile_cache.counting() as cache_stats:
+        with compile_cache.counting(on_first_miss=said) as cache_stats:
             result = run(config, quiet=quiet)
     except Interrupted as exc:
         print(f"\nInterrupted ({signal.Signals(exc.signum).name}).", file=sys.stderr)

@@ -29,7 +29,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 ENV_SWITCH = "ESPER_FX_COMPILE_CACHE"
 ENV_DIR = "ESPER_FX_COMPILE_CACHE_DIR"
@@ -48,6 +48,7 @@ JAX_ENV_THRESHOLDS = {
 }
 HIT_EVENT = "/jax/compilation_cache/cache_hits"
 REQUEST_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
+MISS_EVENT = "/jax/compilation_cache/cache_misses"  # recorded as a compiled program is written to the cache
 
 
 def default_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -143,12 +144,18 @@ class CacheStats:
 
     requests: int = 0
     hits: int = 0
+    misses: int = 0
+    on_first_miss: Callable[[], None] | None = None  # called once, when the first program missed the cache
 
     def record(self, event: str, **_: object) -> None:
         if event == REQUEST_EVENT:
             self.requests += 1
         elif event == HIT_EVENT:
             self.hits += 1
+        elif event == MISS_EVENT:
+            self.misses += 1
+            if self.misses == 1 and self.on_first_miss is not None:
+                self.on_first_miss()
 
     def describe(self, directory: Path | None) -> str:
         if directory is None:
@@ -163,11 +170,13 @@ _counting: list[CacheStats] = []  # the stats of the `counting` block the proces
 
 
 @contextlib.contextmanager
-def counting() -> Iterator[CacheStats]:
-    """Count JAX's cache requests and hits inside the block (a JAX monitoring listener, removed after)."""
+def counting(on_first_miss: Callable[[], None] | None = None) -> Iterator[CacheStats]:
+    """Count JAX's cache requests, hits and misses inside the block (a JAX monitoring listener, removed after);
+    `on_first_miss` is called when the first program was compiled, not loaded (a cold cache: the command line
+    says so before the larger programs compile)."""
     from jax import monitoring
 
-    stats = CacheStats()
+    stats = CacheStats(on_first_miss=on_first_miss)
     monitoring.register_event_listener(stats.record)
     _counting.append(stats)
     try:
@@ -179,22 +188,23 @@ def counting() -> Iterator[CacheStats]:
 
 
 def start_note(directory: Path | None) -> str | None:
-    """The line a command prints before its first compilation when it will be slow: the cache is off, or its
-    folder holds no program yet (a cold start: some 10–20 s of XLA on a small CPU, with nothing else shown)."""
+    """The line a command prints before its first compilation when every program will be compiled: the cache
+    is off (a cold cache is said at its first miss instead: `counting`'s `on_first_miss`)."""
     if directory is None:
         return "compiling the controller (the compilation cache is off: every run compiles it)"
-    try:
-        empty = not any(directory.iterdir())
-    except OSError:
-        empty = True
-    return f"compiling the controller (once; cached in {directory})" if empty else None
+    return None
+
+
+def first_miss_note(directory: Path) -> str:
+    """What the command line prints when the first program missed the cache in `directory`."""
+    return f"compiling the controller (once; cached in {directory})"
 
 
 def cold_note(what: str) -> str | None:
     """'compiling the controller's WHAT (once; cached in DIR)' when a compilation of this process missed the
     persistent cache so far (inside `counting`: the command line's run), so the next program will be compiled
     too; None when every one was loaded, or nothing is counted."""
-    if not _counting or _counting[-1].requests <= _counting[-1].hits:
+    if not _counting or _counting[-1].misses == 0:
         return None
     where = f"cached in {_chosen[0]}" if _chosen and _chosen[0] is not None else "the cache is off"
     return f"compiling the controller's {what} (once; {where})"

@@ -17,29 +17,16 @@ multiplier is then the schedule's times min(1, (k + 1) / R), k the steps it has 
 
 from __future__ import annotations
 
-import math
-
+from esper_fx.contracts.schedules import schedule_factor
 from esper_fx.contracts.tasks import LR_SCHEDULES
 
 
 def lr_factor(schedule: str, step: int, total: int, warmup: float = 0.0, decay: float = 0.2) -> float:
     """The multiplier of the base lr at training step `step` (0-based) of a `total`-step budget; `warmup` and
-    `decay` are wsd's fractions of the budget."""
+    `decay` are wsd's fractions of the budget (the formula: `esper_fx.contracts.schedules`)."""
     if schedule not in LR_SCHEDULES:
         raise ValueError(f"lr_schedule must be one of {list(LR_SCHEDULES)} (got {schedule!r})")
-    if schedule == "constant":
-        return 1.0
-    if total < 1:
-        raise ValueError(f"a {schedule} schedule needs a budget of at least 1 step (got {total})")
-    if schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
-    warm = int(round(warmup * total))
-    length = max(1, int(round(decay * total)))
-    if step < warm:
-        return (step + 1) / warm
-    if step < total - length:
-        return 1.0
-    return max(total - step, 0) / length
+    return schedule_factor(schedule, step, total, warmup, decay)
 
 
 def rewarm_factor(steps_taken: int, rewarm_steps: int) -> float:

@@ -1,4 +1,5 @@
-"""GAE (BEHAVIOUR §11.3): worked examples, known-answer fixtures, a NumPy loop reference, masking."""
+"""GAE (BEHAVIOUR §11.3): worked examples, known-answer fixtures, a NumPy loop reference, masking, and rows that
+hold several episodes (a truncation anywhere, issue 69) against a second reference by episode segments."""
 
 import chex
 import jax.numpy as jnp
@@ -10,7 +11,8 @@ from rl.gae import gae, valid_mask
 
 
 def reference_gae(r, v, done, trunc, boot, gamma, lam, step_count=None):
-    """A literal NumPy transcription of BEHAVIOUR §11.3, one env row at a time, over its L valid steps."""
+    """A literal NumPy transcription of BEHAVIOUR §11.3, one env row at a time, over its L valid steps: a
+    step ends its episode's trace when it is terminal, truncated (anywhere) or the row's last valid step."""
     r, v, done, trunc, boot = (np.asarray(x, np.float64) for x in (r, v, done, trunc, boot))
     done, trunc = done.astype(bool), trunc.astype(bool)
     rows = r.reshape(-1, r.shape[-1])
@@ -21,16 +23,17 @@ def reference_gae(r, v, done, trunc, boot, gamma, lam, step_count=None):
         V, D, TR, BOOT = (x[e] for x in flat)
         L, g = int(counts[e]), 0.0
         for t in range(L - 1, -1, -1):
-            if t == L - 1 and TR[t]:
-                v_next, nnt = BOOT[t], 1.0
-            elif t == L - 1:
-                v_next, nnt = 0.0, 1.0 - float(D[t])
+            terminal = D[t] and not TR[t]
+            if TR[t]:
+                v_next, keep = BOOT[t], 1.0
+            elif terminal or t == L - 1:
+                v_next, keep = 0.0, 1.0 - float(terminal)
             else:
-                v_next, nnt = V[t + 1], 1.0 - float(D[t] and not TR[t])
-            if D[t] and not TR[t]:
+                v_next, keep = V[t + 1], 1.0
+            if TR[t] or terminal or t == L - 1:
                 g = 0.0
-            delta = rows[e, t] + gamma * v_next * nnt - V[t]
-            g = delta + gamma * lam * nnt * g
+            delta = rows[e, t] + gamma * keep * v_next - V[t]
+            g = delta + gamma * lam * g
             adv[e, t] = g
     adv = adv.reshape(r.shape)
     valid = np.arange(r.shape[-1]) < counts.reshape(r.shape[:-1] + (1,))
@@ -171,3 +174,77 @@ def test_invalid_steps_are_zero_and_never_leak_into_valid_ones(inputs):
 def test_valid_mask_is_t_less_than_step_count():
     np.testing.assert_array_equal(valid_mask(jnp.array([0, 2, 3]), 3),
                                   [[False] * 3, [True, True, False], [True] * 3])
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 69: truncation anywhere in a row (rows that hold several episodes)
+# ----------------------------------------------------------------------------------------------
+
+
+def segment_gae(r, v, done, trunc, boot, gamma, lam, step_count=None):
+    """A slow reference by another route: cut each row into its episodes (a segment ends at a terminal, a
+    truncated or the row's last valid step), then A_t = Σ_k (γλ)^k δ_{t+k} over the rest of t's segment, with
+    δ_t = r_t + γ·v_next − V[t] and v_next the bootstrap at a truncation, 0 at a terminal or a row's end, and
+    V[t+1] inside the segment."""
+    r, v, boot = (np.asarray(x, np.float64) for x in (r, v, boot))
+    done, trunc = np.asarray(done, bool), np.asarray(trunc, bool)
+    shape = r.shape
+    counts = np.full(shape[:-1], shape[-1]) if step_count is None else np.asarray(step_count)
+    r, v, boot, done, trunc = (x.reshape(-1, shape[-1]) for x in (r, v, boot, done, trunc))
+    counts = counts.reshape(-1)
+    adv = np.zeros_like(r)
+    for e in range(r.shape[0]):
+        length, start = int(counts[e]), 0
+        while start < length:
+            end = start
+            while not (trunc[e, end] or (done[e, end] and not trunc[e, end]) or end == length - 1):
+                end += 1
+            v_next = [v[e, t + 1] for t in range(start, end)]
+            v_next.append(boot[e, end] if trunc[e, end] else 0.0)
+            deltas = [r[e, t] + gamma * v_next[t - start] - v[e, t] for t in range(start, end + 1)]
+            for t in range(start, end + 1):
+                adv[e, t] = sum((gamma * lam) ** k * deltas[t - start + k] for k in range(end - t + 1))
+            start = end + 1
+    adv = adv.reshape(shape)
+    valid = np.arange(shape[-1]) < counts.reshape(shape[:-1] + (1,))
+    return adv, np.where(valid, adv + v.reshape(shape), 0.0)
+
+
+@st.composite
+def rows_of_several_episodes(draw):
+    """Rows [..., T] whose episodes end anywhere: terminals and truncations (with or without `done`) at random
+    steps, random step counts."""
+    t = draw(st.sampled_from([1, 5, 12]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    shape = draw(st.sampled_from([(), (4,), (2, 3)])) + (t,)
+    r, v, boot = (rng.normal(size=shape).astype(np.float32) for _ in range(3))
+    ends = rng.random(shape) < draw(st.sampled_from([0.1, 0.3, 0.6]))
+    trunc = ends & (rng.random(shape) < 0.5)
+    done = (ends & ~trunc) | (trunc & (rng.random(shape) < 0.5))
+    counts = rng.integers(0, t + 1, size=shape[:-1])
+    return r, v, done, trunc, boot, counts, draw(st.floats(0.01, 1.0)), draw(st.floats(0.0, 1.0))
+
+
+@given(inputs=rows_of_several_episodes())
+@settings(max_examples=40)
+def test_a_truncation_anywhere_bootstraps_from_its_own_value_and_cuts_the_trace(inputs):
+    r, v, done, trunc, boot, counts, gamma, lam = inputs
+    valid = np.arange(r.shape[-1]) < counts[..., None]
+    adv, ret = _gae_masked(r, v, done, trunc, boot, gamma, lam, valid)
+    ref_adv, ref_ret = segment_gae(r, v, done, trunc, boot, gamma, lam, counts)
+    np.testing.assert_allclose(adv, ref_adv, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ret, ref_ret, rtol=1e-4, atol=1e-4)
+
+
+def test_worked_example_a_truncation_inside_a_row_followed_by_another_episode():
+    """γ = 0.9, λ = 1, r = 1 at every step; the first episode (V = 10, 10) is cut at t = 1 where its state is
+    worth 20; the next one (V = −50, −50) runs to the row's end. Its first value must not leak back:
+    A1 = 1 + 0.9·20 − 10 = 9, A0 = (1 + 9 − 10) + 0.9·9 = 8.1; A3 = 1 + 50 = 51, A2 = (1 − 45 + 50) + 0.9·51 = 51.9.
+    (Bootstrapping from the next episode's first value instead gave A1 = 1 − 45 − 10 + 0.9·51.9 = −7.29.)"""
+    r, v = np.ones(4), np.array([10.0, 10.0, -50.0, -50.0])
+    trunc = np.array([False, True, False, False])
+    boot = np.array([0.0, 20.0, 0.0, 0.0])
+    adv, ret = gae(r, v, trunc, trunc, boot, 0.9, 1.0)
+    np.testing.assert_allclose(adv, [8.1, 9.0, 51.9, 51.0], atol=1e-4)
+    np.testing.assert_allclose(ret, [18.1, 19.0, 1.9, 1.0], atol=1e-4)
+    np.testing.assert_allclose(segment_gae(r, v, trunc, trunc, boot, 0.9, 1.0)[0], [8.1, 9.0, 51.9, 51.0], atol=1e-9)

@@ -238,10 +238,12 @@ def _logit_grads(logits, values, batch):
 
 class LossTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
-    def test_value_loss_example_gives_12_5_with_clipping_and_25_without(self):
+    def test_value_loss_example_gives_12_5_with_clipping_and_12_5_without(self):
+        """v = 20, v_old = 0, R = 15, clip 10: clipped max(25, 25) and unclipped 25, both halved (issue 69: the
+        unclipped loss lost its ½ before)."""
         args = (jnp.array([20.0]), jnp.array([0.0]), jnp.array([15.0]), jnp.array([True]))
         assert float(self.variant(_value_loss_clip)(*args)) == pytest.approx(12.5)
-        assert float(self.variant(_value_loss_plain)(*args)) == pytest.approx(25.0)
+        assert float(self.variant(_value_loss_plain)(*args)) == pytest.approx(12.5)
         assert CFG.value_coef * 12.5 == pytest.approx(6.25)
 
     @chex.variants(with_jit=True, without_jit=True)
@@ -659,3 +661,50 @@ def test_an_update_with_a_heavier_blueprint_bonus_differs_only_through_the_entro
     heavy, _ = ppo.update(state, ro, key, dataclasses.replace(CFG, entropy_head_weights={"blueprint": 3.0}), E)
     assert tree_equal(default.params, unit.params)
     assert not tree_equal(default.params, heavy.params)
+
+
+# ------------------------------------------------------------------------------------------
+# issue 69: rows that hold several episodes (the carry reset at each episode start)
+# ------------------------------------------------------------------------------------------
+
+
+def collect_several_episodes(state, key, rng, n_envs, steps, p_end):
+    """Act for `steps` steps, each env's episode ending at random (done, or truncated with a bootstrap) and the
+    next one starting in the same row with a zero carry, as a driver of a standard environment does."""
+    net = state.network
+    ro = rollout.init(n_envs, steps, D, S, B, net.hidden_dim)
+    carry = net.initial_carry(n_envs)
+    starts = np.zeros(n_envs, bool)
+    for t in range(steps):
+        key, k = jax.random.split(key)
+        obs = jnp.asarray(rng.normal(size=(n_envs, D)), jnp.float32)
+        masks = random_masks(rng, n_envs)
+        carry = jax.tree.map(lambda c: jnp.where(jnp.asarray(starts)[:, None], 0.0, c), carry)
+        out = ppo.act(state, obs, masks, carry, k)
+        ends = rng.random(n_envs) < p_end
+        truncated = ends & (rng.random(n_envs) < 0.5)
+        step = rollout.StepData(obs, obs, out.actions, out.log_probs, out.value, jnp.ones(n_envs), jnp.ones(n_envs),
+                                jnp.asarray(ends), jnp.asarray(truncated), jnp.asarray(rng.normal(size=n_envs)),
+                                masks, carry, starts=jnp.asarray(starts & (t > 0)))
+        ro = rollout.append(ro, t, step)
+        carry, starts = out.carry, ends
+    return ro
+
+
+@given(seed=st.integers(0, 2**31 - 1), p_end=st.sampled_from([0.1, 0.3, 0.6]))
+@settings(max_examples=5)
+def test_the_update_scores_each_action_as_the_actor_did_when_episodes_share_rows(seed, p_end):
+    rng = np.random.default_rng(seed)
+    state = ppo.init_train_state(jax.random.PRNGKey(seed % 1000), ActorCritic(num_slots=S, num_blueprints=B,
+                                                                             hidden_dim=16), D, CFG)
+    ro = collect_several_episodes(state, jax.random.PRNGKey(seed), rng, 3, 12, p_end)
+    data, _ = ppo.build_training_data(ro, CFG)
+    assert bool(jnp.any(data.starts)) or p_end == 0.1  # (rows that hold several episodes, nearly always)
+    ev = ppo.evaluate(state.network, state.params, data.obs, data.actions, data.masks, data.carry0, data.starts)
+    np.testing.assert_allclose(ev.log_probs, ro.log_probs, atol=1e-6)
+    np.testing.assert_allclose(ev.values, ro.values, atol=1e-6)
+    _, aux = ppo.ppo_loss(state.params, state.network, data, 0.0, CFG)  # the loss the first step minimises
+    assert float(aux["approx_kl"]) < 1e-10 and abs(float(aux["ratio_mean"]) - 1.0) < 1e-6
+    if bool(jnp.any(data.starts)):  # without the resets the update would score other log-probs
+        stale = ppo.evaluate(state.network, state.params, data.obs, data.actions, data.masks, data.carry0)
+        assert float(jnp.max(jnp.abs(stale.log_probs - ro.log_probs))) > 1e-5

@@ -106,12 +106,16 @@ def test_the_cold_note_follows_what_the_cache_answered_so_far(tmp_path, monkeypa
     stats = compile_cache.CacheStats()
     monkeypatch.setattr(compile_cache, "_counting", [stats])
     monkeypatch.setattr(compile_cache, "_chosen", [tmp_path])
+    said = []
+    stats.on_first_miss = lambda: said.append("compiling")
     stats.record(compile_cache.REQUEST_EVENT)
     stats.record(compile_cache.HIT_EVENT)
-    assert compile_cache.cold_note("update") is None  # every program so far came from the cache
+    assert compile_cache.cold_note("update") is None and said == []  # every program so far came from the cache
     stats.record(compile_cache.REQUEST_EVENT)
+    stats.record(compile_cache.MISS_EVENT)
+    stats.record(compile_cache.REQUEST_EVENT)
+    stats.record(compile_cache.MISS_EVENT)
+    assert said == ["compiling"]  # said once, at the first program compiled
     assert compile_cache.cold_note("update") == f"compiling the controller's update (once; cached in {tmp_path})"
-    assert compile_cache.start_note(tmp_path) == f"compiling the controller (once; cached in {tmp_path})"
-    (tmp_path / "entry").write_text("x")
-    assert compile_cache.start_note(tmp_path) is None  # a cache that holds programs: loaded, not compiled
+    assert compile_cache.start_note(tmp_path) is None  # a cache: said at its first miss
     assert "the compilation cache is off" in compile_cache.start_note(None)
