@@ -153,7 +153,7 @@ def episode_key(arm: Any, seed: int) -> str:
     overrides = arm.per_seed(seed) if arm.per_seed is not None else {}
     # the config's keys as earlier versions wrote them (`legacy_dict`), so a kept folder's digests still match
     config = {k: v for k, v in legacy_dict(episode_config(arm.config, seed, **overrides).to_dict(every_constant=True))
-              .items() if k not in _KEY_IGNORES}
+              .items() if k not in _KEY_IGNORES and not _later_at_default(k, v)}
     digest = hashlib.sha256()
     digest.update(json.dumps([arm.name, int(seed), getattr(arm.controller, "name", repr(arm.controller)), config],
                              sort_keys=True, default=repr).encode("utf-8"))
@@ -165,6 +165,18 @@ def episode_key(arm: Any, seed: int) -> str:
             digest.update(f"{array.dtype}{array.shape}".encode())
             digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()[:32]
+
+
+# PPO's settings added after the key's digest was fixed (issue 69): at their defaults they change nothing, and
+# are left out of the key, so a folder an earlier version kept still finds its episodes
+_LATER_PPO_SETTINGS = ("lr_anneal", "lr_anneal_updates", "lr_anneal_warmup", "lr_anneal_decay", "entropy_mode",
+                       "update_diagnostics")
+
+
+def _later_at_default(key: str, value: Any) -> bool:
+    from rl.config import PPOConfig
+
+    return key in _LATER_PPO_SETTINGS and value == getattr(PPOConfig(), key)
 
 
 def kept_runner(runner: Any, store: EpisodeStore) -> Any:
