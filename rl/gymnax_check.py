@@ -125,8 +125,9 @@ def make_train(cfg: CheckConfig):
         bootstrap = jnp.where(truncated, ppo.value(run.train, final, out.carry), 0.0)
         ended = terminated | truncated
         returns = run.episode_return + reward
-        data = StepData(run.obs, run.obs, out.actions, out.log_probs, out.value, reward, reward, ended, truncated,
-                        bootstrap, masks, carry, starts=run.starts)
+        data = StepData(obs=run.obs, raw_obs=run.obs, actions=out.actions, log_probs=out.log_probs, values=out.value,
+                        rewards=reward, raw_rewards=reward, dones=ended, truncated=truncated, bootstrap=bootstrap,
+                        masks=masks, carry=carry, starts=run.starts)
         next_run = run._replace(env_state=env_state, obs=observe(obs), carry=out.carry, starts=ended,
                                 episode_return=jnp.where(ended, 0.0, returns), key=key)
         return next_run, (data, jnp.where(ended, returns, 0.0), ended)

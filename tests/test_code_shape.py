@@ -1,5 +1,5 @@
 """The code's shape (issue 56): no function of the project takes more than 10 parameters (self and cls not
-counted; a group of them is a value), and the run never probes its pool with `getattr` (the pool protocol,
+counted; a group of them is a value), no call passes more than 10 values by position (issue 67), and the run never probes its pool with `getattr` (the pool protocol,
 `esper_fx.contracts.pool.EpisodePool`, names every member the run uses). A static scan with `ast`, so new
 files are covered without editing this test."""
 
@@ -51,6 +51,19 @@ def test_no_function_takes_more_than_ten_parameters():
     assert not offenders, "\n".join(offenders)
 
 
+def wide_calls(tree: ast.AST) -> list[str]:
+    """Calls that pass more than MAX_PARAMETERS values by position (a wide value built positionally: name them)."""
+    return [f"line {node.lineno}: {ast.unparse(node.func)}({len(node.args)} positional values)"
+            for node in ast.walk(tree) if isinstance(node, ast.Call) and len(node.args) > MAX_PARAMETERS]
+
+
+def test_no_call_passes_more_than_ten_values_by_position():
+    """Issue 67, item 3: `Episode` (14 values), `SignalLayout` (13), `ComparisonTable`, `LifecycleTimings` and
+    `EpochMetrics` (11 each) were built positionally, where a swapped pair of values reads as right."""
+    offenders = [f"{path}: {line}" for path, tree in _sources(*PACKAGES) for line in wide_calls(tree)]
+    assert not offenders, "\n".join(offenders)
+
+
 def test_the_run_never_probes_its_pool_with_getattr():
     offenders = [f"{path}: {line}" for path, tree in _sources("esper_fx/training") for line in pool_probes(tree)]
     assert not offenders, "\n".join(offenders)
@@ -61,6 +74,8 @@ def test_the_scans_find_what_they_look_for():
                      "def g(a, b, c, d, e, f, g, h, *args, **kwargs): pass\n"
                      "h = lambda a, b, c, d, e, f, g, h, i, j, k: 0\n")
     assert [line.split(" ")[0] for line in too_many_parameters(wide)] == ["f", "lambda"]
+    assert len(wide_calls(ast.parse("f(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)\ng(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)\n"
+                                    "h(a=1, b=2, c=3, d=4, e=5, f=6, g=7, i=8, j=9, k=10, m=11)\n"))) == 1
     probing = ast.parse("close = getattr(pool, 'close', None)\nn = getattr(self.pool, 'n_workers', 0)\n"
                         "x = getattr(self._inside, 'on', False)\n"
                         "class W:\n    def __getattr__(self, name):\n        return getattr(self.pool, name)\n")

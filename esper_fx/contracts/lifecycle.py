@@ -108,9 +108,11 @@ def lifecycle_timings(lifecycle: str, max_epochs: int, horizon: int | None) -> L
     if lifecycle == "reference":
         dwell = 1 if horizon is None else max(1, int(horizon * 0.1))
         timeout = MIN_PROBATION_EPOCHS if horizon is None else max(MIN_PROBATION_EPOCHS, int(horizon * 0.1))
-        return LifecycleTimings("reference", int(max_epochs), dwell, REFERENCE_MIN_STAGE_EPOCHS,
-                                tuple(float(b) for b in TEMPO_BLEND_EPOCHS), False, timeout,
-                                MIN_PROBATION_EPOCHS, False, (DEFAULT_TEMPO,), False)
+        return LifecycleTimings(
+            lifecycle="reference", max_epochs=int(max_epochs), dwell=dwell, min_stage=REFERENCE_MIN_STAGE_EPOCHS,
+            blend=tuple(float(b) for b in TEMPO_BLEND_EPOCHS), ramp_per_step=False, probation_timeout=timeout,
+            legitimacy=MIN_PROBATION_EPOCHS, baseline_at_germination=False, tempos=(DEFAULT_TEMPO,),
+            release_on_fossilize=False)
     scale = int(max_epochs) / PROPORTIONAL_EPISODE
 
     def epochs(n: int, floor: int = 1) -> int:
@@ -118,12 +120,15 @@ def lifecycle_timings(lifecycle: str, max_epochs: int, horizon: int | None) -> L
 
     if lifecycle == "immediate":
         return LifecycleTimings(
-            "immediate", int(max_epochs), 0, 1, tuple(share * int(max_epochs) for share in IMMEDIATE_RAMP), True,
-            epochs(PROPORTIONAL_PROBATION, PROPORTIONAL_MIN_PROBATION_TIMEOUT), epochs(MIN_PROBATION_EPOCHS), True,
-            tuple(range(NUM_TEMPOS)), True, isolated=False)
+            lifecycle="immediate", max_epochs=int(max_epochs), dwell=0, min_stage=1,
+            blend=tuple(share * int(max_epochs) for share in IMMEDIATE_RAMP), ramp_per_step=True,
+            probation_timeout=epochs(PROPORTIONAL_PROBATION, PROPORTIONAL_MIN_PROBATION_TIMEOUT),
+            legitimacy=epochs(MIN_PROBATION_EPOCHS), baseline_at_germination=True, tempos=tuple(range(NUM_TEMPOS)),
+            release_on_fossilize=True, isolated=False)
 
     return LifecycleTimings(
-        "proportional", int(max_epochs), epochs(PROPORTIONAL_DWELL), epochs(REFERENCE_MIN_STAGE_EPOCHS),
-        tuple(b * scale for b in TEMPO_BLEND_EPOCHS), True,
-        epochs(PROPORTIONAL_PROBATION, PROPORTIONAL_MIN_PROBATION_TIMEOUT), epochs(MIN_PROBATION_EPOCHS), True,
-        tuple(range(NUM_TEMPOS)), True)
+        lifecycle="proportional", max_epochs=int(max_epochs), dwell=epochs(PROPORTIONAL_DWELL),
+        min_stage=epochs(REFERENCE_MIN_STAGE_EPOCHS), blend=tuple(b * scale for b in TEMPO_BLEND_EPOCHS),
+        ramp_per_step=True, probation_timeout=epochs(PROPORTIONAL_PROBATION, PROPORTIONAL_MIN_PROBATION_TIMEOUT),
+        legitimacy=epochs(MIN_PROBATION_EPOCHS), baseline_at_germination=True, tempos=tuple(range(NUM_TEMPOS)),
+        release_on_fossilize=True)

@@ -223,8 +223,9 @@ def _per_seed_table(episodes, rows, trained, learned_arm, baseline, seeds, parti
         for task, part in by_task(view, baseline, mine).items():
             tasks[task]["pairs"] = _unique(tasks[task]["pairs"] + part["pairs"])
     aggregate = across_seeds.aggregate(episodes, layout, learned) if learned is not None else []
-    return ComparisonTable(rows, pairs, episodes, trained, seeds, partial, dict(controls or {}), tasks, layout,
-                           aggregate, baseline)
+    return ComparisonTable(rows=rows, pairs=pairs, episodes=episodes, trained=trained, seeds=seeds, partial=partial,
+                           controls=dict(controls or {}), by_task=tasks, arms_by_train_seed=layout,
+                           aggregate=aggregate, baseline=baseline)
 
 
 def _unique(pairs: Any) -> list[dict[str, Any]]:

@@ -154,11 +154,13 @@ class Arm:
         for t in range(1, config.max_epochs + 1):
             episode, signals = run_epoch(runner, learner, episode, signals, 0, t, record)
         result = runner.pool.episode_results()[0]
-        return Episode(self.name, int(seed), tuple(result.val_accs), float(record.seed_params[0]),
-                       result.seeds_created, result.seeds_fossilized, culls(record.events), tuple(result.fossils),
-                       time.perf_counter() - started, float(record.host_params[0] + record.seed_params[0]),
-                       {k: float(v) for k, v in result.flops.items()}, dict(result.compute_units), result.task,
-                       germinations(record.events))
+        return Episode(arm=self.name, seed=int(seed), val_accs=tuple(result.val_accs),
+                       params_added=float(record.seed_params[0]), germinated=result.seeds_created,
+                       fossilized=result.seeds_fossilized, culls=culls(record.events), fossils=tuple(result.fossils),
+                       wall_s=time.perf_counter() - started,
+                       params=float(record.host_params[0] + record.seed_params[0]),
+                       flops={k: float(v) for k, v in result.flops.items()}, compute_units=dict(result.compute_units),
+                       task=result.task, germinations=germinations(record.events))
 
     def _runner(self, config: TrainingConfig) -> Runner:
         """A runner over a fresh pool for one episode; the jitted step is built once per arm."""

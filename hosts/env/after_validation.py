@@ -35,8 +35,10 @@ def after_validation(env: EnvState, rb: EpochReadback, *, epoch: int, enabled: S
     active, _ = count_seeds(reports, enabled)
     tracker = env.tracker.update(epoch, epoch * steps_per_epoch, rb.train_loss, rb.train_acc, rb.val_loss,
                                  rb.val_acc, active, count_available_slots(reports, enabled))
-    env.metrics = EpochMetrics(epoch, steps_per_epoch, rb.train_loss, rb.train_acc, rb.val_loss, rb.val_acc,
-                               dict(rb.baseline_acc), env.epoch_work.cf_slots, contributions, panic, tracker)
+    env.metrics = EpochMetrics(epoch=epoch, steps=steps_per_epoch, train_loss=rb.train_loss, train_acc=rb.train_acc,
+                               val_loss=rb.val_loss, val_acc=rb.val_acc, baseline_acc=dict(rb.baseline_acc),
+                               cf_slots=env.epoch_work.cf_slots, contributions=contributions, panic=panic,
+                               tracker=tracker)
     env.epoch_work = None
 
 

@@ -123,10 +123,12 @@ class EnvPool:
         self.data: PoolData = build_pool_data(settings, self.task, data)
         # the seed clock every slot of every episode runs on (the tasks of a mix share the lifecycle horizon)
         self.clock = SeedClock.for_run(settings.lifecycle_timings, self.episode_steps)
-        self.layout = SignalLayout(self.slot_ids, self.enabled, self.menu, settings.max_epochs, settings.max_seeds,
-                                   settings.use_telemetry, settings.cull_age, settings.one_seed_at_a_time,
-                                   self.clock.timings, settings.germination_deadline, settings.observe_log_params,
-                                   settings.observe_withheld, settings.observe_fit_gap)
+        self.layout = SignalLayout(
+            slot_ids=self.slot_ids, enabled=self.enabled, menu=self.menu, max_epochs=settings.max_epochs,
+            max_seeds=settings.max_seeds, use_telemetry=settings.use_telemetry, min_cull_age=settings.cull_age,
+            one_seed_at_a_time=settings.one_seed_at_a_time, timings=self.clock.timings,
+            germination_deadline=settings.germination_deadline, log_params=settings.observe_log_params,
+            withheld=settings.observe_withheld, fit_gap=settings.observe_fit_gap)
         self._nan_faults = {(int(e), int(t)) for e, t in nan_faults}
         self.use_streams = bool(use_streams)
         self.streams = EnvStreams(self.use_streams)
