@@ -3,7 +3,8 @@
 The settings the hosts read are declared in `esper_fx.contracts.run_settings.HostSettings` (inherited here and
 by `hosts.settings.PoolSettings`); the run's others below. The controller side's settings live with the
 controller code and are nested, each one JSON object under its name (`ppo.lr` on the command line): the groups
-`config.ppo` (`rl.config.PPOConfig`) and `config.reward` (`rl.config.RewardConfig`), and the sections (`SECTIONS`)
+`config.learner` (`rl.config.LearnerConfig`: what every learning controller reads), `config.ppo`
+(`rl.config.PPOConfig`) and `config.reward` (`rl.config.RewardConfig`), and the sections (`SECTIONS`)
 `config.heuristic`, `config.oracle` and `config.reinforce` (`rl.config.HeuristicConfig`, `OracleConfig`,
 `ReinforceConfig`), each default written once, there, with its help
 (`option`: the command line is built from it). `config.reward` also carries the values a run gives the reward
@@ -29,7 +30,7 @@ from esper_fx.configuration.checks import (
 from esper_fx.configuration.choices import AUTO, RETIRED_FIELDS, RETIRED_TELEMETRY_LEVELS, TelemetryLevel, WandbMode
 from esper_fx.configuration.facts import DerivedFacts, absolute_paths
 from esper_fx.configuration.keys import (
-    GROUP_FIELDS, GROUP_KEYS, GROUP_OF_KEY, GROUPS, OLD_KEYS, ConfigFile, flat_view, nest, old_keys,
+    GROUP_FIELDS, GROUP_KEYS, GROUP_OF_KEY, GROUPS, MOVED_KEYS, OLD_KEYS, ConfigFile, flat_view, nest, old_keys,
     old_spellings_note, read_config_json, refuse_unsettable, sections_of, upgrade_saved,
 )
 from esper_fx.contracts.run_settings import (
@@ -38,14 +39,14 @@ from esper_fx.contracts.run_settings import (
 from esper_fx.controller_names import NAMES
 from esper_fx.presets import PRESET_NAMES
 from rl.config import (
-    HeuristicConfig, OracleConfig, PPOConfig, ReinforceConfig, RewardConfig, RewardFamily, RewardMode,
+    HeuristicConfig, LearnerConfig, OracleConfig, PPOConfig, ReinforceConfig, RewardConfig, RewardFamily, RewardMode,
 )
 
 __all__ = [
-    "TrainingConfig", "HeuristicConfig", "OracleConfig", "PPOConfig", "ReinforceConfig", "RewardConfig", "Task",
+    "TrainingConfig", "HeuristicConfig", "LearnerConfig", "OracleConfig", "PPOConfig", "ReinforceConfig", "RewardConfig", "Task",
     "DataSplit", "DataPath", "AmpDtype", "RewardFamily", "RewardMode", "TelemetryLevel", "WandbMode", "PRESET_NAMES",
     "HostSettings", "AUTO", "SECTIONS", "GROUPS", "GROUP_FIELDS", "GROUP_KEYS", "GROUP_OF_KEY", "OLD_KEYS",
-    "RETIRED_FIELDS",
+    "MOVED_KEYS", "RETIRED_FIELDS",
     "RETIRED_TELEMETRY_LEVELS", "SEED_OPTIMIZER_STATES", "SEED_MIN", "SEED_MAX", "POLICY_DEVICE", "ENV_DEVICE",
     "SIZE_LIMITS", "DATA_SIZE_LIMITS", "RESUME_OVERRIDABLE",
     "absolute_paths", "refuse_unsettable", "upgrade_saved", "flat_view", "old_keys", "old_spellings_note",
@@ -99,10 +100,12 @@ class TrainingConfig(HostSettings, DerivedFacts, ConfigFile):
     blueprint_menu: tuple[str, ...] | None = option(None, "the blueprint head's menu, `noop` first (default: the "
                                                     "topology's)", metavar="NAME")
     # the controller side
+    learner: LearnerConfig = option(factory=LearnerConfig, help="what every learning controller reads: the "
+                                    "discount (also the reward's shaping), GAE's λ, the last epoch's bootstrap")
     ppo: PPOConfig = option(factory=PPOConfig, help="the PPO/LSTM controller's hyperparameters (BEHAVIOUR §11.1)")
     reward: RewardConfig = option(factory=RewardConfig, help="the reward (BEHAVIOUR §12): its settings and "
-                                  "constants are set here; gamma, min_cull_age, the fossilize legitimacy and the "
-                                  "task's scale come from the run")
+                                  "constants are set here; its gamma (`learner.gamma`), min_cull_age, the fossilize "
+                                  "legitimacy and the task's scale come from the run")
     discard_rolled_back_envs: bool = option(False, "drop the envs a governor rolled back from the PPO batch")
     # telemetry
     telemetry_level: TelemetryLevel = option(TelemetryLevel.NORMAL, "what goes into `events.jsonl`: `debug` adds "
@@ -140,7 +143,7 @@ class TrainingConfig(HostSettings, DerivedFacts, ConfigFile):
 
     def __post_init__(self) -> None:
         check_config(self)
-        object.__setattr__(self, "reward", self.reward.for_run(self.task, self.ppo.gamma, self.cull_age,
+        object.__setattr__(self, "reward", self.reward.for_run(self.task, self.learner.gamma, self.cull_age,
                                                                self.lifecycle_timings.legitimacy))
 
     def replace(self, **changes: Any) -> "TrainingConfig":

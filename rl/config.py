@@ -2,6 +2,8 @@
 
 Frozen dataclasses with no jax in sight, so a configuration is checked before jax loads:
 
+- `LearnerConfig`: what every learning controller reads (γ, GAE's λ, the last epoch's bootstrap), one home for
+  each, so the returns and the reward's shaping discount with one γ;
 - `PPOConfig` (BEHAVIOUR §11.1): the PPO/LSTM controller's hyperparameters, and `entropy_coefficient`, the one
   entropy schedule (BEHAVIOUR §11.8) that both the jitted update and the run's history use; with them the
   network's fixed sizes (BEHAVIOUR §10.1);
@@ -13,9 +15,8 @@ Frozen dataclasses with no jax in sight, so a configuration is checked before ja
 - `OracleConfig`: the fixed growth schedule of the `oracle` control.
 - `ReinforceConfig`: the `reinforce` controller's hyperparameters (REINFORCE with a learned baseline).
 
-`esper_fx.config.TrainingConfig` nests them as `config.ppo`, `config.reward`, `config.heuristic`, `config.oracle`
-and `config.reinforce`; the
-PPO fields and the reward's settings are the run's flat JSON keys, the reward's constants its keys `reward.NAME`.
+`esper_fx.config.TrainingConfig` nests them as `config.learner`, `config.ppo`, `config.reward`,
+`config.heuristic`, `config.oracle` and `config.reinforce`, each one JSON object under its name.
 """
 
 from __future__ import annotations
@@ -33,6 +34,30 @@ from esper_fx.contracts.schedules import schedule_factor
 from esper_fx.contracts.stages import SeedStage
 from esper_fx.contracts.tasks import TASKS, task_facts
 from rl import validate as check
+
+# ------------------------------------------------------------------------------------------
+# What every learning controller reads
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """The settings every learning controller reads, whatever its update: the discount γ (also the reward's
+    potential shaping, `RewardConfig.for_run`), GAE's λ (the controllers that estimate advantages by GAE) and how
+    an episode's last epoch ends. Frozen and hashable: a static jit argument."""
+
+    gamma: float = option(0.99, "discount factor γ of the returns and of the reward's potential shaping; LEARNING "
+                          "(reference 0.995)")
+    gae_lambda: float = option(0.95, "GAE's λ (PPO); LEARNING (reference 0.97)")
+    horizon_bootstrap: bool = option(False, "[fix] false: the last epoch ends the episode (the reference: a "
+                                     "truncation valued by V of the post-action signals, BEHAVIOUR §7.5); "
+                                     "LEARNING.md says why")
+
+    def __post_init__(self) -> None:
+        check.in_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
+        check.in_range("gae_lambda", self.gae_lambda, 0.0, 1.0, low_open=False)
+        check.boolean("horizon_bootstrap", self.horizon_bootstrap)
+
 
 # ------------------------------------------------------------------------------------------
 # PPO (BEHAVIOUR §11.1, §11.8)
@@ -79,8 +104,6 @@ class PPOConfig:
     lstm_hidden_dim: int = option(128, "width of the policy's LSTM (or of the MLP core)")
     lr: float = option(3e-4, "Adam's learning rate, as the reference; 1e-3 collapsed the slot head onto the "
                        "second-best slot (LEARNING)")
-    gamma: float = option(0.99, "discount factor γ; LEARNING (reference 0.995)")
-    gae_lambda: float = option(0.95, "GAE's λ; LEARNING (reference 0.97)")
     clip_ratio: float = option(0.2, "PPO's clip ε of the probability ratio")
     clip_value: bool = option(True, "clip the value loss around the old values")
     value_clip: float = option(10.0, "the value loss's clip range")
@@ -103,9 +126,6 @@ class PPOConfig:
         (1.0,) * len(ACTION_HEADS), "each head's weight w_h in the entropy bonus β·Σ_h w_h·E_h, in the order "
         "slot, blueprint, blend, op, tempo; `--set` also takes a mapping of head names "
         "(`entropy_head_weights={\"blueprint\": 3}`, a head left out: 1); LEARNING §10")
-    horizon_bootstrap: bool = option(False, "[fix] false: the last epoch ends the episode (the reference: a "
-                                     "truncation valued by V of the post-action signals, BEHAVIOUR §7.5); "
-                                     "LEARNING.md says why")
     lr_anneal: str = option("constant", "Adam's rate over the updates: `constant`, `linear` (to zero at "
                               "`lr_anneal_updates`, CleanRL's anneal) or `wsd` (warmup, stable, then a linear "
                               "decay over the last `lr_anneal_decay`, the hosts' formula)", metavar="NAME")
@@ -119,7 +139,6 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         check.boolean("clip_value", self.clip_value)
-        check.boolean("horizon_bootstrap", self.horizon_bootstrap)
         check.boolean("update_diagnostics", self.update_diagnostics)
         for name, choices in (("lr_anneal", PPO_LR_SCHEDULES), ("entropy_mode", ENTROPY_MODES)):
             if not isinstance(getattr(self, name), str) or getattr(self, name) not in choices:
@@ -140,9 +159,7 @@ class PPOConfig:
         _store(self, "entropy_anneal_episodes",
                check.int_between("entropy_anneal_episodes", self.entropy_anneal_episodes, 0, COUNT_MAX))
         _store(self, "entropy_head_weights", head_weights("entropy_head_weights", self.entropy_head_weights))
-        check.in_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check.in_range("clip_ratio", self.clip_ratio, 0.0, 1.0, low_open=True)
-        check.in_range("gae_lambda", self.gae_lambda, 0.0, 1.0, low_open=False)
         for name in ("lr", "adam_eps", "value_clip", "max_grad_norm"):
             check.positive(name, getattr(self, name))
         for name in ("entropy_coef", "entropy_coef_min", "value_coef", "weight_decay"):
@@ -198,13 +215,14 @@ def head_weights(name: str, value: Any) -> tuple[float, ...]:
     return tuple(float(w) for w in value)
 
 
-# The reference's PPO settings (BEHAVIOUR §11.1), for ablations: `PPOConfig(**REFERENCE_PPO)`, or `--set` each
-# on the command line. With them the policy hardly moved (LEARNING.md §1).
+# The reference's PPO settings (BEHAVIOUR §11.1), for ablations: `PPOConfig(**REFERENCE_PPO)` and
+# `LearnerConfig(**REFERENCE_LEARNER)`, or `--set` each on the command line. With them the policy hardly moved
+# (LEARNING.md §1).
 REFERENCE_PPO: Mapping[str, Any] = {
-    "lr": 3e-4, "gamma": 0.995, "gae_lambda": 0.97, "max_grad_norm": 0.5, "target_kl": 0.015, "update_epochs": 1,
-    "num_minibatches": 1, "entropy_coef": 0.05, "entropy_coef_min": 0.01, "horizon_bootstrap": True,
-    "kl_per_head": False,
+    "lr": 3e-4, "max_grad_norm": 0.5, "target_kl": 0.015, "update_epochs": 1, "num_minibatches": 1,
+    "entropy_coef": 0.05, "entropy_coef_min": 0.01, "kl_per_head": False,
 }
+REFERENCE_LEARNER: Mapping[str, Any] = {"gamma": 0.995, "gae_lambda": 0.97, "horizon_bootstrap": True}
 
 
 def entropy_coefficient(cfg: PPOConfig, n_envs: int, train_steps: Any, minimum: Callable = min,
@@ -263,7 +281,7 @@ REWARD_SETTINGS: tuple[str, ...] = ("reward_family", "reward_mode", "param_budge
 # The reward fields a run gives it (`RewardConfig.for_run`), each with the run's setting that decides it: never
 # set as the reward's own, so each keeps one home. Every other field is a constant (`REWARD_CONSTANTS`).
 REWARD_FROM_RUN: Mapping[str, str] = {
-    "gamma": "ppo.gamma", "min_cull_age": "min_cull_age", "legitimacy_epochs": "lifecycle and max_epochs",
+    "gamma": "learner.gamma", "min_cull_age": "min_cull_age", "legitimacy_epochs": "lifecycle and max_epochs",
     "typical_loss_delta_std": "task", "compute_rent_weight": "task", "baseline_loss": "task", "target_loss": "task",
 }
 
@@ -295,7 +313,7 @@ class RewardConfig:
                                      "so one epoch of seeds as costly as the host costs this much (0: no FLOP "
                                      "rent, the growth reward as it was)")
     # taken from the run (for_run)
-    gamma: float = option(PPOConfig.gamma, "the shaping's discount (a run: its PPO gamma)")
+    gamma: float = option(LearnerConfig.gamma, "the shaping's discount (a run: its `learner.gamma`)")
     min_cull_age: float = option(1.0, "epochs: a CULL of a younger seed pays the young-cull penalty (a run: its "
                                  "own cull age)")
     typical_loss_delta_std: float = option(_DEFAULT_TASK.typical_loss_delta_std, "the task's loss scale (a run: "
@@ -616,7 +634,6 @@ class ReinforceConfig:
 
     hidden_dim: int = option(64, "width of the policy's MLP core")
     lr: float = option(1e-3, "Adam's learning rate")
-    gamma: float = option(0.99, "discount factor γ of the returns")
     value_coef: float = option(0.5, "weight c_v of the baseline's loss (G − b)²")
     entropy_coef: float = option(0.01, "weight c_e of the entropy bonus (mean normalised entropy of the heads "
                                  "that acted)")
@@ -625,7 +642,6 @@ class ReinforceConfig:
     def __post_init__(self) -> None:
         _store(self, "hidden_dim", check.at_least_one("reinforce.hidden_dim", self.hidden_dim))
         check.at_most("reinforce.hidden_dim", self.hidden_dim, PPO_SIZE_LIMITS["lstm_hidden_dim"])
-        check.in_range("reinforce.gamma", self.gamma, 0.0, 1.0, low_open=True)
         for name in ("lr", "max_grad_norm"):
             check.positive(f"reinforce.{name}", getattr(self, name))
         for name in ("value_coef", "entropy_coef"):

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl import ppo
-from rl.config import PPOConfig
+from rl.config import LearnerConfig, PPOConfig
 from rl.heads import HeadSpec, discrete
 from rl.network import ActorCritic
 from rl.rollout import Rollout, StepData
@@ -44,14 +44,16 @@ VISIBLE = {"cartpole": (0, 1, 2, 3), "memory": (0, 2)}
 
 @dataclass(frozen=True)
 class CheckConfig:
-    """One run: the environment variant, its size and PPO's settings (PureJaxRL's CartPole ones by default)."""
+    """One run: the environment variant, its size, the learner's γ and λ and PPO's settings (PureJaxRL's CartPole
+    ones by default)."""
 
     variant: str = "cartpole"
     total_steps: int = 500_000
     num_envs: int = 4
     num_steps: int = 128
     hidden_dim: int = 128
-    ppo: PPOConfig = PPOConfig(lr=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_ratio=0.2, value_clip=0.2,
+    learner: LearnerConfig = LearnerConfig(gamma=0.99, gae_lambda=0.95)
+    ppo: PPOConfig = PPOConfig(lr=2.5e-4, clip_ratio=0.2, value_clip=0.2,
                                value_coef=0.5, max_grad_norm=0.5, target_kl=None, update_epochs=4,
                                kl_per_head=False, num_minibatches=4, entropy_coef=0.01, entropy_mode="raw",
                                update_diagnostics=False, lr_anneal="linear", lr_anneal_updates=1)
@@ -147,7 +149,7 @@ def make_train(cfg: CheckConfig):
                           carry0=jax.tree.map(lambda c: c[:, 0], rows.carry),
                           step_count=jnp.full((e,), t, jnp.int32), overflow=jnp.zeros((), bool))
         key, k_update = jax.random.split(run.key)
-        train, metrics = ppo.update(run.train, rollout, k_update, ppo_cfg, e)
+        train, metrics = ppo.update(run.train, rollout, k_update, ppo_cfg, e, cfg.learner)
         n = jnp.sum(ended)
         mean_return = jnp.where(n > 0, jnp.sum(finished) / jnp.maximum(n, 1), jnp.nan)
         return run._replace(train=train, key=key), {"mean_return": mean_return, "episodes": n,

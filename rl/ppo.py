@@ -30,7 +30,7 @@ from jax.flatten_util import ravel_pytree
 
 from esper_fx.contracts.actions import ACTION_HEADS, HEAD_OP
 from rl import distributions as dist
-from rl.config import ADAM_B1, ADAM_B2, ADV_EPS, EV_MIN_VAR, PPOConfig, lr_factor
+from rl.config import ADAM_B1, ADAM_B2, ADV_EPS, EV_MIN_VAR, LearnerConfig, PPOConfig, lr_factor
 from rl.config import entropy_coefficient as entropy_schedule
 from rl.gae import gae
 from rl.heads import HeadSpec, growth_relevance
@@ -424,13 +424,14 @@ def _sanitize_invalid_steps(batch: Batch) -> Batch:
     )
 
 
-def build_training_data(rollout: Rollout, cfg: PPOConfig) -> tuple[Batch, dict]:
-    """Full-buffer Batch `[E, T]` with normalised advantages, and the pre-update statistics."""
+def build_training_data(rollout: Rollout, learner: LearnerConfig) -> tuple[Batch, dict]:
+    """Full-buffer Batch `[E, T]` with normalised advantages (GAE with the learner's γ and λ), and the pre-update
+    statistics."""
     chex.assert_rank([rollout.obs, rollout.rewards], [3, 2])
     chex.assert_equal_shape([rollout.rewards, rollout.values, rollout.dones, rollout.truncated, rollout.bootstrap])
     valid = rollout.valid
     adv, ret = gae(rollout.rewards, rollout.values, rollout.dones, rollout.truncated, rollout.bootstrap,
-                   cfg.gamma, cfg.gae_lambda, valid)
+                   learner.gamma, learner.gae_lambda, valid)
     batch = Batch(
         obs=rollout.obs, actions=rollout.actions, old_log_probs=rollout.log_probs, old_values=rollout.values,
         advantages=normalize_advantages(adv, valid), returns=ret, masks=rollout.masks,
@@ -592,10 +593,11 @@ def after_update(params, network: ActorCritic, data: Batch, beta, cfg: PPOConfig
     return {"approx_kl_after": aux["approx_kl"], "entropy_after": aux["entropy"], **per_head}
 
 
-@partial(jax.jit, static_argnames=("cfg", "n_envs"))
-def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
-           n_envs: int) -> tuple[TrainState, dict]:
-    """One PPO update over the whole rollout (BEHAVIOUR §11.5). Returns (new state, metrics of jnp values).
+@partial(jax.jit, static_argnames=("cfg", "n_envs", "learner"))
+def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig, n_envs: int,
+           learner: LearnerConfig = LearnerConfig()) -> tuple[TrainState, dict]:
+    """One PPO update over the whole rollout (BEHAVIOUR §11.5), its advantages and returns by the `learner`'s γ
+    and λ. Returns (new state, metrics of jnp values).
 
     Metrics, averaged over the executed gradient steps (or from the last KL check if none ran):
     loss, policy_loss, value_loss, entropy (mean over heads of the causally masked mean normalised
@@ -609,7 +611,7 @@ def update(state: TrainState, rollout: Rollout, key: jax.Array, cfg: PPOConfig,
     `esper_fx.outputs.history.metrics_to_python` turns them into Python values.
     """
     chex.assert_rank([state.train_steps, rollout.obs, rollout.step_count], [0, 3, 1])
-    data, stats = build_training_data(rollout, cfg)
+    data, stats = build_training_data(rollout, learner)
     skipped = stats["n_transitions"] == 0
     beta = entropy_coefficient(cfg, n_envs, state.train_steps)
     params, loop = _run_epochs(state, data, key, beta, cfg)

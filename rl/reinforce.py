@@ -38,7 +38,7 @@ import optax
 
 from esper_fx.contracts.actions import HEAD_OP, NUM_HEADS
 from rl import distributions as dist
-from rl.config import ReinforceConfig
+from rl.config import LearnerConfig, ReinforceConfig
 from rl.network import ActorCritic, init_params
 from rl.rollout import Rollout
 
@@ -175,15 +175,17 @@ def batch_loss(params: Any, network: ActorCritic, rollout: Rollout, returns: jax
     return reinforce_loss(log_probs, entropy, out.value, returns, heads, valid, cfg.value_coef, cfg.entropy_coef)
 
 
-@partial(jax.jit, static_argnames=("cfg",))
-def update(state: ReinforceState, rollout: Rollout, cfg: ReinforceConfig) -> tuple[ReinforceState, dict]:
-    """One clipped Adam step on the batch's loss. Metrics: loss, policy_loss, value_loss, entropy, mean_return,
+@partial(jax.jit, static_argnames=("cfg", "learner"))
+def update(state: ReinforceState, rollout: Rollout, cfg: ReinforceConfig,
+           learner: LearnerConfig = LearnerConfig()) -> tuple[ReinforceState, dict]:
+    """One clipped Adam step on the batch's loss, its returns discounted by the `learner`'s γ. Metrics: loss,
+    policy_loss, value_loss, entropy, mean_return,
     mean_advantage, grad_norm (before clipping), n_transitions, skipped (no valid step: nothing changed) and
     nonfinite_skipped (a loss, gradient or new parameter that was not finite: nothing changed)."""
     chex.assert_rank([state.train_steps, rollout.obs, rollout.step_count], [0, 3, 1])
     valid = rollout.valid
     returns = discounted_returns(rollout.rewards, rollout.dones, rollout.truncated, rollout.bootstrap, valid,
-                                 cfg.gamma)
+                                 learner.gamma)
     (loss, aux), grads = jax.value_and_grad(batch_loss, has_aux=True)(state.params, state.network, rollout,
                                                                        returns, cfg)
     updates, opt_state = optimizer(cfg).update(grads, state.opt_state, state.params)

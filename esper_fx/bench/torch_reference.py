@@ -48,6 +48,7 @@ from rl.config import (
     MASKED_LOGIT,
     POLICY_OUT_GAIN,
     VALUE_OUT_GAIN,
+    LearnerConfig,
     PPOConfig,
 )
 
@@ -323,9 +324,10 @@ class TorchPPOConfig:
     kl_stop_factor: float = KL_STOP_FACTOR
 
     @classmethod
-    def from_ppo_config(cls, cfg: PPOConfig) -> "TorchPPOConfig":
-        names = [f.name for f in dataclasses.fields(cls) if hasattr(cfg, f.name)]
-        return cls(**{name: getattr(cfg, name) for name in names})
+    def from_ppo_config(cls, cfg: PPOConfig, learner: LearnerConfig = LearnerConfig()) -> "TorchPPOConfig":
+        """The fields of `cfg` and of `learner` (γ, λ) this class has."""
+        values = {**dataclasses.asdict(learner), **dataclasses.asdict(cfg)}
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
 
     @property
     def beta(self) -> float:

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from esper_fx.command import did_you_mean, with_markdown_help
 from esper_fx.configuration.keys import settable_keys
 from esper_fx.config import (
-    GROUP_FIELDS as KEYS_OF_GROUP, GROUP_OF_KEY, OLD_KEYS, TrainingConfig, flat_view, old_keys,
+    GROUP_FIELDS as KEYS_OF_GROUP, GROUP_OF_KEY, MOVED_KEYS, OLD_KEYS, TrainingConfig, flat_view, old_keys,
     old_spellings_note, refuse_unsettable,
 )
 from esper_fx.errors import ConfigError
@@ -177,7 +177,7 @@ def field_values(args: argparse.Namespace) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 
 SET_HELP = ("set any config field: a field of the run (`max_train_batches=8`), a key of a nested config as its "
-            "path, as a config file nests it (`ppo.gamma=0.9`, `reward.reward_family=accuracy`, "
+            "path, as a config file nests it (`learner.gamma=0.9`, `reward.reward_family=accuracy`, "
             "`reward.probation_base=4`, `oracle.slot=r0c1`, `heuristic.blend=linear`); VALUE is read as JSON, else "
             "as a string; repeatable")
 
@@ -206,7 +206,7 @@ def _put(out: dict[str, Any], key: str, value: Any, given: str) -> None:
     under its name ({name: {key: value}}; an earlier version's key, `lr`, where today's, `ppo.lr`, goes), any
     other field as itself. Raises ConfigError (naming `given`) for an unknown key, and for a field the run
     gives the reward (naming the run's setting)."""
-    key = OLD_KEYS.get(key, key) if "." not in key else key
+    key = OLD_KEYS.get(key, key) if "." not in key else MOVED_KEYS.get(key, key)
     section, dot, name = key.partition(".")
     if not dot:
         _check_key(key, given)
@@ -243,7 +243,8 @@ def _shown(text: str, limit: int = 40) -> str:
 def old_set_keys(items: Sequence[str]) -> list[str]:
     """The keys of earlier versions (`OLD_KEYS`: `lr`, `reward_mode`) the `--set` items use (`reward.NAME` is
     today's path on the command line, an old key only at the top level of a file)."""
-    return old_keys({key: None for key in (item.partition("=")[0] for item in items) if "." not in key})
+    keys = [item.partition("=")[0] for item in items]
+    return old_keys({key: None for key in keys if "." not in key}) + [key for key in keys if key in MOVED_KEYS]
 
 
 def note_old_spellings(keys: Iterable[str]) -> None:

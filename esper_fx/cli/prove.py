@@ -107,8 +107,9 @@ def build_parser() -> CommandParser:
                              "one per usable core at a time; with --env-workers N, N at a time; with 0 everything "
                              "runs in this process. The table is the same.")
     p.add_argument("--preset", default="quickstart", help=f"base preset, one of {', '.join(PRESET_NAMES)}")
-    p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), metavar="ARM",
-                   help=f"arms to compare (default: {' '.join(DEFAULT_ARMS)})")
+    p.add_argument("--arms", nargs="+", default=None, metavar="ARM",
+                   help=f"arms to compare (default: {' '.join(DEFAULT_ARMS)}; with another controller configured, "
+                        f"`--set controller=reinforce`, its name in ppo's place: an arm is named by its controller)")
     p.add_argument("--train-episodes", dest="n_episodes", type=int, help=argparse.SUPPRESS)  # --episodes' old name
     p.add_argument("--eval-seeds", type=int, nargs="+", metavar="S", help="explicit evaluation seeds")
     p.add_argument("--n-eval-seeds", type=int, metavar="N",
@@ -191,6 +192,9 @@ class Resolved(NamedTuple):
 def resolve(args: argparse.Namespace) -> Resolved:
     """The command line's configuration, policy and seeds (`Resolved`). Raises ProveError."""
     sets = parse_sets(args.sets)
+    typed_arms = args.arms is not None
+    if not typed_arms:
+        args.arms = list(DEFAULT_ARMS)
     check_nothing_ignored(args, sets)
     pick_options(args)
     seeds = eval_seeds(args)
@@ -209,6 +213,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
         raise ProveError(str(exc)) from None
     if policy is not None:
         check_policy_fields(base, config, " ".join(args.checkpoint))
+    args.arms = arms_named_by_controller(args.arms, config, typed_arms, policy is not None)
     for line in no_effect(config, flat_view(command_line_changes(sets, args)), arm_controllers(args.arms, config)):
         print(f"{NAME}: note: {line}", file=sys.stderr)
     if isinstance(policy, dict):
@@ -439,6 +444,25 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any,
         raise ProveError(f"--checkpoint: no arm of {' '.join(names)} plays the checkpoint's {played!r} controller "
                          f"(list {arm} in --arms, or drop --checkpoint)")
     return arms
+
+
+def arms_named_by_controller(names: Sequence[str], config: TrainingConfig, typed: bool,
+                             checkpoint: bool) -> list[str]:
+    """The arms, each learned one named by its controller: the learned arms `ppo` and `ppo_sampled` play a PPO
+    controller, so with another one configured (`controller=reinforce`) the default arms have its name in
+    `ppo`'s place, and a typed `ppo` is refused naming the arm to list. (A `--checkpoint` is checked against its
+    controller in `arm_table`.)"""
+    names = list(names)
+    played = config.controller_name
+    if checkpoint or played in PPO_CONTROLLERS or not any(name in LEARNED_ARMS for name in names):
+        return names
+    if not typed:
+        named = [played if name == "ppo" else name for name in names if name != "ppo_sampled"]
+        return list(dict.fromkeys(named))
+    name = next(name for name in names if name in LEARNED_ARMS)
+    others = " ".join(dict.fromkeys(played if n == "ppo" else n for n in names if n != "ppo_sampled"))
+    raise ProveError(f"--arms {name} plays a PPO controller, and this run's controller is {played!r}: its arm is "
+                     f"named by its controller (--arms {others}), or set controller=ppo_lstm")
 
 
 def arm_controllers(names: Sequence[str], config: TrainingConfig) -> set[str]:

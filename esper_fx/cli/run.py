@@ -26,27 +26,16 @@ from esper_fx.training.threads import limit_cpu_threads
 
 
 def config_summary(config: TrainingConfig) -> list[str]:
-    """The pre-training summary of BEHAVIOUR §14.4 (at least 8 lines)."""
-    ppo = config.ppo
-    if ppo.entropy_anneal_episodes and (ppo.entropy_coef_start is not None or ppo.entropy_coef_end is not None):
-        start, end = ppo.entropy_endpoints
-        entropy = f"{start:g} -> {end:g} over {ppo.entropy_anneal_episodes} episodes"
-    else:
-        entropy = f"{ppo.entropy_coef:g}"
-    weighted = [f"{head} {w:g}" for head, w in zip(ACTION_HEADS, ppo.entropy_head_weights) if w != 1.0]
-    weights = f"; head weights {', '.join(weighted)}, the others 1" if weighted else ""
+    """The pre-training summary of BEHAVIOUR §14.4 (at least 8 lines): the run, the controller's own settings
+    (`controller_lines`), the slots and reward, the telemetry, the data, the workers, the run directory."""
     changed = [f"reward.{key}={value}" for key, value in config.to_dict()["reward"].items()
                if key not in REWARD_SETTINGS]  # the reward's constants changed from their defaults
     return [
         f"esper_fx: task={config.task.value} ({config.topology}), controller={config.controller_name}, "
         f"seed={config.seed}",
-        f"Episodes: {config.n_episodes}, envs: {config.n_envs}, max_epochs: {config.max_epochs}",
-        f"PPO: lr={ppo.lr:g}, gamma={ppo.gamma:g}, lambda={ppo.gae_lambda:g}, "
-        f"clip={ppo.clip_ratio:g}, value_coef={ppo.value_coef:g}, max_grad_norm={ppo.max_grad_norm:g}",
-        f"Entropy: {entropy} (min {ppo.entropy_coef_min:g}){weights}",
-        f"Update: epochs={ppo.update_epochs}, minibatches={ppo.num_minibatches}, "
+        f"Episodes: {config.n_episodes}, envs: {config.n_envs}, max_epochs: {config.max_epochs}, "
         f"amp={'on (' + config.amp_dtype.value + ')' if config.amp else 'off'}",
-        f"LSTM: hidden={ppo.lstm_hidden_dim}, chunk={config.max_epochs}",
+        *controller_lines(config),
         f"Slots: {', '.join(config.enabled_slots)} of {config.num_slots}; reward: "
         f"{config.reward.reward_family.value}/{config.reward.reward_mode.value}"
         f"{' (' + ', '.join(changed) + ')' if changed else ''}; menu: {', '.join(config.menu[1:])}",
@@ -57,6 +46,45 @@ def config_summary(config: TrainingConfig) -> list[str]:
         f"Env workers: {choose_workers(config).describe()}",
         f"Run dir: {config.run_dir or '(none)'}",
     ]
+
+
+def controller_lines(config: TrainingConfig) -> list[str]:
+    """The summary's lines of the run's controller: a learning controller's `learner` settings, then its own
+    section's (PPO's, REINFORCE's); a scripted one's section (the heuristic's, the oracle's schedule)."""
+    name, learner = config.controller_name, config.learner
+    learns = [f"Learner: gamma={learner.gamma:g}, lambda={learner.gae_lambda:g}, "
+              f"last epoch {'bootstraps' if learner.horizon_bootstrap else 'ends the episode'}"]
+    if name in ("ppo_lstm", "ppo_mlp"):
+        ppo = config.ppo
+        if ppo.entropy_anneal_episodes and (ppo.entropy_coef_start is not None or ppo.entropy_coef_end is not None):
+            start, end = ppo.entropy_endpoints
+            entropy = f"{start:g} -> {end:g} over {ppo.entropy_anneal_episodes} episodes"
+        else:
+            entropy = f"{ppo.entropy_coef:g}"
+        weighted = [f"{head} {w:g}" for head, w in zip(ACTION_HEADS, ppo.entropy_head_weights) if w != 1.0]
+        weights = f"; head weights {', '.join(weighted)}, the others 1" if weighted else ""
+        core = "LSTM" if name == "ppo_lstm" else "MLP"
+        return [*learns,
+                f"PPO: lr={ppo.lr:g}, clip={ppo.clip_ratio:g}, value_coef={ppo.value_coef:g}, "
+                f"max_grad_norm={ppo.max_grad_norm:g}",
+                f"Entropy: {entropy} (min {ppo.entropy_coef_min:g}){weights}",
+                f"Update: epochs={ppo.update_epochs}, minibatches={ppo.num_minibatches}",
+                f"{core}: hidden={ppo.lstm_hidden_dim}, chunk={config.max_epochs}"]
+    if name == "reinforce":
+        r = config.reinforce
+        return [*learns, f"REINFORCE: lr={r.lr:g}, value_coef={r.value_coef:g}, entropy_coef={r.entropy_coef:g}, "
+                f"max_grad_norm={r.max_grad_norm:g}", f"MLP: hidden={r.hidden_dim}"]
+    if name == "heuristic":
+        h = config.heuristic
+        return [f"Heuristic: germinate after {h.plateau_epochs_to_germinate} flat epochs (from epoch "
+                f"{h.min_epochs_before_germinate}), cull after {h.cull_after_epochs_without_improvement} or "
+                f"{h.cull_if_accuracy_drops_by:g} pp lost, blend {h.blend} at {h.tempo}"]
+    if name == "oracle":
+        o = config.oracle
+        then = f", then {o.then_blueprint} in {o.then_slot}" if o.two_seeds else ""
+        return [f"Oracle: {o.blueprint} in {o.slot} at epoch {o.germinate_epoch}, blend {o.blend} at {o.tempo}"
+                f"{then}; fossilized when allowed, never culled"]
+    return [f"Controller: {name} (no settings of its own in the config)"]
 
 
 def run_from_cli(config: TrainingConfig, quiet: bool = False, compile_cache_dir: str | None = None,

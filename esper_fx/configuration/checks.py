@@ -212,11 +212,11 @@ def _check_menu_and_rotation(c: Any) -> None:
 # ----------------------------------------------------------------------------------------------
 
 # The nested configs each controller reads (its canonical name -> section); a section read by none of a run's
-# controllers does nothing in it. Of `ppo`'s keys every run reads these (the reward's shaping discounts with
-# ppo.gamma; the last epoch bootstraps by ppo.horizon_bootstrap; num_minibatches is checked against n_envs).
+# controllers does nothing in it (`learner` is read by every run: the reward's shaping discounts with its γ). Of
+# `ppo`'s keys every run reads num_minibatches (checked against n_envs).
 SECTION_OF_CONTROLLER = {"ppo_lstm": "ppo", "ppo_mlp": "ppo", "reinforce": "reinforce", "heuristic": "heuristic",
                          "oracle": "oracle"}
-PPO_KEYS_EVERY_RUN_READS = ("gamma", "horizon_bootstrap", "num_minibatches")
+PPO_KEYS_EVERY_RUN_READS = ("num_minibatches",)
 
 
 def no_effect(config: Any, keys: Any, controllers: Any = None) -> list[str]:

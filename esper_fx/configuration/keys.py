@@ -3,7 +3,8 @@ arguments (`nest`), to and from JSON (`ConfigFile`: `to_dict`, `from_dict`, `fro
 `preset`), and what a saved config of an earlier version reads as today (`upgrade_saved`).
 
 One key style: a field of a nested config is a key of its group, on disk nested under the group's name and on
-the command line the same path written with a dot. The groups are `ppo` (every PPO field), `reward` (the
+the command line the same path written with a dot. The groups are `learner` (what every learning controller
+reads: γ, GAE's λ, the last epoch's bootstrap), `ppo` (every PPO field), `reward` (the
 reward's settings and its constants; a constant is saved only when changed from its default) and the sections
 (`sections_of`: `heuristic`, `oracle`, `reinforce`); the run's own fields are top-level keys. So
 `{"ppo": {"lr": 0.001}, "reward": {"reward_family": "loss", "probation_base": 4}}` on disk is
@@ -11,7 +12,8 @@ reward's settings and its constants; a constant is saved only when changed from 
 fields the run gives the reward (`rl.config.REWARD_FROM_RUN`) have no key.
 
 Earlier versions wrote the PPO fields and the reward's settings as top-level keys (`lr`, `reward_mode`) and the
-reward's constants as top-level `reward.NAME` keys (`OLD_KEYS`). Those spellings still read: silently in a
+reward's constants as top-level `reward.NAME` keys (`OLD_KEYS`), and the learner's fields in the controllers'
+sections (`MOVED_KEYS`: `ppo.gamma`, `reinforce.gamma`). Those spellings still read: silently in a
 config this project saved (`upgrade_saved`, `from_saved`), with one line naming today's key when a person wrote
 them (`old_spellings_note`, printed by the commands); and as keyword arguments of `TrainingConfig(...)` and
 `replace` (`GROUP_KEYS`), which are the Python API, not keys.
@@ -29,28 +31,38 @@ from typing import Any, Iterable, Mapping, Self
 from esper_fx.command import did_you_mean
 from esper_fx.configuration.choices import RETIRED_FIELDS, RETIRED_TELEMETRY_LEVELS, TelemetryLevel
 from esper_fx.presets import PRESET_NAMES, PRESETS
-from rl.config import PPOConfig, REWARD_CONSTANTS, REWARD_FROM_RUN, REWARD_SETTINGS, RewardConfig, field_names
+from rl.config import (
+    LearnerConfig, PPOConfig, REWARD_CONSTANTS, REWARD_FROM_RUN, REWARD_SETTINGS, RewardConfig, field_names,
+)
 
 # The groups of fields that are not sections: group field -> its dataclass. Each field of a group is a key of
 # it: every PPO field, the reward's settings and its constants (a constant saved only when changed from its
 # default, so a default config's JSON holds none). The fields the run gives the reward
 # (`rl.config.REWARD_FROM_RUN`) have no key: each is decided by a setting of the run.
-GROUPS: Mapping[str, type] = {"ppo": PPOConfig, "reward": RewardConfig}
+GROUPS: Mapping[str, type] = {"learner": LearnerConfig, "ppo": PPOConfig, "reward": RewardConfig}
 GROUP_FIELDS: Mapping[str, tuple[str, ...]] = {
-    "ppo": field_names(PPOConfig), "reward": (*REWARD_SETTINGS, *REWARD_CONSTANTS),
+    "learner": field_names(LearnerConfig), "ppo": field_names(PPOConfig),
+    "reward": (*REWARD_SETTINGS, *REWARD_CONSTANTS),
 }
 # The keyword arguments of `TrainingConfig(...)` and `replace` that set one field of a group (the Python API):
 # group -> {keyword: field}; a PPO field or a reward setting by its own name (`lr=...`), a reward constant as
 # `**{"reward.NAME": ...}`. They are also the keys earlier versions saved at the top level (`OLD_KEYS`).
 GROUP_KEYS: Mapping[str, Mapping[str, str]] = {
+    "learner": {name: name for name in field_names(LearnerConfig)},
     "ppo": {name: name for name in field_names(PPOConfig)},
     "reward": {**{name: name for name in REWARD_SETTINGS}, **{f"reward.{name}": name for name in REWARD_CONSTANTS}},
 }
 GROUP_OF_KEY: Mapping[str, str] = {key: group for group, keys in GROUP_KEYS.items() for key in keys}
 # The top-level keys of earlier versions' config files -> today's key, as a path (`lr` -> `ppo.lr`,
 # `reward_mode` -> `reward.reward_mode`, a top-level `reward.probation_base` -> `reward.probation_base` nested).
+# (`gamma`, a PPO field then, is `learner.gamma` now.)
 OLD_KEYS: Mapping[str, str] = {key: f"{group}.{name}" for group, keys in GROUP_KEYS.items()
                                for key, name in keys.items()}
+# The learner's fields of earlier versions' nested keys, where a controller's section held them: each its
+# controllers' (`ppo.gamma` was read by every learning controller but `reinforce`, which read `reinforce.gamma`).
+MOVED_KEYS: Mapping[str, str] = {"ppo.gamma": "learner.gamma", "ppo.gae_lambda": "learner.gae_lambda",
+                                 "ppo.horizon_bootstrap": "learner.horizon_bootstrap",
+                                 "reinforce.gamma": "learner.gamma"}
 
 
 def sections_of(cls: type) -> dict[str, type]:
@@ -121,6 +133,9 @@ def refuse_unsettable(keys: Iterable[str]) -> None:
     for key in sorted(keys):
         if key in RETIRED_FIELDS:
             raise ValueError(f"config key {key!r} was removed ({RETIRED_FIELDS[key]}): delete it")
+        if key in MOVED_KEYS:
+            raise ValueError(f"{key} is {MOVED_KEYS[key]} now (one γ for every learning controller): set "
+                             f"{MOVED_KEYS[key]}")
         group, _, name = key.partition(".")
         if group == "reward" and name in REWARD_FROM_RUN:
             raise ValueError(f"{key} is taken from the run: set {REWARD_FROM_RUN[name]} instead")
@@ -141,12 +156,49 @@ def with_old_keys_nested(d: Mapping[str, Any]) -> dict[str, Any]:
             raise ValueError(f"config key {key!r} is an old spelling of {group}.{name}, given as well: keep "
                              f"{group}.{name}")
         out[group] = {**given, name: value}
+    return with_learner_keys_moved(out)
+
+
+def _reads_section(controller: Any) -> str:
+    """The section whose moved keys (`MOVED_KEYS`) a run of `controller` read in earlier versions."""
+    return "reinforce" if controller == "reinforce" else "ppo"
+
+
+def with_learner_keys_moved(d: Mapping[str, Any]) -> dict[str, Any]:
+    """`d` with the learner's fields of earlier versions' sections (`MOVED_KEYS`: `ppo.gamma`,
+    `reinforce.gamma`) moved into `learner`: the value of the section the run's controller read (`reinforce`'s
+    for `reinforce`, `ppo`'s for every other), the other section's dropped (it did nothing). A field given in
+    `learner` as well is refused, naming both."""
+    moved = [(old, new) for old, new in MOVED_KEYS.items()
+             if isinstance(d.get(old.split(".")[0]), Mapping) and old.split(".")[1] in d[old.split(".")[0]]]
+    if not moved:
+        return dict(d)
+    out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in d.items()}
+    learner = out.get("learner", {})
+    if not isinstance(learner, Mapping):
+        raise ValueError(f"learner must be a JSON object of its keys (got {learner!r})")
+    learner, read = dict(learner), _reads_section(out.get("controller"))
+    for old, new in moved:
+        section, name = old.split(".")
+        value = out[section].pop(name)
+        if name in d.get("learner", {}):
+            raise ValueError(f"config key {old!r} is an old place of {new}, given as well: keep {new}")
+        if section == (read if name == "gamma" else "ppo"):
+            learner[name] = value
+    out["learner"] = learner
     return out
 
 
+def moved_keys(d: Mapping[str, Any]) -> list[str]:
+    """The learner's keys of earlier versions (`MOVED_KEYS`) the nested config mapping `d` uses."""
+    return [old for old in MOVED_KEYS
+            if isinstance(d.get(old.split(".")[0]), Mapping) and old.split(".")[1] in d[old.split(".")[0]]]
+
+
 def old_keys(d: Mapping[str, Any]) -> list[str]:
-    """The keys of earlier versions (`OLD_KEYS`) at the top level of the config mapping `d`, in its order."""
-    return [key for key in d if key in OLD_KEYS]
+    """The keys of earlier versions in the config mapping `d`: at its top level (`OLD_KEYS`), in its order, then
+    the learner's in a section (`MOVED_KEYS`)."""
+    return [key for key in d if key in OLD_KEYS] + moved_keys(d)
 
 
 def old_spellings_note(keys: Iterable[str]) -> str | None:
@@ -155,7 +207,8 @@ def old_spellings_note(keys: Iterable[str]) -> str | None:
     keys = list(dict.fromkeys(keys))
     if not keys:
         return None
-    renamed = ", ".join(f"{key!r} is now {OLD_KEYS[key]!r}" if OLD_KEYS[key] != key else
+    today = {**OLD_KEYS, **MOVED_KEYS}
+    renamed = ", ".join(f"{key!r} is now {today[key]!r}" if today[key] != key else
                         f"a top-level {key!r} is now {key.split('.', 1)[1]!r} under 'reward'" for key in keys)
     return (f"esper_fx: note: config key {renamed} (a JSON file nests a group's keys under its name, "
             f'{{"ppo": {{"lr": ...}}}}; old spellings still read)')
@@ -190,13 +243,16 @@ def legacy_dict(d: Mapping[str, Any]) -> dict[str, Any]:
     """A config's JSON (`to_dict`) in the keys versions before the one key style wrote: the PPO fields and the
     reward's settings at the top level, the reward's constants as top-level `reward.NAME`, the sections nested.
     Only `esper_fx.evaluation.resume.episode_key` reads it: its digest stays the one earlier versions computed,
-    so a kept prove folder still finds its episodes."""
+    so a kept prove folder still finds its episodes (the learner's fields at the top level, as the PPO fields
+    they were, and `reinforce.gamma` the learner's γ, its default then as now)."""
     out: dict[str, Any] = {}
     for key, value in d.items():
         if key in GROUPS and isinstance(value, Mapping):
             out.update({(name if name in GROUP_KEYS[key] else f"{key}.{name}"): v for name, v in value.items()})
         else:
             out[key] = value
+    if isinstance(out.get("reinforce"), Mapping) and "gamma" in out:
+        out["reinforce"] = {**out["reinforce"], "gamma": out["gamma"]}
     return out
 
 

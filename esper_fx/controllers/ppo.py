@@ -32,7 +32,7 @@ def build_ppo(spec: ControllerSpec, recurrent: bool = True) -> Controller:
         return ppo.value(state, signals["obs_norm"], carry)
 
     def update(state, rollout, key):
-        return ppo.update(state, rollout, key, cfg, spec.n_envs)
+        return ppo.update(state, rollout, key, cfg, spec.n_envs, spec.config.learner)
 
     name = "ppo_lstm" if recurrent else "ppo_mlp"
     return Controller(name=name, act=act, init=init, initial_carry=initial_carry, value=value,

@@ -4,8 +4,8 @@ Written as a user writes a learning controller: a constructor `spec -> Controlle
 `init` (the state: parameters and optimiser), `act` (sampling; its aux carries the per-head log-probs and the
 value the loop stores in the rollout), `greedy_act` (every head's argmax: evaluation), `value` (the bootstrap),
 `update` (one step on the batch's rollout) — with `learns=True`; its settings are `config.reinforce`
-(`rl.config.ReinforceConfig`). It shares the action heads, masks and sampling with every other policy and
-nothing with PPO.
+(`rl.config.ReinforceConfig`) and the run's `config.learner` (its γ). It shares the action heads, masks and
+sampling with every other policy and nothing with PPO.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def build_reinforce(spec: ControllerSpec) -> Controller:
         return reinforce.value(state, signals["obs_norm"])
 
     def update(state, rollout, key):
-        return reinforce.update(state, rollout, cfg)
+        return reinforce.update(state, rollout, cfg, spec.config.learner)
 
     return Controller(name="reinforce", act=act, greedy_act=greedy_act, init=init, value=value, update=update,
                       learns=True)

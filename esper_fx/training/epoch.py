@@ -53,9 +53,9 @@ class StepFunctions(NamedTuple):
     def build(cls, config: TrainingConfig, spec: ctl.ControllerSpec, controller: ctl.Controller,
               reward_fn: Callable) -> "StepFunctions":
         columns = signal_columns(spec.num_slots, spec.num_blueprints, spec.obs_dim)
-        bootstraps = controller.learns and config.ppo.horizon_bootstrap
+        bootstraps = controller.learns and config.learner.horizon_bootstrap
         return cls(step.make_step(controller, reward_fn, config.reward, columns, spec.max_epochs,
-                                  config.ppo.horizon_bootstrap),
+                                  config.learner.horizon_bootstrap),
                    step.make_bootstrap(controller, columns) if bootstraps else None,
                    step.make_new_episode(controller, spec), columns)
 

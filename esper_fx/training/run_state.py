@@ -22,7 +22,7 @@ import jax
 
 from esper_fx.contracts.actions import ACTION_HEADS
 from esper_fx.outputs import checkpoint as ckpt
-from esper_fx.config import TrainingConfig
+from esper_fx.config import TrainingConfig, flat_view
 from esper_fx.outputs.history import ROLLING_WINDOW, BatchSummary, as_summaries
 from esper_fx.training.step import init_key
 from esper_fx.stopping import deferred_stops, exit_code
@@ -120,10 +120,15 @@ def advance(learner: LearnerState, progress: Progress, summary: BatchSummary) ->
 
 
 def architecture(config: TrainingConfig, controller: Any) -> dict[str, Any]:
-    """The facts that fix the controller's shapes: a resume must not change them."""
+    """The facts that fix the controller's shapes: a resume must not change them. `network`: the controller's
+    own network's settings (`checkpoint.NETWORK_FIELDS`; none for a controller without a network). (Earlier
+    versions recorded PPO's width as `hidden_size` for every controller; such a checkpoint still resumes, its
+    width checked by its config's shape fields.)"""
+    flat = flat_view(config.to_dict())
     return {
         "state_dim": config.state_dim, "slot_ids": list(config.slot_ids), "num_blueprints": config.num_blueprints,
-        "controller": controller.name, "hidden_size": config.ppo.lstm_hidden_dim,
+        "controller": controller.name,
+        "network": {name: flat[name] for name in ckpt.NETWORK_FIELDS.get(config.controller_name, ())},
         "action_heads": list(ACTION_HEADS),
     }
 

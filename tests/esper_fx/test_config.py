@@ -15,7 +15,7 @@ from esper_fx.presets import PRESET_NAMES
 from rl.config import REWARD_FROM_RUN, REWARD_SETTINGS
 
 # Every default of a run (BEHAVIOUR §14.1). The reference's differ only in the LEARNING ones (docs/LEARNING.md):
-# the PPO settings (rl.config.REFERENCE_PPO), horizon_bootstrap, min_cull_age, one_seed_at_a_time; static_seeds is new.
+# the PPO settings (rl.config.REFERENCE_PPO), the learner's (REFERENCE_LEARNER: γ, λ, horizon_bootstrap), min_cull_age, one_seed_at_a_time; static_seeds is new.
 DEFAULTS = {
     "task": "cifar10", "task_mix": [], "controller": "ppo_lstm", "n_episodes": 100, "n_envs": 4, "max_epochs": 25,
     "seed": 42, "slots": ["r0c1"], "max_seeds": None, "lifecycle": "reference", "fossil_release": None, "min_cull_age": None,
@@ -28,12 +28,13 @@ DEFAULTS = {
     "batch_size_per_env": None, "max_train_batches": None, "val_samples": None, "val_batch_size": None,
     "data_seed": 0, "synthetic_train_samples": 50000, "synthetic_test_samples": 10000, "amp": False,
     "amp_dtype": "float16", "blueprint_menu": None,
-    "ppo": {"lstm_hidden_dim": 128, "lr": 3e-4, "gamma": 0.99, "gae_lambda": 0.95, "clip_ratio": 0.2,
+    "learner": {"gamma": 0.99, "gae_lambda": 0.95, "horizon_bootstrap": False},
+    "ppo": {"lstm_hidden_dim": 128, "lr": 3e-4, "clip_ratio": 0.2,
             "clip_value": True, "value_clip": 10.0, "value_coef": 0.5, "max_grad_norm": 1.0, "target_kl": 0.05,
             "update_epochs": 8, "kl_per_head": True, "num_minibatches": 1, "adam_eps": 1e-5, "weight_decay": 0.0,
             "entropy_coef": 0.02, "entropy_coef_start": None, "entropy_coef_end": None, "entropy_coef_min": 0.0,
             "entropy_anneal_episodes": 0, "entropy_head_weights": [1.0, 1.0, 1.0, 1.0, 1.0],
-            "horizon_bootstrap": False, "lr_anneal": "constant", "lr_anneal_updates": None, "lr_anneal_warmup": 0.0,
+            "lr_anneal": "constant", "lr_anneal_updates": None, "lr_anneal_warmup": 0.0,
             "lr_anneal_decay": 0.2, "entropy_mode": "normalised", "update_diagnostics": True},
     "reward": {"reward_family": "contribution", "reward_mode": "shaped", "param_budget": 500000,
                "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "flop_rent_weight": 0.0},
@@ -49,7 +50,7 @@ def test_defaults_are_exactly_these():
     heuristic = d.pop("heuristic")
     assert d.pop("oracle") == {"slot": "r0c0", "blueprint": "conv_light", "blend": "sigmoid", "germinate_epoch": 1,
                                "tempo": "standard"}
-    assert d.pop("reinforce") == {"hidden_dim": 64, "lr": 1e-3, "gamma": 0.99, "value_coef": 0.5,
+    assert d.pop("reinforce") == {"hidden_dim": 64, "lr": 1e-3, "value_coef": 0.5,
                                   "entropy_coef": 0.01, "max_grad_norm": 1.0}
     assert d == DEFAULTS
     assert heuristic == HeuristicConfig().to_dict()
@@ -185,7 +186,7 @@ def test_the_note_on_old_spellings_names_each_new_key_in_one_line():
 def test_a_nested_key_the_config_does_not_have_is_refused_by_its_path():
     with pytest.raises(ValueError, match=r"\['ppo.bogus'\]"):
         TrainingConfig.from_dict({"ppo": {"bogus": 1}})
-    with pytest.raises(ValueError, match=r"^reward.gamma is taken from the run: set ppo.gamma instead$"):
+    with pytest.raises(ValueError, match=r"^reward.gamma is taken from the run: set learner.gamma instead$"):
         TrainingConfig.from_dict({"reward": {"gamma": 0.9}})
     with pytest.raises(ValueError, match=r"\['reward.bogus'\]"):
         TrainingConfig(reward={"bogus": 1})

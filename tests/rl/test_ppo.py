@@ -20,7 +20,7 @@ from esper_fx.outputs.history import SKIPPED_UPDATE, metrics_to_python
 from rl import distributions as dist
 from tests.rl.action_checks import assert_actions_allowed
 from rl import ppo
-from rl.config import REFERENCE_PPO
+from rl.config import REFERENCE_PPO, LearnerConfig
 from rl import rollout
 from rl.network import ActorCritic
 
@@ -487,8 +487,7 @@ def test_env_groups_follow_array_split_and_cover_each_valid_env_once(n_groups, n
 # multi-step updates and learning on a toy contextual bandit
 # ------------------------------------------------------------------------------------------
 
-BANDIT_CFG = ppo.PPOConfig(lr=3e-3, update_epochs=2, num_minibatches=2, target_kl=None, entropy_coef=0.01,
-                           gamma=0.9)
+BANDIT_CFG = ppo.PPOConfig(lr=3e-3, update_epochs=2, num_minibatches=2, target_kl=None, entropy_coef=0.01)
 
 
 def bandit_obs(rng, n):
@@ -698,7 +697,7 @@ def test_the_update_scores_each_action_as_the_actor_did_when_episodes_share_rows
     state = ppo.init_train_state(jax.random.PRNGKey(seed % 1000), ActorCritic(num_slots=S, num_blueprints=B,
                                                                              hidden_dim=16), D, CFG)
     ro = collect_several_episodes(state, jax.random.PRNGKey(seed), rng, 3, 12, p_end)
-    data, _ = ppo.build_training_data(ro, CFG)
+    data, _ = ppo.build_training_data(ro, LearnerConfig())
     assert bool(jnp.any(data.starts)) or p_end == 0.1  # (rows that hold several episodes, nearly always)
     ev = ppo.evaluate(state.network, state.params, data.obs, data.actions, data.masks, data.carry0, data.starts)
     np.testing.assert_allclose(ev.log_probs, ro.log_probs, atol=1e-6)

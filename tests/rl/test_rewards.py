@@ -22,7 +22,7 @@ from esper_fx.contracts.signals import SIGNAL_FIELDS
 from esper_fx.contracts.stages import SeedStage
 from esper_fx.config import TrainingConfig
 from rl import rewards
-from rl.config import REFERENCE_PPO, REWARD_CONSTANTS, REWARD_FROM_RUN, REWARD_SETTINGS
+from rl.config import REFERENCE_LEARNER, REWARD_CONSTANTS, REWARD_FROM_RUN, REWARD_SETTINGS
 
 W, G, CU, FO = (int(LifecycleOp.WAIT), int(LifecycleOp.GERMINATE), int(LifecycleOp.CULL),
                 int(LifecycleOp.FOSSILIZE))
@@ -35,7 +35,7 @@ HOST_PARAMS = 6418.0  # cifar10 host
 CONV_LIGHT_PARAMS = 2336.0  # a conv_light seed in r0c1
 RENT = -0.5 * math.log(1 + CONV_LIGHT_PARAMS / HOST_PARAMS)  # -0.155202
 SLOT = 1  # r0c1, the default enabled slot
-CFG = rewards.RewardConfig(gamma=REFERENCE_PPO["gamma"])  # the BEHAVIOUR §12.10 worked examples use the reference γ
+CFG = rewards.RewardConfig(gamma=REFERENCE_LEARNER["gamma"])  # the BEHAVIOUR §12.10 worked examples use the reference γ
 GAMMA = CFG.gamma
 TOL = 1e-4
 

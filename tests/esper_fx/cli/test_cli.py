@@ -142,7 +142,7 @@ def test_summary_has_required_lines():
     text = "\n".join(config_summary(config))
     assert len(config_summary(config)) >= 8
     for needle in ("lr=", "gamma=", "clip=", "Episodes: 100, envs: 4, max_epochs: 25", "0.05 -> 0.01",
-                   "Update: epochs=8, minibatches=1, amp=off", "LSTM: hidden=128, chunk=25",
+                   "Update: epochs=8, minibatches=1", "amp=off", "LSTM: hidden=128, chunk=25",
                    "contribution/shaped", "Telemetry: enabled"):
         assert needle in text
     assert "reward: contribution/shaped; menu:" in text  # no reward constant changed: nothing listed
@@ -275,9 +275,9 @@ def test_todays_flag_spellings_keep_working():
 def test_set_reaches_the_ppo_lr_nested_sections_and_flags_win(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config, _ = resolve_config(["--set", "ppo.lr=1e-3", "--set", "oracle.slot=r0c1", "--set", "heuristic.blend=linear",
-                                "--set", "ppo.gamma=0.9", "--set", "reward.param_penalty_weight=0.2", "--set", "seed=1",
+                                "--set", "learner.gamma=0.9", "--set", "reward.param_penalty_weight=0.2", "--set", "seed=1",
                                 "--seed", "2"])
-    assert config.ppo.lr == 1e-3 and config.ppo.gamma == 0.9 and config.reward.param_penalty_weight == 0.2
+    assert config.ppo.lr == 1e-3 and config.learner.gamma == 0.9 and config.reward.param_penalty_weight == 0.2
     assert config.oracle.slot == "r0c1" and config.oracle.blueprint == TrainingConfig().oracle.blueprint
     assert config.heuristic.blend == "linear"
     assert config.seed == 2  # the field flag is applied after --set
@@ -338,9 +338,9 @@ def test_a_reward_constant_is_read_back_on_resume_and_may_not_change(tmp_path, m
 def test_every_settable_field_of_every_config_has_a_flag():
     from dataclasses import fields
 
-    from esper_fx.config import HeuristicConfig, OracleConfig, ReinforceConfig, RewardConfig
+    from esper_fx.config import HeuristicConfig, LearnerConfig, OracleConfig, ReinforceConfig, RewardConfig
 
-    nested = {"ppo": tuple(f.name for f in fields(PPOConfig)),
+    nested = {"learner": tuple(f.name for f in fields(LearnerConfig)), "ppo": tuple(f.name for f in fields(PPOConfig)),
               "reward": tuple(f.name for f in fields(RewardConfig) if f.name not in REWARD_FROM_RUN),
               "heuristic": tuple(f.name for f in fields(HeuristicConfig)),
               "oracle": tuple(f.name for f in fields(OracleConfig)),
@@ -355,7 +355,7 @@ def test_every_settable_field_of_every_config_has_a_flag():
 NESTED_SAMPLES = [
     ("--ppo.lr", ["1e-3"], "ppo.lr=1e-3"),
     ("--ppo.target-kl", ["null"], "ppo.target_kl=null"),
-    ("--ppo.horizon-bootstrap", ["true"], "ppo.horizon_bootstrap=true"),
+    ("--learner.horizon-bootstrap", ["true"], "learner.horizon_bootstrap=true"),
     ("--reward.reward-family", ["loss"], "reward.reward_family=loss"),
     ("--reward.probation-base", ["4"], "reward.probation_base=4"),
     ("--reward.stage-potentials", ["0"] * len(STAGE_POTENTIALS),
@@ -402,7 +402,7 @@ def test_train_set_lr_runs_as_a_module(tmp_path):
     (["--set", "oracle.nosuch=1"], "oracle.nosuch"),
     (["--set", "seed.x=1"], "seed.x"),
     (["--set", "ppo.reward_mode=sparse"], "ppo.reward_mode"),
-    (["--set", "reward.gamma=0.9"], "reward.gamma is taken from the run: set ppo.gamma instead"),
+    (["--set", "reward.gamma=0.9"], "reward.gamma is taken from the run: set learner.gamma instead"),
     (["--set", "probation_base=4"], "its key is 'reward.probation_base'"),
     (["--set", "reward.probation_base=abc"], "reward.probation_base must be a number"),
     (["--reward.probation-base", "[1]"], "reward.probation_base must be a number"),
@@ -463,7 +463,7 @@ def test_on_resume_exactly_the_declared_fields_may_change(tmp_path, monkeypatch)
 
 OLD_FILE = {"task": "shapes10", "lr": 1e-3, "gamma": 0.9, "reward_family": "loss", "reward.probation_base": 4,
             "heuristic": {"blend": "linear"}}
-NEW_FILE = {"task": "shapes10", "ppo": {"lr": 1e-3, "gamma": 0.9},
+NEW_FILE = {"task": "shapes10", "ppo": {"lr": 1e-3}, "learner": {"gamma": 0.9},
             "reward": {"reward_family": "loss", "probation_base": 4}, "heuristic": {"blend": "linear"}}
 
 
@@ -476,7 +476,7 @@ def test_a_config_file_in_todays_keys_reads_silently(tmp_path, monkeypatch, caps
     (tmp_path / "new.json").write_text(json.dumps(NEW_FILE))
     config, _ = resolve_config(["--config", "new.json", "--set", "ppo.update_epochs=2",
                                 "--set", "reward.reward_mode=shaped", "--ppo.clip-ratio", "0.1"])
-    assert (config.ppo.lr, config.ppo.gamma, config.ppo.update_epochs, config.ppo.clip_ratio) == (1e-3, 0.9, 2, 0.1)
+    assert (config.ppo.lr, config.learner.gamma, config.ppo.update_epochs, config.ppo.clip_ratio) == (1e-3, 0.9, 2, 0.1)
     assert (config.reward.reward_family, config.reward.probation_base) == ("loss", 4.0)
     assert capsys.readouterr().err == ""
 
@@ -490,7 +490,7 @@ def test_old_keys_in_a_config_file_read_as_todays_with_one_line_naming_them(tmp_
     new, _ = resolve_config(["--config", "new.json", "--run-dir", "run"])
     assert old == new and capsys.readouterr().err == ""
     assert len(err.splitlines()) == 1 and _note_lines(err) == err.splitlines()
-    for name in ("'lr' is now 'ppo.lr'", "'gamma' is now 'ppo.gamma'", "'reward_family' is now 'reward.reward_family'",
+    for name in ("'lr' is now 'ppo.lr'", "'gamma' is now 'learner.gamma'", "'reward_family' is now 'reward.reward_family'",
                  "a top-level 'reward.probation_base' is now 'probation_base' under 'reward'",
                  "old spellings still read"):
         assert name in err, name
@@ -581,7 +581,7 @@ def test_the_cli_doc_lists_every_field_flag_with_its_declared_help():
         assert ff.help.replace("|", "\\|") in rows[ff.key]
         assert ("may change" in rows[ff.key]) == ff.resume
     groups = [row.split(" | ")[0] for row in _cli_doc_table().splitlines() if row.startswith("| **")]
-    assert groups == ["| **run**", "| **ppo**", "| **reward**", "| **heuristic**", "| **oracle**", "| **reinforce**"]
+    assert groups == ["| **run**", "| **learner**", "| **ppo**", "| **reward**", "| **heuristic**", "| **oracle**", "| **reinforce**"]
 
 
 def test_the_flag_table_prints_as_a_module(tmp_path):

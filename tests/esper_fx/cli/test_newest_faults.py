@@ -243,8 +243,8 @@ def test_a_setting_that_does_nothing_in_the_run_says_so_in_one_line(flags, needl
 
 def test_settings_every_run_reads_say_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    resolve_config(["--set", "controller=reinforce", "--set", "ppo.gamma=0.9", "--set", "reinforce.lr=0.01",
-                    "--run-dir", "r"])
+    resolve_config(["--set", "controller=reinforce", "--set", "learner.gamma=0.9", "--set", "reinforce.lr=0.01",
+                    "--set", "ppo.num_minibatches=1", "--run-dir", "r"])
     assert capsys.readouterr().err == ""
 
 

@@ -194,3 +194,50 @@ def test_a_prove_resume_continues_a_training_run_whose_summary_was_cut_short(rei
     assert "continuing that run from its last checkpoint" in err[0]
     assert result.summary["episodes"] == summary["episodes"]
     assert json.loads((reinforce_run / "summary.json").read_text())["episodes"] == summary["episodes"]  # whole again
+
+
+def test_one_gamma_shapes_the_reward_and_discounts_the_returns_of_reinforce():
+    """`learner.gamma` is the one γ of a `reinforce` run: the reward's potential shaping and the returns its update
+    discounts read it (earlier versions shaped with `ppo.gamma` and discounted with `reinforce.gamma`)."""
+    from rl.reinforce import discounted_returns
+    from tests.rl.test_ppo import B, D, E, S, T, collect, gaussian_obs, gaussian_reward
+
+    config = TrainingConfig(controller="reinforce", learner={"gamma": 0.8}, n_envs=E)
+    assert config.reward.gamma == 0.8 and config.learner.gamma == 0.8
+    spec = protocol.ControllerSpec(obs_dim=D, num_slots=S, num_blueprints=B, n_envs=E, max_epochs=T,
+                                   topology=config.topology, menu=config.menu, config=config)
+    bundle = registry.build("reinforce", spec)
+    actor = rl.ppo.init_train_state(jax.random.PRNGKey(3), rl.ppo.ActorCritic(S, B), D, config.ppo)
+    ro = collect(actor, jax.random.PRNGKey(4), gaussian_obs, gaussian_reward)  # any policy's rollout will do
+    _, metrics = bundle.update(bundle.init(jax.random.PRNGKey(5)), ro, jax.random.PRNGKey(6))
+
+    def mean_return(gamma):
+        returns = discounted_returns(ro.rewards, ro.dones, ro.truncated, ro.bootstrap, ro.valid, gamma)
+        return float(np.sum(np.where(ro.valid, returns, 0.0)) / np.sum(ro.valid))
+
+    assert float(metrics["mean_return"]) == pytest.approx(mean_return(0.8), rel=1e-5)
+    assert abs(mean_return(0.8) - mean_return(0.99)) > 1e-3  # the test can tell the two γ apart
+
+
+def test_an_earlier_versions_reinforce_gamma_becomes_the_learners():
+    """A saved config of an earlier version: `reinforce.gamma` (what a reinforce run discounted with) is the
+    learner's γ of a reinforce run; `ppo.gamma` that of every other run."""
+    old = {"controller": "reinforce", "ppo": {"gamma": 0.99, "gae_lambda": 0.9}, "reinforce": {"gamma": 0.7}}
+    config = TrainingConfig.from_saved(old)
+    assert (config.learner.gamma, config.learner.gae_lambda, config.reward.gamma) == (0.7, 0.9, 0.7)
+    assert TrainingConfig.from_saved({**old, "controller": "ppo"}).learner.gamma == 0.99
+    with pytest.raises(ValueError, match="'ppo.gamma' is an old place of learner.gamma, given as well"):
+        TrainingConfig.from_dict({"ppo": {"gamma": 0.9}, "learner": {"gamma": 0.9}})
+
+
+def test_a_resume_of_an_earlier_versions_checkpoint_says_which_keys_moved_in_one_line(capsys):
+    from esper_fx.cli.train import note_earlier_version
+
+    note_earlier_version({"controller": "reinforce", "ppo": {"gamma": 0.99, "horizon_bootstrap": False},
+                          "reinforce": {"gamma": 0.7}})
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("esper_fx.train: note: the checkpoint was written by an earlier")
+    assert "'reinforce.gamma' is now 'learner.gamma'" in err[0] and "'ppo.gamma'" not in err[0]
+    assert "'ppo.horizon_bootstrap' is now 'learner.horizon_bootstrap'" in err[0]
+    note_earlier_version(TrainingConfig().to_dict())  # today's keys: nothing to say
+    assert capsys.readouterr().err == ""

@@ -104,10 +104,10 @@ def test_parse_sets_reads_json_values_and_nested_keys():
         "ppo": {"lr": 1e-3}, "slots": ["r0c0"], "oracle": {"slot": "r0c1"},
         "reward": {"reward_family": "accuracy", "probation_base": 4}}
     # the keys of earlier versions land where today's do; `old_set_keys` names them for the command's note
-    assert parse_sets(["lr=1e-3", "reward_family=accuracy", "ppo.gamma=0.9"]) == {
-        "ppo": {"lr": 1e-3, "gamma": 0.9}, "reward": {"reward_family": "accuracy"}}
+    assert parse_sets(["lr=1e-3", "reward_family=accuracy", "ppo.gamma=0.9", "gae_lambda=0.9"]) == {
+        "ppo": {"lr": 1e-3}, "learner": {"gamma": 0.9, "gae_lambda": 0.9}, "reward": {"reward_family": "accuracy"}}
     assert old_set_keys(["lr=1e-3", "reward_family=accuracy", "ppo.gamma=0.9", "seed=3",
-                         "reward.probation_base=4"]) == ["lr", "reward_family"]
+                         "reward.probation_base=4"]) == ["lr", "reward_family", "ppo.gamma"]
 
 
 def test_the_command_line_runs_as_a_module(tmp_path):
