@@ -86,6 +86,9 @@ def test_training_seeds_are_every_env_seed_of_the_run():
     (["--arms", "wait", "best_fixed", "--tuning-seeds", "900001"], "also evaluation seeds"),
     (["--arms", "wait", "best_fixed", "--tuning-seeds", "42"], "also training seeds"),
     (["--arms", "wait", "best_fixed", "--tuning-seeds", "3", "3"], "distinct"),
+    (["--arms", "ppo", "wait", "--set", "controller=reinforce"],
+     "--arms ppo plays a PPO controller, and this run's controller is 'reinforce': its arm is named by its "
+     "controller (--arms reinforce wait)"),
 ])
 def test_bad_flags_exit_2_with_one_line_and_write_nothing(args, needle, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -94,6 +97,16 @@ def test_bad_flags_exit_2_with_one_line_and_write_nothing(args, needle, tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_default_arms_name_the_learning_arm_by_its_controller():
+    reinforce = TrainingConfig.preset("quickstart", controller="reinforce")
+    default = list(prove.DEFAULT_ARMS)
+    assert prove.arms_named_by_controller(default, reinforce, typed=False, checkpoint=False) == [
+        "reinforce", "wait", "random", "heuristic", "oracle", "static_final"]
+    assert prove.arms_named_by_controller(default, TrainingConfig.preset("quickstart"), False, False) == default
+    heuristic = TrainingConfig.preset("quickstart", controller="heuristic")  # its arm once, not twice
+    assert prove.arms_named_by_controller(default, heuristic, False, False).count("heuristic") == 1
 
 
 def test_parse_sets_reads_json_values_and_nested_keys():
