@@ -407,9 +407,9 @@ def arm_table(names: Sequence[str], config: TrainingConfig, policy: Any,
     for name in names:
         if name in LEARNED_ARMS:
             if played is not None and played not in PPO_CONTROLLERS:
-                others = " ".join(played if n == "ppo" else n for n in names if n != "ppo_sampled")
                 raise ProveError(f"--arms {name}: the --checkpoint run holds a {played!r} controller, and {name} "
-                                 f"plays a PPO one; its arm is named by its controller (--arms {others})")
+                                 f"plays a PPO one; its arm is named by its controller (--arms "
+                                 f"{' '.join(_with_arm_of(played, names))})")
             source = trained if trained is not None else config.controller_name
             arms[name] = {"controller": source, "greedy": LEARNED_ARMS[name]}
         elif played is not None and _canonical(name) == played:  # the checkpoint's own controller plays it
@@ -457,12 +457,16 @@ def arms_named_by_controller(names: Sequence[str], config: TrainingConfig, typed
     if checkpoint or played in PPO_CONTROLLERS or not any(name in LEARNED_ARMS for name in names):
         return names
     if not typed:
-        named = [played if name == "ppo" else name for name in names if name != "ppo_sampled"]
-        return list(dict.fromkeys(named))
+        return _with_arm_of(played, names)
     name = next(name for name in names if name in LEARNED_ARMS)
-    others = " ".join(dict.fromkeys(played if n == "ppo" else n for n in names if n != "ppo_sampled"))
     raise ProveError(f"--arms {name} plays a PPO controller, and this run's controller is {played!r}: its arm is "
-                     f"named by its controller (--arms {others}), or set controller=ppo_lstm")
+                     f"named by its controller (--arms {' '.join(_with_arm_of(played, names))}), or set "
+                     f"controller=ppo_lstm")
+
+
+def _with_arm_of(controller: str, names: Sequence[str]) -> list[str]:
+    """`names` with the learned arms' place taken by `controller`'s own arm (its name), each arm once."""
+    return list(dict.fromkeys(controller if n == "ppo" else n for n in names if n != "ppo_sampled"))
 
 
 def arm_controllers(names: Sequence[str], config: TrainingConfig) -> set[str]:

@@ -187,12 +187,9 @@ def _resumed(path: str) -> tuple[TrainingConfig, str]:
 def note_earlier_version(saved: Any) -> None:
     """One line on stderr when a checkpoint's config was written in an earlier version's keys (`ppo.gamma`
     before `learner.gamma`): it is read in today's, naming each moved key."""
-    from esper_fx.configuration.keys import MOVED_KEYS, moved_keys
+    from esper_fx.configuration.keys import MOVED_KEYS, read_moved_keys
 
-    if not isinstance(saved, dict):
-        return
-    other = "ppo.gamma" if saved.get("controller") == "reinforce" else "reinforce.gamma"  # the γ it did not read
-    moved = [key for key in moved_keys(saved) if key != other]
+    moved = read_moved_keys(saved) if isinstance(saved, dict) else []
     if moved:
         print(f"{NAME}: note: the checkpoint was written by an earlier version; read in today's keys ("
               + ", ".join(f"{key!r} is now {MOVED_KEYS[key]!r}" for key in moved) + ")", file=sys.stderr)

@@ -159,31 +159,26 @@ def with_old_keys_nested(d: Mapping[str, Any]) -> dict[str, Any]:
     return with_learner_keys_moved(out)
 
 
-def _reads_section(controller: Any) -> str:
-    """The section whose moved keys (`MOVED_KEYS`) a run of `controller` read in earlier versions."""
-    return "reinforce" if controller == "reinforce" else "ppo"
-
-
 def with_learner_keys_moved(d: Mapping[str, Any]) -> dict[str, Any]:
     """`d` with the learner's fields of earlier versions' sections (`MOVED_KEYS`: `ppo.gamma`,
     `reinforce.gamma`) moved into `learner`: the value of the section the run's controller read (`reinforce`'s
     for `reinforce`, `ppo`'s for every other), the other section's dropped (it did nothing). A field given in
     `learner` as well is refused, naming both."""
-    moved = [(old, new) for old, new in MOVED_KEYS.items()
-             if isinstance(d.get(old.split(".")[0]), Mapping) and old.split(".")[1] in d[old.split(".")[0]]]
+    moved = moved_keys(d)
     if not moved:
         return dict(d)
     out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in d.items()}
     learner = out.get("learner", {})
     if not isinstance(learner, Mapping):
         raise ValueError(f"learner must be a JSON object of its keys (got {learner!r})")
-    learner, read = dict(learner), _reads_section(out.get("controller"))
-    for old, new in moved:
+    learner, read = dict(learner), read_moved_keys(d)
+    for old in moved:
         section, name = old.split(".")
         value = out[section].pop(name)
         if name in d.get("learner", {}):
-            raise ValueError(f"config key {old!r} is an old place of {new}, given as well: keep {new}")
-        if section == (read if name == "gamma" else "ppo"):
+            raise ValueError(f"config key {old!r} is an old place of {MOVED_KEYS[old]}, given as well: keep "
+                             f"{MOVED_KEYS[old]}")
+        if old in read:
             learner[name] = value
     out["learner"] = learner
     return out
@@ -193,6 +188,13 @@ def moved_keys(d: Mapping[str, Any]) -> list[str]:
     """The learner's keys of earlier versions (`MOVED_KEYS`) the nested config mapping `d` uses."""
     return [old for old in MOVED_KEYS
             if isinstance(d.get(old.split(".")[0]), Mapping) and old.split(".")[1] in d[old.split(".")[0]]]
+
+
+def read_moved_keys(d: Mapping[str, Any]) -> list[str]:
+    """Of `moved_keys(d)`, those the run of `d` read in earlier versions: a `reinforce` run its
+    `reinforce.gamma`, every other run `ppo.gamma`; both read `ppo`'s λ and bootstrap."""
+    unread = "ppo.gamma" if d.get("controller") == "reinforce" else "reinforce.gamma"
+    return [key for key in moved_keys(d) if key != unread]
 
 
 def old_keys(d: Mapping[str, Any]) -> list[str]:
